@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Summary of one bench/run.sh run: reads the raw files it left in WORK_DIR and
+prints the ratios (and writes WORK_DIR/results.json). Every ratio is between two
+measurements of the same run; raw nanoseconds are secondary."""
+import glob
+import json
+import os
+import re
+import sys
+
+# Probe hits per call, per the agent's attach plan (userspace/attach/attach_plan.cpp):
+# an entry uprobe is one trap; a uretprobe is a trap at entry plus one at return;
+# an entry uprobe and a uretprobe on one function share the entry trap.
+NCCL_COLL_HITS = 2  # entry + return
+GROUP_HITS = 1      # entry only
+INIT_HITS = 2
+SYNC_HITS = 2
+CHECKED_HITS = 2    # uretprobe only: entry trap + return
+LAUNCH_HITS = 2     # deep: entry + return
+CUDA_SYNC = {"cuStreamSynchronize", "cuStreamSynchronize_ptsz", "cuEventSynchronize", "cuCtxSynchronize",
+             "cuCtxSynchronize_v2"}
+CUDA_CHECKED = {"cuInit", "cuCtxCreate", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuMemAlloc",
+                "cuMemAlloc_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz", "cuMemAllocFromPoolAsync",
+                "cuMemAllocFromPoolAsync_ptsz", "cuMemAllocManaged", "cuMemAllocHost", "cuMemAllocHost_v2",
+                "cuMemAllocPitch_v2"}
+CUDA_LAUNCH = {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+               "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"}
+
+BENCHES = [  # (benchmark, label, calls per iteration, probe hits per call)
+    ("BM_NoopCall", "plain call (fn pointer)", 1, 0),
+    ("BM_SyscallGetppid", "getppid syscall", 1, 0),
+    ("BM_NcclGetVersion", "ncclGetVersion (never probed)", 1, 0),
+    ("BM_NcclGroupStartEnd", "ncclGroupStart/End (entry probe)", 2, 1),
+    ("BM_NcclAllReduce1Rank", "ncclAllReduce 1-rank (entry+return)", 1, 2),
+]
+
+
+def load_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return default
+
+
+def read_facts(work):
+    facts = {}
+    try:
+        with open(os.path.join(work, "facts.txt")) as f:
+            for line in f:
+                k, _, v = line.rstrip("\n").partition("=")
+                facts[k] = v
+    except OSError:
+        pass
+    return facts
+
+
+def bench_times(path):
+    """benchmark -> (cpu ns per call, real ns per call), medians when repeated."""
+    doc = load_json(path)
+    if not doc:
+        return None
+    per = {name: calls for name, _, calls, _ in BENCHES}
+    out, plain = {}, {}
+    for b in doc.get("benchmarks", []):
+        name = b.get("run_name", b.get("name", ""))
+        if name not in per or b.get("error_occurred"):
+            continue
+        scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+        t = (b["cpu_time"] * scale / per[name], b["real_time"] * scale / per[name])
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median":
+                out[name] = t
+        else:
+            plain.setdefault(name, []).append(t)
+    for name, ts in plain.items():
+        if name not in out:
+            ts.sort()
+            out[name] = ts[len(ts) // 2]
+    return out
+
+
+def metrics(path):
+    """[(name, {labels}, value)] from Prometheus text."""
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.strip() or line.startswith("#"):
+                    continue
+                m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)', line)
+                if not m:
+                    continue
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+                try:
+                    rows.append((m.group(1), labels, float(m.group(4))))
+                except ValueError:
+                    pass
+    except OSError:
+        pass
+    return rows
+
+
+def msum(rows, name, **match):
+    return sum(v for n, l, v in rows if n == name and all(l.get(k) == want for k, want in match.items()))
+
+
+def rank_totals(path, job):
+    """Sums over the job's ranks in an /api/v1/ranks document."""
+    doc = load_json(path, {}) or {}
+    t = {"ranks": 0, "coll": 0, "sync": 0, "launches": 0, "launches_known": False, "pids": []}
+    for r in doc.get("ranks", []):
+        if r.get("job_id") != job:
+            continue
+        t["ranks"] += 1
+        t["pids"].append(r.get("pid"))
+        t["coll"] += sum(op.get("calls", 0) for op in (r.get("nccl") or {}).values())
+        cuda = r.get("cuda") or {}
+        t["sync"] += sum(s.get("calls", 0) for s in (cuda.get("sync") or {}).values())
+        if cuda.get("kernel_launches") is not None:
+            t["launches"] += cuda["kernel_launches"]
+            t["launches_known"] = True
+    t["tracked_processes"] = doc.get("tracked_processes")
+    return t
+
+
+def truth_totals(work, probes):
+    files = sorted(glob.glob(os.path.join(work, "sim-" + probes, "rank-*.json")))
+    if not files:
+        return None
+    t = {"ranks": 0, "coll": 0, "group": 0, "init": 0, "sync": 0, "checked": 0, "launches": 0, "steps": 0,
+         "status": {}}
+    for path in files:
+        r = load_json(path, {}) or {}
+        t["ranks"] += 1
+        t["steps"] += r.get("steps_completed", 0)
+        t["status"][r.get("status", "?")] = t["status"].get(r.get("status", "?"), 0) + 1
+        t["coll"] += sum(op.get("calls", 0) for op in (r.get("nccl") or {}).values())
+        group = r.get("nccl_group")
+        if isinstance(group, dict):
+            t["group"] += group.get("start", 0) + group.get("end", 0)
+        else:
+            t["group"] += r.get("group_start", 0) + r.get("group_end", 0)
+        t["init"] += r.get("nccl_init", 0)
+        cuda = r.get("cuda") if isinstance(r.get("cuda"), dict) else r
+        calls = cuda.get("calls") or r.get("cuda_calls") or {}
+        if calls:
+            t["sync"] += sum(v for k, v in calls.items() if k in CUDA_SYNC)
+            t["checked"] += sum(v for k, v in calls.items() if k in CUDA_CHECKED)
+            t["launches"] += sum(v for k, v in calls.items() if k in CUDA_LAUNCH)
+        else:
+            t["sync"] += sum((cuda.get("sync") or {}).values())
+            t["launches"] += cuda.get("kernel_launches", 0)
+    return t
+
+
+def probe_hits(t, probes):
+    hits = (t["coll"] * NCCL_COLL_HITS + t["group"] * GROUP_HITS + t["init"] * INIT_HITS + t["sync"] * SYNC_HITS
+            + t["checked"] * CHECKED_HITS)
+    if probes == "deep":
+        hits += t["launches"] * LAUNCH_HITS
+    return hits
+
+
+def fmt(v, spec=".1f", none="n/a"):
+    return none if v is None else format(v, spec)
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def main():
+    work = sys.argv[1]
+    facts = read_facts(work)
+    res = {"facts": facts, "probe_cost": {}, "agent_load": {}, "estimates": {}}
+    out = []
+    p = out.append
+    p("")
+    p("== Argus overhead, %s: kernel %s, %s CPUs (%s), load avg %s -> %s ==" % (
+        facts.get("date", "?"), facts.get("kernel", "?"), facts.get("cpus", "?"), facts.get("virt", "?"),
+        facts.get("loadavg_start", "?"), facts.get("loadavg_end", "?")))
+    p("results: %s" % work)
+
+    # ---- a. probe cost ----
+    runs = {k: bench_times(os.path.join(work, "bench-%s.json" % k)) for k in ("unprobed", "argus", "bpftrace")}
+    un, ar, bt = runs["unprobed"], runs["argus"], runs["bpftrace"]
+    p("")
+    p("a. Probe cost: CPU ns per call of the traced thread (median; wall ns in brackets)")
+    p("%-37s %16s %18s %8s %8s %18s %8s %8s" % (
+        "call", "unprobed", "argus", "x unpr.", "Δ/sysc.", "bpftrace", "x unpr.", "Δ/sysc."))
+    sysc = un["BM_SyscallGetppid"][0] if un and "BM_SyscallGetppid" in un else None
+    noop = un["BM_NoopCall"][0] if un and "BM_NoopCall" in un else None
+
+    def cell(run, name):
+        if not run or name not in run:
+            return "n/a"
+        return "%.1f [%.0f]" % run[name]
+
+    for name, label, _, hits in BENCHES:
+        u = un.get(name) if un else None
+        a = ar.get(name) if ar else None
+        b = bt.get(name) if bt else None
+        row = {"label": label, "probe_hits_per_call": hits, "unprobed_ns": u, "argus_ns": a, "bpftrace_ns": b}
+        ra = ratio(a and a[0], u and u[0])
+        rb = ratio(b and b[0], u and u[0])
+        da = (a[0] - u[0]) if a and u else None
+        db = (b[0] - u[0]) if b and u else None
+        row.update({"argus_x": ra, "bpftrace_x": rb, "argus_delta_ns": da, "bpftrace_delta_ns": db,
+                    "argus_delta_syscalls": ratio(da, sysc), "bpftrace_delta_syscalls": ratio(db, sysc),
+                    "argus_vs_bpftrace": ratio(da, db)})
+        res["probe_cost"][name] = row
+        p("%-37s %16s %18s %8s %8s %18s %8s %8s" % (
+            label, cell(un, name), cell(ar, name), fmt(ra, ".2f"),
+            fmt(ratio(da, sysc), ".1f") if hits else "-", cell(bt, name), fmt(rb, ".2f"),
+            fmt(ratio(db, sysc), ".1f") if hits else "-"))
+    g = res["probe_cost"]["BM_NcclGroupStartEnd"]
+    r = res["probe_cost"]["BM_NcclAllReduce1Rank"]
+    trap_ns = g["argus_delta_ns"]          # one entry probe (Argus program, ring buffer event)
+    pair_ns = r["argus_delta_ns"]          # entry + return probe on one function
+    p("  syscall = %s x a plain call; an unprobed ncclGroupStart = %s x a plain call" % (
+        fmt(ratio(sysc, noop), ".0f"),
+        fmt(ratio(un["BM_NcclGroupStartEnd"][0], noop) if un and noop else None, ".1f")))
+    p("  one Argus entry probe adds %s syscalls' worth (%s ns); an entry+return pair adds %s (%s ns)" % (
+        fmt(g["argus_delta_syscalls"]), fmt(trap_ns, ".0f"), fmt(r["argus_delta_syscalls"]), fmt(pair_ns, ".0f")))
+    p("  Argus / bpftrace extra cost: entry probe %s, entry+return %s" % (
+        fmt(g["argus_vs_bpftrace"], ".2f"), fmt(r["argus_vs_bpftrace"], ".2f")))
+    ab_ticks = facts.get("agent_bench_cpu_ticks")
+    ab_wall = facts.get("agent_bench_wall_s")
+    if ab_ticks and ab_wall:
+        tck = float(facts.get("clk_tck", "100"))
+        share = 100 * int(ab_ticks) / tck / float(ab_wall)
+        res["probe_cost"]["agent_cpu_pct_during_probed_bench"] = share
+        am = metrics(os.path.join(work, "agent-bench.metrics"))
+        ev = msum(am, "argus_agent_events_total")
+        lost = msum(am, "argus_agent_events_lost_total")
+        res["probe_cost"]["agent_events"] = ev
+        res["probe_cost"]["agent_events_lost"] = lost
+        p("  while the probed bench ran (one call after another, no pause), argus-agent used %.0f%% of a core; "
+          "events received %d, lost %d" % (share, ev, lost))
+
+    # ---- b. agent cost ----
+    p("")
+    p("b. argus-agent at the sim's call rate (argus-sim --ranks 8 --steps 0 --step-ms 100 --init-ms 200)")
+    p("%-8s %10s %10s %10s %9s %9s %10s %12s %12s %10s %10s" % (
+        "probes", "CPU %core", "idle %", "net %", "RSS MiB", "peak MiB", "coll/s/rk", "launch/s/rk",
+        "hits/s node", "events/s", "net µs/ev"))
+    tck = float(facts.get("clk_tck", "100"))
+    pending_notes = []
+    for probes in ("default", "deep"):
+        wall = facts.get("load_%s_wall_s" % probes)
+        if not wall:
+            p("%-8s not run (see the log above)" % probes)
+            continue
+        wall = float(wall)
+        cpu_s = int(facts.get("load_%s_cpu_ticks" % probes, "0")) / tck
+        cpu_ns = int(facts.get("load_%s_cpu_ns" % probes, "0"))
+        idle_wall = float(facts.get("idle_%s_wall_s" % probes, "0") or 0)
+        idle_pct = (100 * int(facts.get("idle_%s_cpu_ticks" % probes, "0")) / tck / idle_wall) if idle_wall else None
+        job = facts.get("sim_%s_job" % probes, "")
+        t0 = rank_totals(os.path.join(work, "load-%s-t0.ranks.json" % probes), job)
+        t1 = rank_totals(os.path.join(work, "load-%s-t1.ranks.json" % probes), job)
+        fin = rank_totals(os.path.join(work, "load-%s-final.ranks.json" % probes), job)
+        truth = truth_totals(work, probes)
+        nranks = max(t1["ranks"], 1)
+        coll_s = (t1["coll"] - t0["coll"]) / wall
+        launch_s = (t1["launches"] - t0["launches"]) / wall if t1["launches_known"] else None
+        sync_s = (t1["sync"] - t0["sync"]) / wall
+        m0 = metrics(os.path.join(work, "load-%s-t0.metrics" % probes))
+        m1 = metrics(os.path.join(work, "load-%s-t1.metrics" % probes))
+        i0 = metrics(os.path.join(work, "idle-%s-t0.metrics" % probes))
+        i1 = metrics(os.path.join(work, "idle-%s-t1.metrics" % probes))
+        events = msum(m1, "argus_agent_events_total") - msum(m0, "argus_agent_events_total")
+        proc_events = (msum(m1, "argus_agent_events_total", source="proc")
+                       - msum(m0, "argus_agent_events_total", source="proc"))
+        idle_proc = (msum(i1, "argus_agent_events_total", source="proc")
+                     - msum(i0, "argus_agent_events_total", source="proc"))
+        lost = msum(m1, "argus_agent_events_lost_total") - msum(m0, "argus_agent_events_lost_total")
+        bpf_errors = msum(m1, "argus_agent_bpf_errors_total")
+        attach_errors = msum(m1, "argus_agent_probe_attach_errors_total")
+        if truth and truth["coll"]:
+            hits_s = probe_hits(truth, probes) / truth["coll"] * coll_s
+            hits_exact = True
+        else:  # from the agent's own counts: group calls unknown, so a lower bound
+            hits_s = coll_s * NCCL_COLL_HITS + sync_s * SYNC_HITS + (launch_s or 0) * (
+                LAUNCH_HITS if probes == "deep" else 0)
+            hits_exact = False
+        cover = {}
+        if truth:
+            cover["collectives"] = ratio(fin["coll"], truth["coll"])
+            cover["sync"] = ratio(fin["sync"], truth["sync"])
+            if probes == "deep":
+                cover["launches"] = ratio(fin["launches"], truth["launches"])
+        pct = 100 * cpu_s / wall
+        net_pct = None if idle_pct is None else pct - idle_pct
+        row = {
+            "wall_s": wall, "agent_cpu_s": cpu_s, "agent_cpu_pct": pct,
+            "agent_cpu_pct_schedstat": 100 * cpu_ns / 1e9 / wall,
+            "agent_idle_cpu_pct": idle_pct, "agent_net_cpu_pct": net_pct,
+            "rss_kib": int(facts.get("agent_%s_vmrss_kib" % probes, "0") or 0),
+            "peak_rss_kib": int(facts.get("agent_%s_vmhwm_kib" % probes, "0") or 0),
+            "ranks_tracked": t1["ranks"], "ranks_tracked_after_s": facts.get("sim_%s_all_tracked_after_s" % probes),
+            "coll_per_s_node": coll_s, "coll_per_s_rank": coll_s / nranks, "sync_per_s_node": sync_s,
+            "launch_per_s_rank": None if launch_s is None else launch_s / nranks,
+            "probe_hits_per_s_node": hits_s, "probe_hits_exact": hits_exact,
+            "events_per_s": events / wall, "proc_events_per_s": proc_events / wall,
+            "idle_proc_events_per_s": (idle_proc / idle_wall) if idle_wall else None,
+            "events_lost": lost, "bpf_errors": bpf_errors, "attach_errors": attach_errors,
+            "net_agent_us_per_event": (ratio(net_pct / 100 * 1e6, events / wall) if net_pct is not None else None),
+            "agent_final": fin, "truth": truth, "agent_over_truth": cover,
+            "agent_exit_code": facts.get("agent_%s_exit_code" % probes),
+        }
+        # Which agent thread spent the CPU.
+        def threads(path):
+            out = {}
+            try:
+                with open(path) as f:
+                    for line in f:
+                        parts = line.split(None, 2)
+                        if len(parts) == 3:
+                            out[parts[0]] = (int(parts[1]), parts[2].strip())
+            except (OSError, ValueError):
+                pass
+            return out
+        th0 = threads(os.path.join(work, "load-%s-t0.threads" % probes))
+        th1 = threads(os.path.join(work, "load-%s-t1.threads" % probes))
+        busy = sorted(((v[0] - th0.get(tid, (0, ""))[0], v[1], tid) for tid, v in th1.items()), reverse=True)
+        row["threads"] = [{"tid": tid, "comm": comm, "cpu_pct": 100 * d / tck / wall} for d, comm, tid in busy]
+        res["agent_load"][probes] = row
+        p("%-8s %10.2f %10s %10s %9.1f %9.1f %10.1f %12s %11.0f%s %10.0f %10s" % (
+            probes, pct, fmt(idle_pct, ".2f"), fmt(net_pct, ".2f"), row["rss_kib"] / 1024,
+            row["peak_rss_kib"] / 1024, row["coll_per_s_rank"], fmt(row["launch_per_s_rank"]), hits_s,
+            "" if hits_exact else "+", events / wall, fmt(row["net_agent_us_per_event"], ".1f")))
+        notes = ["%s: schedstat CPU %.2f%%; ranks tracked %d after %.2f s" % (
+            probes, row["agent_cpu_pct_schedstat"], t1["ranks"], float(row["ranks_tracked_after_s"] or 0))]
+        notes.append("exec/proc events/s from the rest of the machine: %s idle, %.1f loaded" % (
+            fmt(row["idle_proc_events_per_s"]), row["proc_events_per_s"]))
+        if cover:
+            notes.append("agent/truth calls: " + ", ".join("%s %s" % (k, fmt(v, ".4f")) for k, v in cover.items()))
+        if row["threads"]:
+            notes.append("busiest agent threads: " + ", ".join(
+                "%s %.2f%%" % (t["comm"], t["cpu_pct"]) for t in row["threads"][:3]))
+        if lost or bpf_errors or attach_errors:
+            notes.append("events lost %d, BPF errors %d, attach errors %d" % (lost, bpf_errors, attach_errors))
+        if row["agent_exit_code"] not in ("0", None):
+            notes.append("agent exit status %s" % row["agent_exit_code"])
+        if truth and truth["status"]:
+            notes.append("sim ranks ended: %s" % ", ".join("%d %s" % (v, k) for k, v in sorted(truth["status"].items())))
+        if trap_ns is not None and hits_s:
+            # What the traced ranks pay: hits/s x cost per hit (half an entry+return pair).
+            per_hit = (pair_ns / 2) if pair_ns else trap_ns
+            rank_share = hits_s / nranks * per_hit / 1e9 * 100
+            row["rank_time_pct_here"] = rank_share
+            notes.append("probes cost each rank ~%.3f%% of its time here (hits/s/rank x measured cost)" % rank_share)
+        pending_notes.append(notes)
+    for notes in pending_notes:
+        p("  " + notes[0])
+        for n in notes[1:]:
+            p("    " + n)
+
+    # ---- estimates ----
+    if pair_ns is not None:
+        p("")
+        p("Estimates (probe hits/s x cost measured above; bare metal traps ~10x cheaper, ENVIRONMENT.md):")
+        cases = [("default: 200 collectives/s/rank (entry+return each)", 200),
+                 ("deep: 10k kernel launches/s/rank (entry+return each)", 10000)]
+        for label, per_s in cases:
+            share = per_s * pair_ns / 1e9 * 100
+            res["estimates"][label] = {"calls_per_s_rank": per_s, "pct_of_rank_time_here": share,
+                                       "pct_of_rank_time_bare_metal_est": share / 10}
+            p("  %-55s %7.2f%% of a rank's time here, ~%.3f%% on bare metal" % (label, share, share / 10))
+
+    with open(os.path.join(work, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+# Argus overhead benchmarks (what `make bench` runs, after `make build`).
+#
+#  a. probe cost: bench/probe_cost_bench times cheap NCCL calls in the sim's shim
+#     libnccl.so.2 unprobed, then with argus-agent attached, then with the same
+#     uprobes placed by bpftrace; ratios against a plain call and a getppid syscall.
+#  b. agent cost: argus-agent's CPU (share of one core) and RSS while it watches
+#     an 8-rank argus-sim job, with --probes default and --probes deep.
+#
+# Every figure in the summary is a ratio between measurements of this one run
+# (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
+# Needs root (BPF). Takes ~2.5 minutes.
+#
+# Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
+# ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
+# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "$ROOT" && cd "${BUILD_DIR:-build}" 2>/dev/null && pwd) || {
+  echo "bench: no build directory (${BUILD_DIR:-build}); run 'make build' first" >&2
+  exit 1
+}
+LOAD_SECONDS=${ARGUS_BENCH_LOAD_SECONDS:-20}
+IDLE_SECONDS=${ARGUS_BENCH_IDLE_SECONDS:-8}
+MIN_TIME=${ARGUS_BENCH_MIN_TIME:-0.3}
+REPS=${ARGUS_BENCH_REPS:-3}
+RANKS=8
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "bench: must run as root: argus-agent and bpftrace load BPF programs and attach uprobes" >&2
+  echo "bench: (CAP_BPF + CAP_PERFMON, or CAP_SYS_ADMIN); try: sudo make bench" >&2
+  exit 1
+fi
+
+BENCH_BIN=$BUILD/bin/probe_cost_bench
+AGENT=$BUILD/bin/argus-agent
+SIM=$BUILD/bin/argus-sim
+SHIM=$BUILD/lib/libnccl.so.2
+CUDA_SHIM=$BUILD/lib/libcuda.so.1
+for f in "$BENCH_BIN" "$AGENT" "$SIM" "$SHIM" "$CUDA_SHIM"; do
+  [ -e "$f" ] || { echo "bench: missing $f; run 'make build' first" >&2; exit 1; }
+done
+for tool in python3 curl; do
+  command -v "$tool" >/dev/null || { echo "bench: needs $tool (scripts/install-deps.sh installs it)" >&2; exit 1; }
+done
+
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+WORK=$BUILD/bench-results/$STAMP
+mkdir -p "$WORK"
+FACTS=$WORK/facts.txt
+: >"$FACTS"
+fact() { printf '%s=%s\n' "$1" "$2" >>"$FACTS"; }
+log() { printf 'bench: %s\n' "$*" >&2; }
+now() { date +%s.%N; }
+
+# ---- cleanup: every process this script starts, by its id ----
+AGENT_PID=""
+BPFTRACE_PID=""
+SIM_PID=""
+cleanup() {
+  local rc=$?
+  if [ -n "$SIM_PID" ]; then kill -TERM -- "-$SIM_PID" 2>/dev/null || true; fi
+  if [ -n "$BPFTRACE_PID" ]; then kill -INT "$BPFTRACE_PID" 2>/dev/null || true; fi
+  if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; fi
+  sleep 0.5
+  if [ -n "$SIM_PID" ]; then kill -KILL -- "-$SIM_PID" 2>/dev/null || true; fi
+  if [ -n "$BPFTRACE_PID" ]; then kill -KILL "$BPFTRACE_PID" 2>/dev/null || true; fi
+  if [ -n "$AGENT_PID" ]; then kill -KILL "$AGENT_PID" 2>/dev/null || true; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# CPU time of a process in clock ticks (utime + stime, all threads).
+cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
+# The same in ns from the scheduler (threads alive now), finer than ticks.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d\n", s}'; }
+# Per thread: "tid ticks comm" lines (which of the agent's threads spends the CPU).
+thread_ticks() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    [ -r "$t/stat" ] || continue
+    printf '%s %s %s\n' "${t##*/}" "$(sed 's/.*) //' "$t/stat" | awk '{print $12 + $13}')" "$(cat "$t/comm")"
+  done 2>/dev/null
+}
+
+# start_agent PROBESET LOGNAME: starts argus-agent, waits for /healthz.
+start_agent() {
+  local probes=$1 name=$2
+  PORT=$(free_port)
+  "$AGENT" --listen "127.0.0.1:$PORT" --probes "$probes" --log-level warn >"$WORK/agent-$name.log" 2>&1 &
+  AGENT_PID=$!
+  local t0 i
+  t0=$(now)
+  for i in $(seq 1 150); do
+    if curl -fsS -o /dev/null "http://127.0.0.1:$PORT/healthz" 2>/dev/null; then
+      fact "agent_${name}_ready_s" "$(python3 -c "print(round($(now) - $t0, 2))")"
+      log "argus-agent --probes $probes up (pid $AGENT_PID, port $PORT)"
+      return 0
+    fi
+    if ! kill -0 "$AGENT_PID" 2>/dev/null; then
+      log "argus-agent --probes $probes exited before /healthz answered; its log:"
+      tail -20 "$WORK/agent-$name.log" >&2
+      AGENT_PID=""
+      return 1
+    fi
+    sleep 0.1
+  done
+  log "argus-agent --probes $probes: no /healthz after 15 s; its log:"
+  tail -20 "$WORK/agent-$name.log" >&2
+  return 1
+}
+
+# stop_agent NAME: records RSS and how it ended.
+stop_agent() {
+  local name=$1 rc=0
+  [ -n "$AGENT_PID" ] || return 0
+  if kill -0 "$AGENT_PID" 2>/dev/null; then
+    grep -E '^(VmRSS|VmHWM):' "/proc/$AGENT_PID/status" | awk -v n="$name" '{printf "agent_%s_%s_kib=%s\n", n, tolower(substr($1, 1, length($1) - 1)), $2}' >>"$FACTS"
+    kill -TERM "$AGENT_PID" 2>/dev/null || true
+  else
+    log "argus-agent ($name) had already exited"
+    fact "agent_${name}_died_early" 1
+  fi
+  wait "$AGENT_PID" 2>/dev/null || rc=$?
+  fact "agent_${name}_exit_code" "$rc"
+  [ "$rc" -eq 0 ] || log "argus-agent ($name) exited with status $rc (log: $WORK/agent-$name.log)"
+  AGENT_PID=""
+}
+
+scrape() {  # scrape FILE-PREFIX: /metrics and /api/v1/ranks of the running agent
+  curl -fsS -m 5 "http://127.0.0.1:$PORT/metrics" >"$1.metrics" 2>/dev/null || : >"$1.metrics"
+  curl -fsS -m 5 "http://127.0.0.1:$PORT/api/v1/ranks" >"$1.ranks.json" 2>/dev/null || echo '{}' >"$1.ranks.json"
+}
+
+# run_bench NAME [ENV=VALUE...]: one run of probe_cost_bench, JSON into $WORK/bench-NAME.json.
+run_bench() {
+  local name=$1 rc=0
+  shift
+  env ARGUS_BENCH_NCCL_LIB="$BENCH_SHIM" "$@" timeout 300 "$BENCH_BIN" \
+    --benchmark_min_time="$MIN_TIME" --benchmark_repetitions="$REPS" \
+    --benchmark_report_aggregates_only=true \
+    --benchmark_out="$WORK/bench-$name.json" --benchmark_out_format=json \
+    >"$WORK/bench-$name.txt" 2>&1 || rc=$?
+  fact "bench_${name}_exit_code" "$rc"
+  grep -E '^probe_cost_bench:' "$WORK/bench-$name.txt" >&2 || true
+  return "$rc"
+}
+
+# ---- the run ----
+fact date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+fact kernel "$(uname -r)"
+fact cpus "$(nproc)"
+fact cpu_model "$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+fact virt "$(systemd-detect-virt 2>/dev/null || echo unknown)"
+fact loadavg_start "$(cut -d' ' -f1-3 /proc/loadavg)"
+fact clk_tck "$(getconf CLK_TCK)"
+fact git_head "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo none)"
+others=$(pgrep -x argus-agent || true; pgrep -x bpftrace || true)
+[ -z "$others" ] || log "note: other argus-agent/bpftrace processes are running ($(echo $others)); they may probe what we time"
+fact other_tracers "$(echo $others)"
+log "results in $WORK"
+
+# The bench maps its own copy of the shim: a file (inode) of its own, which
+# nobody else's agent has probed and nobody's rebuild replaces mid-run.
+BENCH_SHIM=$WORK/libnccl.so.2
+cp "$SHIM" "$BENCH_SHIM"
+
+# a. probe cost ------------------------------------------------------------
+log "a. probe cost: unprobed"
+run_bench unprobed ARGUS_BENCH_EXPECT_UNPROBED=1 || { log "the unprobed run failed: $WORK/bench-unprobed.txt"; exit 1; }
+
+log "a. probe cost: argus-agent --probes default"
+if start_agent default bench; then
+  t0=$(now); c0=$(cpu_ticks "$AGENT_PID")
+  if run_bench argus ARGUS_BENCH_WAIT_PROBED=20; then :; else log "the probed run failed (did the agent attach?)"; fi
+  t1=$(now); c1=$(cpu_ticks "$AGENT_PID" 2>/dev/null || echo "$c0")
+  fact agent_bench_wall_s "$(python3 -c "print($t1 - $t0)")"
+  fact agent_bench_cpu_ticks "$((c1 - c0))"
+  scrape "$WORK/agent-bench"
+  stop_agent bench
+fi
+
+if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null; then
+  log "a. probe cost: the same uprobes from bpftrace"
+  BT_PROG="uprobe:$BENCH_SHIM:ncclGroupStart, uprobe:$BENCH_SHIM:ncclGroupEnd,
+ uprobe:$BENCH_SHIM:ncclAllReduce, uretprobe:$BENCH_SHIM:ncclAllReduce { @c = count(); }"
+  bpftrace -e "$BT_PROG" >"$WORK/bpftrace.log" 2>&1 &
+  BPFTRACE_PID=$!
+  run_bench bpftrace ARGUS_BENCH_WAIT_PROBED=30 || log "the bpftrace run failed: $WORK/bpftrace.log"
+  kill -INT "$BPFTRACE_PID" 2>/dev/null || true
+  wait "$BPFTRACE_PID" 2>/dev/null || true
+  BPFTRACE_PID=""
+else
+  log "a. bpftrace: skipped"
+fi
+
+# b. agent cost at the sim's call rate --------------------------------------
+if [ "${ARGUS_BENCH_SKIP_LOAD:-0}" != 1 ]; then
+  for probes in default deep; do
+    log "b. agent cost: --probes $probes, argus-sim --ranks $RANKS for ${LOAD_SECONDS} s"
+    start_agent "$probes" "$probes" || continue
+    # The agent with no rank to watch: its floor (/proc scans, exec events of
+    # whatever else runs on the machine), subtracted from the loaded figure.
+    sleep 1
+    scrape "$WORK/idle-$probes-t0"
+    t0=$(now); c0=$(cpu_ticks "$AGENT_PID"); n0=$(cpu_ns "$AGENT_PID")
+    sleep "$IDLE_SECONDS"
+    t1=$(now); c1=$(cpu_ticks "$AGENT_PID"); n1=$(cpu_ns "$AGENT_PID")
+    scrape "$WORK/idle-$probes-t1"
+    fact "idle_${probes}_wall_s" "$(python3 -c "print($t1 - $t0)")"
+    fact "idle_${probes}_cpu_ticks" "$((c1 - c0))"
+    fact "idle_${probes}_cpu_ns" "$((n1 - n0))"
+    job="bench-$probes-$$"
+    fact "sim_${probes}_job" "$job"
+    setsid "$SIM" --ranks "$RANKS" --steps 0 --step-ms 100 --init-ms 200 --job-id "$job" \
+      --out "$WORK/sim-$probes" --quiet >"$WORK/sim-$probes.log" 2>&1 &
+    SIM_PID=$!
+    ts=$(now)
+    sleep 0.2
+    pgid=$(ps -o pgid= -p "$SIM_PID" 2>/dev/null | tr -d ' ' || true)
+    [ -z "$pgid" ] || [ "$pgid" = "$SIM_PID" ] || log "note: argus-sim pid $SIM_PID is in process group $pgid"
+    # Wait until the agent tracks every rank (discovery latency), at most 15 s.
+    tracked=0
+    for _ in $(seq 1 150); do
+      tracked=$(curl -fsS -m 2 "http://127.0.0.1:$PORT/api/v1/ranks" 2>/dev/null |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for r in d.get("ranks", []) if r.get("job_id") == sys.argv[1] and r.get("state") == "running"))' "$job" 2>/dev/null || echo 0)
+      [ "$tracked" -ge "$RANKS" ] && break
+      kill -0 "$SIM_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    fact "sim_${probes}_ranks_tracked" "$tracked"
+    fact "sim_${probes}_all_tracked_after_s" "$(python3 -c "print($(now) - $ts)")"
+    [ "$tracked" -ge "$RANKS" ] || log "only $tracked of $RANKS ranks tracked (sim log: $WORK/sim-$probes.log)"
+    sleep 2
+    scrape "$WORK/load-$probes-t0"
+    thread_ticks "$AGENT_PID" >"$WORK/load-$probes-t0.threads"
+    t0=$(now); c0=$(cpu_ticks "$AGENT_PID"); n0=$(cpu_ns "$AGENT_PID")
+    sleep "$LOAD_SECONDS"
+    t1=$(now); c1=$(cpu_ticks "$AGENT_PID" 2>/dev/null || echo "$c0"); n1=$(cpu_ns "$AGENT_PID" 2>/dev/null || echo "$n0")
+    thread_ticks "$AGENT_PID" >"$WORK/load-$probes-t1.threads"
+    scrape "$WORK/load-$probes-t1"
+    fact "load_${probes}_wall_s" "$(python3 -c "print($t1 - $t0)")"
+    fact "load_${probes}_cpu_ticks" "$((c1 - c0))"
+    fact "load_${probes}_cpu_ns" "$((n1 - n0))"
+    kill -0 "$SIM_PID" 2>/dev/null || log "argus-sim exited early (log: $WORK/sim-$probes.log)"
+    # Stop the job; its ranks write their truth files on the way out.
+    kill -TERM "$SIM_PID" 2>/dev/null || true
+    sim_rc=0
+    for _ in $(seq 1 100); do kill -0 "$SIM_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -TERM -- "-$SIM_PID" 2>/dev/null || true
+    wait "$SIM_PID" 2>/dev/null || sim_rc=$?
+    fact "sim_${probes}_exit_code" "$sim_rc"
+    SIM_PID=""
+    sleep 1.5  # the agent decodes the last events and the exits
+    scrape "$WORK/load-$probes-final"
+    stop_agent "$probes"
+  done
+fi
+fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
+
+python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"

@@ -1,0 +1,211 @@
+/* Plain C structs and enums shared between the BPF programs and the agent.
+ * Every struct here has its size asserted on both sides (see argus_layout.h). */
+#ifndef ARGUS_BPF_ARGUS_H
+#define ARGUS_BPF_ARGUS_H
+
+#ifdef __BPF__
+/* vmlinux.h provides the fixed-width types in BPF builds. */
+#else
+#include <linux/types.h> /* the same __u64 that libbpf's headers use */
+#endif
+
+/* Values of the tracked-tgid map. A tgid absent from the map that calls into a
+ * probed library is auto-tracked (ARGUS_TGID_AUTO) and reported once. */
+enum argus_tgid_state {
+	ARGUS_TGID_IGNORED = 0,
+	ARGUS_TGID_TRACKED = 1,
+	ARGUS_TGID_AUTO = 2,
+};
+
+/* Ring-buffer event types. */
+enum argus_event_type {
+	ARGUS_EV_EXEC = 1,       /* any exec on the node: a discovery hint */
+	ARGUS_EV_EXIT = 2,       /* a tracked process ended (last thread) */
+	ARGUS_EV_TGID_SEEN = 3,  /* first call from an untracked tgid into a probed library */
+	ARGUS_EV_NCCL_COLL = 4,  /* a collective or p2p call entered */
+	ARGUS_EV_NCCL_INIT = 5,  /* ncclCommInitRank* returned */
+	ARGUS_EV_NCCL_GROUP = 6, /* ncclGroupStart / ncclGroupEnd */
+};
+
+/* Event sources, for argus_agent_events_total{source} and ..._lost_total{source}. */
+enum argus_source {
+	ARGUS_SRC_PROC = 0,
+	ARGUS_SRC_NCCL = 1,
+	ARGUS_SRC_CUDA = 2,
+	ARGUS_SRC_MAX = 3,
+};
+
+/* NCCL operations: the contract's `op` label values, in this order. */
+enum argus_nccl_op {
+	ARGUS_OP_ALL_REDUCE = 0,
+	ARGUS_OP_ALL_GATHER = 1,
+	ARGUS_OP_REDUCE_SCATTER = 2,
+	ARGUS_OP_BROADCAST = 3,
+	ARGUS_OP_REDUCE = 4,
+	ARGUS_OP_ALL_TO_ALL = 5,
+	ARGUS_OP_SEND = 6,
+	ARGUS_OP_RECV = 7,
+	ARGUS_OP_GATHER = 8,
+	ARGUS_OP_SCATTER = 9,
+	ARGUS_OP_MAX = 10,
+};
+
+/* Kinds of aggregated statistics kept per tgid in the `stats` map. */
+enum argus_stat_kind {
+	ARGUS_STAT_NCCL_CALLS = 1,    /* sub = op: count = calls, sum = bytes */
+	ARGUS_STAT_NCCL_WAIT = 2,     /* sub = op: count = returns, sum = ns inside the call */
+	ARGUS_STAT_CUDA_SYNC = 3,     /* sub = api: count = calls, sum = ns blocked */
+	ARGUS_STAT_CUDA_LAUNCH = 4,   /* sub = api: count = launches (deep only) */
+	ARGUS_STAT_CUDA_ERROR = 5,    /* sub = api, code = CUresult: count = calls that failed */
+	ARGUS_STAT_NCCL_ERROR = 6,    /* sub = op or init api, code = ncclResult_t */
+};
+
+/* Named BPF error counters (an array map indexed by this enum). Every failure
+ * path in BPF increments one; the agent exports them. */
+enum argus_bpf_error {
+	ARGUS_ERR_RINGBUF_PROC = 0,   /* ring buffer full: proc events lost */
+	ARGUS_ERR_RINGBUF_NCCL = 1,   /* ring buffer full: NCCL events lost */
+	ARGUS_ERR_RINGBUF_CUDA = 2,   /* ring buffer full: CUDA events lost */
+	ARGUS_ERR_STATS_FULL = 3,     /* stats map full: an aggregate was not counted */
+	ARGUS_ERR_INFLIGHT_FULL = 4,  /* in-flight (entry->return) map full: a duration lost */
+	ARGUS_ERR_TRACKED_FULL = 5,   /* tracked-tgid map full: a process not auto-tracked */
+	ARGUS_ERR_READ_USER = 6,      /* bpf_probe_read_user failed */
+	ARGUS_ERR_RETURN_UNMATCHED = 7, /* a return probe without its entry (attached mid-call) */
+	ARGUS_ERR_MAX = 8,
+};
+
+/* CUDA driver APIs the agent probes. Variants (_v2, _ptsz, _ptds) share the id of
+ * their base API, so that the `api` label stays stable across toolkits. */
+enum argus_cuda_api {
+	ARGUS_CU_STREAM_SYNCHRONIZE = 0,
+	ARGUS_CU_EVENT_SYNCHRONIZE = 1,
+	ARGUS_CU_CTX_SYNCHRONIZE = 2,
+	ARGUS_CU_LAUNCH_KERNEL = 3,
+	ARGUS_CU_LAUNCH_KERNEL_EX = 4,
+	ARGUS_CU_LAUNCH_COOPERATIVE_KERNEL = 5,
+	ARGUS_CU_MEM_ALLOC = 6,
+	ARGUS_CU_MEM_ALLOC_ASYNC = 7,
+	ARGUS_CU_MEM_ALLOC_MANAGED = 8,
+	ARGUS_CU_MEM_ALLOC_HOST = 9,
+	ARGUS_CU_INIT = 10,
+	ARGUS_CU_CTX_CREATE = 11,
+	ARGUS_CU_API_MAX = 12,
+};
+
+/* NCCL init APIs (sub of ARGUS_STAT_NCCL_ERROR beyond ARGUS_OP_MAX). */
+enum argus_nccl_init_api {
+	ARGUS_NCCL_INIT_RANK = 0,
+	ARGUS_NCCL_INIT_RANK_CONFIG = 1,
+	ARGUS_NCCL_INIT_RANK_SCALABLE = 2,
+};
+
+/* A uprobe's bpf_cookie packs what the generic program needs to know about the
+ * probed function: which op/api it is and where its arguments live.
+ * bits 0-7: op or api id; 8-11: count arg; 12-15: datatype arg; 16-19: comm arg;
+ * 20-23: flags. Arg indices are 1-based SysV positions (7 = first stack slot). */
+#define ARGUS_COOKIE(id, count_arg, dtype_arg, comm_arg, flags) \
+	((__u64)(id) | ((__u64)(count_arg) << 8) | ((__u64)(dtype_arg) << 12) | \
+	 ((__u64)(comm_arg) << 16) | ((__u64)(flags) << 20))
+#define ARGUS_COOKIE_ID(c) ((__u32)((c) & 0xff))
+#define ARGUS_COOKIE_COUNT_ARG(c) ((__u32)(((c) >> 8) & 0xf))
+#define ARGUS_COOKIE_DTYPE_ARG(c) ((__u32)(((c) >> 12) & 0xf))
+#define ARGUS_COOKIE_COMM_ARG(c) ((__u32)(((c) >> 16) & 0xf))
+#define ARGUS_COOKIE_FLAGS(c) ((__u32)(((c) >> 20) & 0xf))
+#define ARGUS_COOKIE_GROUP_END 1 /* flag for the group program: this is ncclGroupEnd */
+
+#define ARGUS_NCCL_UID_PREFIX 16 /* bytes of ncclUniqueId copied: identifies a communicator job-wide */
+
+struct argus_stat_key {
+	__u32 tgid;
+	__u16 kind; /* enum argus_stat_kind */
+	__u16 sub;  /* op or api id */
+	__s32 code; /* return code for error kinds, else 0 */
+	__u32 pad;
+};
+
+struct argus_stat_val {
+	__u64 count;
+	__u64 sum; /* bytes or nanoseconds, per kind */
+};
+
+/* In-flight call: entry state kept per thread until the return probe. */
+struct argus_inflight {
+	__u64 start_ns;
+	__u64 ptr;    /* an out-pointer to read at return (ncclCommInitRank's comm) */
+	__u32 id;     /* op or api id */
+	__u32 kind;   /* enum argus_stat_kind for the duration */
+	__s32 rank;   /* ncclCommInitRank*: rank argument */
+	__s32 nranks; /* ncclCommInitRank*: nranks argument */
+	__u8 uid[ARGUS_NCCL_UID_PREFIX];
+};
+
+struct argus_event_header {
+	__u32 type; /* enum argus_event_type */
+	__u32 tgid;
+	__u32 tid;
+	__u32 pad;
+	__u64 ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+};
+
+struct argus_exec_event {
+	struct argus_event_header hdr;
+	__u32 ppid;
+	__u32 pad;
+	char comm[16];
+};
+
+struct argus_exit_event {
+	struct argus_event_header hdr;
+	__s32 exit_code; /* task->exit_code: (status << 8) | signal */
+	__u32 pad;
+};
+
+struct argus_tgid_seen_event {
+	struct argus_event_header hdr;
+	__u32 source; /* enum argus_source of the first probe that saw it */
+	__u32 pad;
+};
+
+struct argus_nccl_coll_event {
+	struct argus_event_header hdr;
+	__u64 comm;  /* ncclComm_t handle (a pointer in the rank's address space) */
+	__u64 count; /* elements */
+	__u64 bytes; /* count x datatype size */
+	__u32 op;    /* enum argus_nccl_op */
+	__s32 datatype;
+};
+
+struct argus_nccl_init_event {
+	struct argus_event_header hdr;
+	__u64 comm; /* the ncclComm_t written through the out-pointer */
+	__s32 rank;
+	__s32 nranks;
+	__s32 result; /* ncclResult_t */
+	__u32 api;    /* enum argus_nccl_init_api */
+	__u8 uid[ARGUS_NCCL_UID_PREFIX];
+};
+
+struct argus_nccl_group_event {
+	struct argus_event_header hdr;
+	__u32 is_end;
+	__u32 pad;
+};
+
+/* Both compilers check the layout: BPF (clang -target bpf) and the agent (g++). */
+#ifdef __cplusplus
+#define ARGUS_ASSERT_SIZE(type, size) static_assert(sizeof(struct type) == (size), #type " layout")
+#else
+#define ARGUS_ASSERT_SIZE(type, size) _Static_assert(sizeof(struct type) == (size), #type " layout")
+#endif
+ARGUS_ASSERT_SIZE(argus_stat_key, 16);
+ARGUS_ASSERT_SIZE(argus_stat_val, 16);
+ARGUS_ASSERT_SIZE(argus_inflight, 48);
+ARGUS_ASSERT_SIZE(argus_event_header, 24);
+ARGUS_ASSERT_SIZE(argus_exec_event, 48);
+ARGUS_ASSERT_SIZE(argus_exit_event, 32);
+ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
+ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 56);
+ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
+ARGUS_ASSERT_SIZE(argus_nccl_group_event, 32);
+
+#endif /* ARGUS_BPF_ARGUS_H */

@@ -1,0 +1,64 @@
+/* NCCL collectives and p2p: one program for every op. The attach cookie says
+ * which op it is and where count, datatype and communicator are among the
+ * arguments (ncclReduce's communicator is the 7th: on the stack). */
+#include "helpers.bpf.h"
+
+static __always_inline __u64 nccl_datatype_size(__s32 dt)
+{
+	switch (dt) {
+	case 0: /* ncclInt8 */
+	case 1: /* ncclUint8 */
+	case 10: /* ncclFloat8e4m3 */
+	case 11: /* ncclFloat8e5m2 */
+		return 1;
+	case 6: /* ncclFloat16 */
+	case 9: /* ncclBfloat16 */
+		return 2;
+	case 2: /* ncclInt32 */
+	case 3: /* ncclUint32 */
+	case 7: /* ncclFloat32 */
+		return 4;
+	case 4: /* ncclInt64 */
+	case 5: /* ncclUint64 */
+	case 8: /* ncclFloat64 */
+		return 8;
+	default:
+		return 0; /* unknown type: calls still count, bytes cannot */
+	}
+}
+
+SEC("uprobe")
+int BPF_KPROBE(argus_nccl_coll_enter)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!argus_should_trace(tgid, ARGUS_SRC_NCCL))
+		return 0;
+
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 op = ARGUS_COOKIE_ID(cookie);
+	__u64 count = argus_arg(ctx, ARGUS_COOKIE_COUNT_ARG(cookie));
+	__s32 dtype = (__s32)argus_arg(ctx, ARGUS_COOKIE_DTYPE_ARG(cookie));
+	__u64 comm = argus_arg(ctx, ARGUS_COOKIE_COMM_ARG(cookie));
+	__u64 bytes = count * nccl_datatype_size(dtype);
+
+	argus_stat_add(tgid, ARGUS_STAT_NCCL_CALLS, op, 0, 1, bytes);
+
+	struct argus_nccl_coll_event *ev =
+		argus_reserve(sizeof(*ev), ARGUS_EV_NCCL_COLL, ARGUS_SRC_NCCL);
+	if (ev) {
+		ev->comm = comm;
+		ev->count = count;
+		ev->bytes = bytes;
+		ev->op = op;
+		ev->datatype = dtype;
+		bpf_ringbuf_submit(ev, 0);
+	}
+
+	struct argus_inflight st = {
+		.start_ns = bpf_ktime_get_ns(), .id = op, .kind = ARGUS_STAT_NCCL_WAIT,
+	};
+	argus_inflight_begin(ARGUS_CLS_NCCL, &st);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

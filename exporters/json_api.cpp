@@ -1,0 +1,83 @@
+#include "exporters/json_api.h"
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+namespace argus {
+
+namespace {
+
+using nlohmann::json;
+
+json int_or_null(int v) { return v < 0 ? json(nullptr) : json(v); }
+json str_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+
+json error_list(const std::map<std::pair<std::string, std::string>, uint64_t>& errors) {
+  json out = json::array();
+  for (const auto& [k, v] : errors) out.push_back({{"api", k.first}, {"code", k.second}, {"count", v}});
+  return out;
+}
+
+json rank_json(const RankSnapshot& r) {
+  json nccl = json::object();
+  for (const auto& [op, c] : r.nccl) {
+    nccl[op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9}};
+  }
+  json sync = json::object();
+  for (const auto& [api, c] : r.sync) {
+    sync[api] = {{"calls", c.calls}, {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9}};
+  }
+  json j = json::object();
+  j["pid"] = r.pid;
+  j["job_id"] = str_or_null(r.job_id);
+  j["rank"] = int_or_null(r.rank);
+  j["local_rank"] = int_or_null(r.local_rank);
+  j["world_size"] = int_or_null(r.world_size);
+  j["local_world_size"] = int_or_null(r.local_world_size);
+  j["node"] = r.node;
+  j["comm"] = r.comm;
+  j["state"] = r.exited ? "exited" : "running";
+  j["exit_reason"] = r.exited ? str_or_null(r.exit_reason) : json(nullptr);
+  j["exit_code"] = r.exited ? json(r.exit_code) : json(nullptr);
+  j["exited_at"] = r.exited ? json(r.exited_at_unix) : json(nullptr);
+  j["identity_source"] = str_or_null(r.identity_source);
+  j["first_seen"] = r.first_seen_unix;
+  j["collective_wait_ratio"] = r.collective_wait_ratio;
+  j["nccl"] = std::move(nccl);
+  j["cuda"] = {{"sync", std::move(sync)},
+               {"kernel_launches", r.launches_counted ? json(r.kernel_launches) : json(nullptr)},
+               {"errors", error_list(r.cuda_errors)}};
+  j["nccl_errors"] = error_list(r.nccl_errors);
+  j["libraries"] = r.libraries;
+  return j;
+}
+
+}  // namespace
+
+json ranks_json(const Snapshot& snap) {
+  std::vector<const RankSnapshot*> order;
+  order.reserve(snap.ranks.size());
+  for (const auto& r : snap.ranks) order.push_back(&r);
+  auto key = [](const RankSnapshot* r) { return std::make_tuple(r->job_id.empty(), r->job_id, r->rank < 0, r->rank, r->pid); };
+  std::sort(order.begin(), order.end(), [&](const RankSnapshot* a, const RankSnapshot* b) { return key(a) < key(b); });
+
+  json ranks = json::array();
+  for (const auto* r : order) ranks.push_back(rank_json(*r));
+  json doc = json::object();
+  doc["node"] = snap.agent.node;
+  doc["version"] = snap.agent.version;
+  doc["probes"] = snap.agent.probes;
+  doc["window_seconds"] = snap.agent.window_seconds;
+  doc["tracked_processes"] = snap.agent.tracked_processes;
+  doc["ranks"] = std::move(ranks);
+  return doc;
+}
+
+std::string dump_json(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string render_ranks_json(const Snapshot& snap) { return dump_json(ranks_json(snap)); }
+
+}  // namespace argus

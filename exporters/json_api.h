@@ -1,0 +1,36 @@
+// The JSON API's documents (GET /api/v1/ranks, ...).
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "userspace/model.h"
+
+namespace argus {
+
+inline constexpr const char* kJsonContentType = "application/json";
+
+// GET /api/v1/ranks:
+// {"node", "version", "probes", "window_seconds", "tracked_processes",
+//  "ranks": [{"pid", "job_id" (null while unknown), "rank" (null while unknown),
+//             "local_rank", "world_size", "local_world_size" (null while unknown),
+//             "node", "comm", "state": "running"|"exited", "exit_reason", "exit_code",
+//             "exited_at" (null while running), "identity_source" (null if none),
+//             "first_seen", "collective_wait_ratio",
+//             "nccl": {op: {"calls", "bytes", "wait_seconds"}},
+//             "cuda": {"sync": {api: {"calls", "wait_seconds"}},
+//                      "kernel_launches": N | null when not counted,
+//                      "errors": [{"api", "code", "count"}]},
+//             "nccl_errors": [{"api", "code", "count"}], "libraries": [...]}]}
+// Every process, identified or not. Ranks are sorted by job_id, rank, pid; a process
+// without job_id or rank comes after the identified ones.
+nlohmann::json ranks_json(const Snapshot& snap);
+
+// ranks_json(snap) as text. Strings that are not valid UTF-8 (a comm from /proc can be
+// anything) have their bad bytes replaced by U+FFFD rather than failing.
+std::string render_ranks_json(const Snapshot& snap);
+
+// j.dump() that never throws on bad UTF-8 (replaces it); indent < 0 means compact.
+std::string dump_json(const nlohmann::json& j, int indent = -1);
+
+}  // namespace argus

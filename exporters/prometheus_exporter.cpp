@@ -1,0 +1,192 @@
+#include "exporters/prometheus_exporter.h"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include <prometheus/text_serializer.h>
+
+namespace argus {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+constexpr double kNsPerSecond = 1e9;
+
+MetricFamily family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void add(MetricFamily& f, Labels labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+Labels with(const Labels& base, std::initializer_list<ClientMetric::Label> extra) {
+  Labels l = base;
+  l.insert(l.end(), extra.begin(), extra.end());
+  return l;
+}
+
+std::string int_or_empty(int v) { return v < 0 ? std::string() : std::to_string(v); }
+
+// The process whose gauges speak for a (job_id, rank): running first, then the newest.
+const RankSnapshot* preferred(const std::vector<const RankSnapshot*>& members) {
+  const RankSnapshot* best = nullptr;
+  for (const auto* r : members) {
+    if (!best) {
+      best = r;
+      continue;
+    }
+    auto key = [](const RankSnapshot* x) { return std::make_tuple(!x->exited, x->first_seen_unix, x->pid); };
+    if (key(r) > key(best)) best = r;
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
+  auto info = family("argus_rank_info", "A tracked training rank on this node (value 1).", MetricType::Gauge);
+  auto coll = family("argus_nccl_collectives_total", "NCCL collective and point-to-point API calls.",
+                     MetricType::Counter);
+  auto bytes = family("argus_nccl_bytes_total", "NCCL payload bytes (count times datatype size).",
+                      MetricType::Counter);
+  auto coll_wait = family("argus_nccl_wait_seconds_total",
+                          "Seconds spent inside NCCL API calls (entry to return).", MetricType::Counter);
+  auto sync_wait = family("argus_cuda_sync_wait_seconds_total",
+                          "Seconds blocked in CUDA synchronize calls.", MetricType::Counter);
+  auto sync_calls = family("argus_cuda_sync_calls_total", "CUDA synchronize calls.", MetricType::Counter);
+  auto launches = family("argus_cuda_kernel_launches_total",
+                         "CUDA kernel launches (only where launches are counted: --probes deep).",
+                         MetricType::Counter);
+  auto cuda_err = family("argus_cuda_errors_total", "CUDA driver calls that returned an error.",
+                         MetricType::Counter);
+  auto nccl_err = family("argus_nccl_errors_total", "NCCL calls that returned an error.", MetricType::Counter);
+  auto ratio = family("argus_collective_wait_ratio",
+                      "Share of wall time blocked in collectives and CUDA synchronize, last window.",
+                      MetricType::Gauge);
+  auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason.", MetricType::Counter);
+
+  // Identified ranks grouped by (job_id, rank), in that order.
+  std::map<std::pair<std::string, int>, std::vector<const RankSnapshot*>> groups;
+  for (const auto& r : snap.ranks) {
+    if (r.identified()) groups[{r.job_id, r.rank}].push_back(&r);
+  }
+
+  for (auto& [key, members] : groups) {
+    std::sort(members.begin(), members.end(),
+              [](const RankSnapshot* a, const RankSnapshot* b) { return a->pid < b->pid; });
+    const Labels base{{"job_id", key.first}, {"rank", std::to_string(key.second)}};
+    const RankSnapshot* lead = preferred(members);
+
+    add(info,
+        with(base, {{"local_rank", int_or_empty(lead->local_rank)},
+                    {"world_size", int_or_empty(lead->world_size)},
+                    {"pid", std::to_string(lead->pid)},
+                    {"node", lead->node.empty() ? snap.agent.node : lead->node}}),
+        1);
+
+    std::map<std::string, OpCounters> nccl;
+    std::map<std::string, SyncCounters> sync;
+    std::map<std::pair<std::string, std::string>, uint64_t> cerr, nerr;
+    std::map<std::string, uint64_t> exit_reasons;
+    uint64_t launch_count = 0;
+    bool counted = false;
+    for (const auto* r : members) {
+      for (const auto& [op, c] : r->nccl) {
+        auto& t = nccl[op];
+        t.calls += c.calls;
+        t.bytes += c.bytes;
+        t.wait_ns += c.wait_ns;
+      }
+      for (const auto& [api, c] : r->sync) {
+        auto& t = sync[api];
+        t.calls += c.calls;
+        t.wait_ns += c.wait_ns;
+      }
+      for (const auto& [k, v] : r->cuda_errors) cerr[k] += v;
+      for (const auto& [k, v] : r->nccl_errors) nerr[k] += v;
+      if (r->launches_counted) {
+        counted = true;
+        launch_count += r->kernel_launches;
+      }
+      if (r->exited) exit_reasons[r->exit_reason.empty() ? "unknown" : r->exit_reason] += 1;
+    }
+
+    for (const auto& [op, c] : nccl) {
+      add(coll, with(base, {{"op", op}}), static_cast<double>(c.calls));
+      add(bytes, with(base, {{"op", op}}), static_cast<double>(c.bytes));
+      add(coll_wait, with(base, {{"op", op}}), static_cast<double>(c.wait_ns) / kNsPerSecond);
+    }
+    for (const auto& [api, c] : sync) {
+      add(sync_wait, with(base, {{"api", api}}), static_cast<double>(c.wait_ns) / kNsPerSecond);
+      add(sync_calls, with(base, {{"api", api}}), static_cast<double>(c.calls));
+    }
+    if (counted) add(launches, base, static_cast<double>(launch_count));
+    for (const auto& [k, v] : cerr) add(cuda_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
+    for (const auto& [k, v] : nerr) add(nccl_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
+    add(ratio, base, lead->collective_wait_ratio);
+    for (const auto& [reason, n] : exit_reasons) add(exits, with(base, {{"reason", reason}}), static_cast<double>(n));
+  }
+
+  const AgentSnapshot& a = snap.agent;
+  auto per_key = [](MetricFamily f, const std::string& label, const std::map<std::string, uint64_t>& values) {
+    for (const auto& [k, v] : values) add(f, {{label, k}}, static_cast<double>(v));
+    return f;
+  };
+  auto events = per_key(family("argus_agent_events_total", "Events the agent received, by source.", MetricType::Counter),
+                        "source", a.events_total);
+  auto lost = per_key(family("argus_agent_events_lost_total", "Events lost before the agent read them, by source.",
+                             MetricType::Counter),
+                      "source", a.events_lost);
+  auto tracked = family("argus_agent_tracked_processes", "Processes the agent tracks now.", MetricType::Gauge);
+  add(tracked, {}, static_cast<double>(a.tracked_processes));
+  auto attach_err = per_key(family("argus_agent_probe_attach_errors_total", "Probe attaches that failed, by library.",
+                                   MetricType::Counter),
+                            "library", a.probe_attach_errors);
+  auto attached = per_key(family("argus_agent_probes_attached", "Probes attached now, by library.", MetricType::Gauge),
+                          "library", a.probes_attached);
+  auto bpf_err = per_key(family("argus_agent_bpf_errors_total", "Errors counted inside the BPF programs.",
+                                MetricType::Counter),
+                         "error", a.bpf_errors);
+  auto skips = per_key(family("argus_agent_discovery_skips_total",
+                              "Processes process discovery skipped, by reason.", MetricType::Counter),
+                       "reason", a.discovery_skips);
+  auto build = family("argus_agent_build_info", "The agent's version (value 1).", MetricType::Gauge);
+  add(build, {{"version", a.version}}, 1);
+
+  std::vector<MetricFamily> out;
+  out.reserve(19);
+  for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &cuda_err, &nccl_err,
+                  &ratio, &exits, &events, &lost, &tracked, &attach_err, &attached, &bpf_err, &skips, &build}) {
+    out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+std::string serialize_metrics(const std::vector<MetricFamily>& families) {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+std::string render_metrics(const Snapshot& snap) { return serialize_metrics(collect_metrics(snap)); }
+
+}  // namespace argus

@@ -1,0 +1,94 @@
+#include "truth.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace argus::sim {
+
+nlohmann::json Truth::to_json() const
+{
+	nlohmann::json j;
+	j["job_id"] = job_id;
+	j["rank"] = rank;
+	j["pid"] = pid;
+	j["local_rank"] = local_rank;
+	j["world_size"] = world_size;
+	j["steps_completed"] = steps_completed;
+	j["status"] = status;
+	nlohmann::json ops = nlohmann::json::object();
+	for (const auto &[op, c] : nccl)
+		ops[op] = {{"calls", c.calls}, {"bytes", c.bytes}};
+	j["nccl"] = ops;
+	j["nccl_errors"] = nccl_errors.empty() ? nlohmann::json::object() : nlohmann::json(nccl_errors);
+	j["nccl_group"] = {{"start", group_start}, {"end", group_end}};
+	j["nccl_init"] = nccl_init;
+	nlohmann::json cuda;
+	cuda["kernel_launches"] = kernel_launches;
+	cuda["sync"] = sync.empty() ? nlohmann::json::object() : nlohmann::json(sync);
+	cuda["errors"] = cuda_errors.empty() ? nlohmann::json::object() : nlohmann::json(cuda_errors);
+	cuda["calls"] = cuda_calls.empty() ? nlohmann::json::object() : nlohmann::json(cuda_calls);
+	j["cuda"] = cuda;
+	return j;
+}
+
+std::string cuda_base_api(std::string s)
+{
+	for (const char *suffix : {"_ptsz", "_ptds"}) {
+		std::string suf = suffix;
+		if (s.size() > suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0)
+			s.resize(s.size() - suf.size());
+	}
+	// _v2, _v3, ...
+	auto pos = s.rfind("_v");
+	if (pos != std::string::npos && pos + 2 < s.size() && pos > 0) {
+		bool digits = true;
+		for (std::size_t i = pos + 2; i < s.size(); i++)
+			digits = digits && s[i] >= '0' && s[i] <= '9';
+		if (digits)
+			s.resize(pos);
+	}
+	return s;
+}
+
+bool write_json_atomic(const std::string &path, const nlohmann::json &j)
+{
+	auto slash = path.rfind('/');
+	std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+	std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+	std::string tmp = dir + "/." + base + ".tmp." + std::to_string(getpid());
+	std::string text = j.dump(2) + "\n";
+	int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return false;
+	std::size_t off = 0;
+	while (off < text.size()) {
+		ssize_t n = write(fd, text.data() + off, text.size() - off);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			int e = errno;
+			close(fd);
+			unlink(tmp.c_str());
+			errno = e;
+			return false;
+		}
+		off += static_cast<std::size_t>(n);
+	}
+	if (close(fd) != 0) {
+		int e = errno;
+		unlink(tmp.c_str());
+		errno = e;
+		return false;
+	}
+	if (rename(tmp.c_str(), path.c_str()) != 0) {
+		int e = errno;
+		unlink(tmp.c_str());
+		errno = e;
+		return false;
+	}
+	return true;
+}
+
+} // namespace argus::sim

@@ -1,0 +1,51 @@
+// What a simulated rank actually called, counted at the call site: the ground
+// truth that tests compare the agent's metrics with. Written at worker exit as
+// <out>/rank-<RANK>.json (atomically: temporary file + rename).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace argus::sim {
+
+struct OpCount {
+	std::uint64_t calls = 0;
+	std::uint64_t bytes = 0;
+};
+
+struct Truth {
+	std::string job_id;
+	int rank = 0;
+	int pid = 0;
+	int local_rank = 0;
+	int world_size = 1;
+	std::int64_t steps_completed = 0;
+	// "completed" (all steps), "stopped" (SIGTERM/SIGINT), "aborted" (a NCCL wait
+	// was aborted or timed out), "failed" (setup failed).
+	std::string status = "running";
+
+	std::map<std::string, OpCount> nccl;                                  // op label
+	std::map<std::string, std::map<std::string, std::uint64_t>> nccl_errors; // op -> ncclResult name
+	std::uint64_t group_start = 0;
+	std::uint64_t group_end = 0;
+	std::uint64_t nccl_init = 0;
+
+	std::uint64_t kernel_launches = 0;
+	std::map<std::string, std::uint64_t> sync;  // base api -> calls
+	std::map<std::string, std::map<std::string, std::uint64_t>> cuda_errors; // base api -> code name
+	std::map<std::string, std::uint64_t> cuda_calls; // exact symbol -> calls
+
+	nlohmann::json to_json() const;
+};
+
+// The driver API label of a symbol: without _ptsz/_ptds and _vN suffixes
+// ("cuMemAlloc_v2" -> "cuMemAlloc", "cuStreamSynchronize_ptsz" -> "cuStreamSynchronize").
+std::string cuda_base_api(std::string symbol);
+
+// Writes `j` to `path` atomically. Returns false (errno set) on failure.
+bool write_json_atomic(const std::string &path, const nlohmann::json &j);
+
+} // namespace argus::sim

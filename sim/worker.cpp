@@ -1,0 +1,670 @@
+// One rank of the simulated training job (see worker.h and workload.h).
+//
+// The rank loads the CUDA and NCCL libraries with dlopen (as PyTorch does) and
+// calls them through the PUBLIC names an application uses, so that the agent's
+// uprobes on those files see exactly the calls counted here.
+#include "worker.h"
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include "cuda_codes.h"
+#include "sim_config.h"
+#include "truth.h"
+#include "workload.h"
+
+namespace argus::sim {
+namespace {
+
+// ---- the C ABI of the two libraries (opaque handles, by-value unique id) ----
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+using CUcontext = CUctx_st *;
+using CUmodule = CUmod_st *;
+using CUfunction = CUfunc_st *;
+using CUstream = CUstream_st *;
+using CUevent = CUevent_st *;
+struct CUlaunchConfig {
+	unsigned gridDimX, gridDimY, gridDimZ;
+	unsigned blockDimX, blockDimY, blockDimZ;
+	unsigned sharedMemBytes;
+	CUstream hStream;
+	void *attrs;
+	unsigned numAttrs;
+};
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			      unsigned, CUstream, void **, void **);
+using LaunchExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
+
+using ncclResult_t = int;
+struct ncclComm;
+using ncclComm_t = ncclComm *;
+struct NcclUniqueId {
+	char internal[128];
+};
+
+struct CudaApi {
+	CUresult (*cuInit)(unsigned);
+	CUresult (*cuDriverGetVersion)(int *);
+	CUresult (*cuDeviceGetCount)(int *);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+	CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned, CUdevice);
+	CUresult (*cuCtxDestroy_v2)(CUcontext);
+	CUresult (*cuCtxSynchronize)();
+	CUresult (*cuStreamCreate)(CUstream *, unsigned);
+	CUresult (*cuStreamDestroy_v2)(CUstream);
+	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuStreamSynchronize_ptsz)(CUstream);
+	CUresult (*cuEventCreate)(CUevent *, unsigned);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuEventDestroy_v2)(CUevent);
+	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	LaunchFn cuLaunchKernel;
+	LaunchFn cuLaunchKernel_ptsz;
+	LaunchExFn cuLaunchKernelEx;
+	LaunchExFn cuLaunchKernelEx_ptsz;
+	CUresult (*cuMemAlloc_v2)(CUdeviceptr *, std::size_t);
+	CUresult (*cuMemAllocAsync)(CUdeviceptr *, std::size_t, CUstream);
+	CUresult (*cuMemFree_v2)(CUdeviceptr);
+	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, std::size_t);
+	void (*argus_sim_set_kernel_us)(CUfunction, unsigned); // optional, sim only
+};
+
+struct NcclApi {
+	ncclResult_t (*ncclCommInitRank)(ncclComm_t *, int, NcclUniqueId, int);
+	ncclResult_t (*ncclCommDestroy)(ncclComm_t);
+	ncclResult_t (*ncclCommAbort)(ncclComm_t);
+	const char *(*ncclGetErrorString)(ncclResult_t);
+	const char *(*ncclGetLastError)(ncclComm_t);
+	ncclResult_t (*ncclAllReduce)(const void *, void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclAllGather)(const void *, void *, std::size_t, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclReduceScatter)(const void *, void *, std::size_t, int, int, ncclComm_t,
+					  CUstream);
+	ncclResult_t (*ncclBroadcast)(const void *, void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclReduce)(const void *, void *, std::size_t, int, int, int, ncclComm_t,
+				   CUstream);
+	ncclResult_t (*ncclAlltoAll)(const void *, void *, std::size_t, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclSend)(const void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclRecv)(void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclGroupStart)();
+	ncclResult_t (*ncclGroupEnd)();
+};
+
+const char *nccl_result_name(int r)
+{
+	static const char *const names[] = {"ncclSuccess",         "ncclUnhandledCudaError",
+					    "ncclSystemError",     "ncclInternalError",
+					    "ncclInvalidArgument", "ncclInvalidUsage",
+					    "ncclRemoteError",     "ncclInProgress"};
+	return (r >= 0 && r < 8) ? names[r] : "ncclUnknownResult";
+}
+
+// ---- signals: stop at the next safe point ----
+
+volatile std::sig_atomic_t g_stop = 0;
+
+extern "C" void on_stop_signal(int)
+{
+	g_stop = 1;
+}
+
+void install_signal_handlers()
+{
+	struct sigaction sa {};
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; // no SA_RESTART: sleeps are cut short and re-checked
+	sigaction(SIGTERM, &sa, nullptr);
+	sigaction(SIGINT, &sa, nullptr);
+}
+
+long long now_ns()
+{
+	timespec ts{};
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// Sleeps until CLOCK_MONOTONIC `t`; false if a stop was requested meanwhile.
+bool sleep_until(long long t)
+{
+	timespec ts{};
+	ts.tv_sec = static_cast<time_t>(t / 1000000000LL);
+	ts.tv_nsec = static_cast<long>(t % 1000000000LL);
+	for (;;) {
+		if (g_stop)
+			return false;
+		int rc = clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr);
+		if (rc == 0)
+			return !g_stop;
+		if (rc != EINTR)
+			return !g_stop;
+	}
+}
+
+bool env_int(const char *name, int &out)
+{
+	const char *v = std::getenv(name);
+	if (!v || !*v)
+		return false;
+	char *end = nullptr;
+	long x = std::strtol(v, &end, 10);
+	if (*end != '\0' || x < 0 || x > (1 << 30))
+		return false;
+	out = static_cast<int>(x);
+	return true;
+}
+
+bool decode_hex_id(const char *hex, NcclUniqueId &id)
+{
+	if (!hex || std::strlen(hex) != 2 * sizeof id.internal)
+		return false;
+	auto nib = [](char c) -> int {
+		if (c >= '0' && c <= '9')
+			return c - '0';
+		if (c >= 'a' && c <= 'f')
+			return c - 'a' + 10;
+		if (c >= 'A' && c <= 'F')
+			return c - 'A' + 10;
+		return -1;
+	};
+	for (std::size_t i = 0; i < sizeof id.internal; i++) {
+		int hi = nib(hex[2 * i]), lo = nib(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return false;
+		id.internal[i] = static_cast<char>(hi << 4 | lo);
+	}
+	return true;
+}
+
+template <typename Fn> bool load_sym(void *lib, const char *name, Fn &fn, std::string &missing)
+{
+	dlerror();
+	void *p = dlsym(lib, name);
+	if (!p) {
+		if (!missing.empty())
+			missing += ", ";
+		missing += name;
+		fn = nullptr;
+		return false;
+	}
+	*reinterpret_cast<void **>(&fn) = p;
+	return true;
+}
+
+enum class StepResult { Ok, Stopped, NcclFailed };
+
+class Rank {
+public:
+	Rank(SimConfig cfg, int rank, int world, int local_rank, NcclUniqueId id)
+	    : cfg_(std::move(cfg)), rank_(rank), world_(world), local_rank_(local_rank), id_(id),
+	      plan_(plan_for(cfg_, rank))
+	{
+		truth_.job_id = cfg_.job_id;
+		truth_.rank = rank;
+		truth_.pid = static_cast<int>(getpid());
+		truth_.local_rank = local_rank;
+		truth_.world_size = world;
+	}
+
+	int run();
+
+private:
+	void log(const std::string &msg) const
+	{
+		std::fprintf(stderr, "argus-sim[rank %d]: %s\n", rank_, msg.c_str());
+	}
+
+	int finish(const char *status, int code);
+	bool load_libraries();
+	bool setup_cuda();
+	StepResult step(std::int64_t s);
+	bool launch(int i);
+	void teardown(bool abort_comm);
+
+	// Records a CUDA call (whatever it returned) and passes its result on.
+	CUresult cuda(const char *symbol, CUresult r)
+	{
+		truth_.cuda_calls[symbol]++;
+		std::string base = cuda_base_api(symbol);
+		if (base.rfind("cuLaunchKernel", 0) == 0)
+			truth_.kernel_launches++;
+		if (base == "cuStreamSynchronize" || base == "cuCtxSynchronize" ||
+		    base == "cuEventSynchronize")
+			truth_.sync[base]++;
+		if (r != 0) {
+			const char *name = argus_sim_cu_code_name(r);
+			truth_.cuda_errors[base][name ? name : "CUDA_ERROR_" + std::to_string(r)]++;
+		}
+		return r;
+	}
+
+	// Records a NCCL collective/p2p call.
+	ncclResult_t nccl(Op op, std::uint64_t bytes, ncclResult_t r)
+	{
+		auto &c = truth_.nccl[std::string(op_label(op))];
+		c.calls++;
+		c.bytes += bytes;
+		if (r != 0) {
+			truth_.nccl_errors[std::string(op_label(op))][nccl_result_name(r)]++;
+			note_nccl_error(std::string(op_label(op)), r);
+		}
+		return r;
+	}
+
+	void note_nccl_error(const std::string &what, ncclResult_t r)
+	{
+		if (!nccl_error_.empty())
+			return;
+		const char *last = nc_.ncclGetLastError ? nc_.ncclGetLastError(comm_) : nullptr;
+		nccl_error_ = what + ": " + nccl_result_name(r) + (last && *last ? std::string(" (") + last + ")" : "");
+	}
+
+	SimConfig cfg_;
+	int rank_, world_, local_rank_;
+	NcclUniqueId id_;
+	RankPlan plan_;
+	Truth truth_;
+	CudaApi cu_{};
+	NcclApi nc_{};
+	void *cuda_lib_ = nullptr;
+	void *nccl_lib_ = nullptr;
+
+	CUcontext ctx_ = nullptr;
+	CUstream stream_ = nullptr;
+	CUstream nccl_stream_ = nullptr;
+	CUevent event_ = nullptr;
+	CUmodule module_ = nullptr;
+	CUfunction kernels_[kKernelCount] = {};
+	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
+	ncclComm_t comm_ = nullptr;
+	std::string nccl_error_;
+};
+
+bool Rank::load_libraries()
+{
+	cuda_lib_ = dlopen(cfg_.cuda_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+	if (!cuda_lib_) {
+		const char *e = dlerror();
+		log("cannot load the CUDA library " + cfg_.cuda_lib + ": " + (e ? e : "unknown error"));
+		return false;
+	}
+	nccl_lib_ = dlopen(cfg_.nccl_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+	if (!nccl_lib_) {
+		const char *e = dlerror();
+		log("cannot load the NCCL library " + cfg_.nccl_lib + ": " + (e ? e : "unknown error"));
+		return false;
+	}
+	std::string missing;
+#define ARGUS_CU(name) load_sym(cuda_lib_, #name, cu_.name, missing)
+	ARGUS_CU(cuInit);
+	ARGUS_CU(cuDriverGetVersion);
+	ARGUS_CU(cuDeviceGetCount);
+	ARGUS_CU(cuDeviceGet);
+	ARGUS_CU(cuDeviceGetName);
+	ARGUS_CU(cuCtxCreate_v2);
+	ARGUS_CU(cuCtxDestroy_v2);
+	ARGUS_CU(cuCtxSynchronize);
+	ARGUS_CU(cuStreamCreate);
+	ARGUS_CU(cuStreamDestroy_v2);
+	ARGUS_CU(cuStreamSynchronize);
+	ARGUS_CU(cuStreamSynchronize_ptsz);
+	ARGUS_CU(cuEventCreate);
+	ARGUS_CU(cuEventRecord);
+	ARGUS_CU(cuEventSynchronize);
+	ARGUS_CU(cuEventDestroy_v2);
+	ARGUS_CU(cuModuleLoadData);
+	ARGUS_CU(cuModuleGetFunction);
+	ARGUS_CU(cuLaunchKernel);
+	ARGUS_CU(cuLaunchKernel_ptsz);
+	ARGUS_CU(cuLaunchKernelEx);
+	ARGUS_CU(cuLaunchKernelEx_ptsz);
+	ARGUS_CU(cuMemAlloc_v2);
+	ARGUS_CU(cuMemAllocAsync);
+	ARGUS_CU(cuMemFree_v2);
+	ARGUS_CU(cuMemcpyHtoD_v2);
+#undef ARGUS_CU
+#define ARGUS_NC(name) load_sym(nccl_lib_, #name, nc_.name, missing)
+	ARGUS_NC(ncclCommInitRank);
+	ARGUS_NC(ncclCommDestroy);
+	ARGUS_NC(ncclCommAbort);
+	ARGUS_NC(ncclGetErrorString);
+	ARGUS_NC(ncclGetLastError);
+	ARGUS_NC(ncclAllReduce);
+	ARGUS_NC(ncclAllGather);
+	ARGUS_NC(ncclReduceScatter);
+	ARGUS_NC(ncclBroadcast);
+	ARGUS_NC(ncclReduce);
+	ARGUS_NC(ncclAlltoAll);
+	ARGUS_NC(ncclSend);
+	ARGUS_NC(ncclRecv);
+	ARGUS_NC(ncclGroupStart);
+	ARGUS_NC(ncclGroupEnd);
+#undef ARGUS_NC
+	if (!missing.empty()) {
+		log("missing symbols in " + cfg_.cuda_lib + " / " + cfg_.nccl_lib + ": " + missing);
+		return false;
+	}
+	// Sim-only knob; a real libcuda does not have it.
+	std::string ignored;
+	load_sym(cuda_lib_, "argus_sim_set_kernel_us", cu_.argus_sim_set_kernel_us, ignored);
+	return true;
+}
+
+bool Rank::setup_cuda()
+{
+	auto fail = [&](const char *what, CUresult r) {
+		const char *name = argus_sim_cu_code_name(r);
+		log(std::string(what) + " failed: " + (name ? name : std::to_string(r)));
+		return false;
+	};
+	CUresult r;
+	if ((r = cuda("cuInit", cu_.cuInit(0))) != 0)
+		return fail("cuInit", r);
+	int version = 0, count = 0;
+	cuda("cuDriverGetVersion", cu_.cuDriverGetVersion(&version));
+	if ((r = cuda("cuDeviceGetCount", cu_.cuDeviceGetCount(&count))) != 0 || count < 1)
+		return fail("cuDeviceGetCount", r);
+	CUdevice dev = 0;
+	if ((r = cuda("cuDeviceGet", cu_.cuDeviceGet(&dev, local_rank_ % count))) != 0)
+		return fail("cuDeviceGet", r);
+	char name[128] = {};
+	cuda("cuDeviceGetName", cu_.cuDeviceGetName(name, sizeof name, dev));
+	if ((r = cuda("cuCtxCreate_v2", cu_.cuCtxCreate_v2(&ctx_, 0, dev))) != 0)
+		return fail("cuCtxCreate_v2", r);
+	if ((r = cuda("cuStreamCreate", cu_.cuStreamCreate(&stream_, 1))) != 0)
+		return fail("cuStreamCreate", r);
+	if ((r = cuda("cuStreamCreate", cu_.cuStreamCreate(&nccl_stream_, 1))) != 0)
+		return fail("cuStreamCreate", r);
+	if ((r = cuda("cuEventCreate", cu_.cuEventCreate(&event_, 0))) != 0)
+		return fail("cuEventCreate", r);
+	static const char image[] = "// argus-sim fake PTX image\n.version 8.0\n.target sm_90\n";
+	if ((r = cuda("cuModuleLoadData", cu_.cuModuleLoadData(&module_, image))) != 0)
+		return fail("cuModuleLoadData", r);
+	// The GPU is busy ~60% of the nominal step (not scaled by a host straggler).
+	const double base_us = cfg_.kernels_per_step > 0
+				       ? cfg_.step_ms * 1000.0 * kGpuBusyShare / cfg_.kernels_per_step
+				       : 0.0;
+	for (int k = 0; k < kKernelCount; k++) {
+		if ((r = cuda("cuModuleGetFunction",
+			      cu_.cuModuleGetFunction(&kernels_[k], module_, kKernelNames[k]))) != 0)
+			return fail("cuModuleGetFunction", r);
+		if (cu_.argus_sim_set_kernel_us) {
+			double us = base_us * kKernelWeights[k];
+			cu_.argus_sim_set_kernel_us(kernels_[k], us < 1.0 ? 1u : static_cast<unsigned>(us));
+		}
+	}
+	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&params_, std::size_t{2} << 30))) != 0)
+		return fail("cuMemAlloc_v2", r);
+	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&grads_, std::size_t{2} << 30))) != 0)
+		return fail("cuMemAlloc_v2", r);
+	if ((r = cuda("cuMemAllocAsync",
+		      cu_.cuMemAllocAsync(&comm_buf_, std::size_t{512} << 20, nccl_stream_))) != 0)
+		return fail("cuMemAllocAsync", r);
+	static const std::uint32_t init_weights[1024] = {};
+	cuda("cuMemcpyHtoD_v2", cu_.cuMemcpyHtoD_v2(params_, init_weights, sizeof init_weights));
+	// --cuda-errors: allocations no GPU can satisfy (1 PiB): CUDA_ERROR_OUT_OF_MEMORY.
+	for (int i = 0; i < plan_.cuda_errors; i++) {
+		CUdeviceptr p = 0;
+		cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&p, std::size_t{1} << 50));
+	}
+	return true;
+}
+
+bool Rank::launch(int i)
+{
+	CUfunction f = kernels_[i % kKernelCount];
+	unsigned grid = 108u * static_cast<unsigned>(1 + i % 4);
+	void *arg0 = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
+	int arg1 = i;
+	void *params[] = {&arg0, &arg1};
+	if (i % 16 == 15 || i % 8 == 7) {
+		CUlaunchConfig lc{};
+		lc.gridDimX = grid;
+		lc.gridDimY = lc.gridDimZ = 1;
+		lc.blockDimX = 256;
+		lc.blockDimY = lc.blockDimZ = 1;
+		lc.hStream = stream_;
+		if (i % 16 == 15)
+			return cuda("cuLaunchKernelEx_ptsz", cu_.cuLaunchKernelEx_ptsz(&lc, f, params, nullptr)) == 0;
+		return cuda("cuLaunchKernelEx", cu_.cuLaunchKernelEx(&lc, f, params, nullptr)) == 0;
+	}
+	if (i % 8 == 3)
+		return cuda("cuLaunchKernel_ptsz", cu_.cuLaunchKernel_ptsz(f, grid, 1, 1, 256, 1, 1, 0, stream_,
+									  params, nullptr)) == 0;
+	return cuda("cuLaunchKernel",
+		    cu_.cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, stream_, params, nullptr)) == 0;
+}
+
+StepResult Rank::step(std::int64_t s)
+{
+	// (a) host compute, spread between the kernel launches.
+	const long long host_ns = static_cast<long long>(
+		static_cast<double>(cfg_.step_ms) * 1e6 * plan_.straggler_factor);
+	const int k = cfg_.kernels_per_step;
+	const long long t0 = now_ns();
+	if (k == 0) {
+		if (!sleep_until(t0 + host_ns))
+			return StepResult::Stopped;
+	}
+	for (int i = 0; i < k; i++) {
+		if (!sleep_until(t0 + host_ns * (i + 1) / k))
+			return StepResult::Stopped;
+		launch(i);
+	}
+
+	// (b) gradient sync and the rest of the step's communication.
+	void *send = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
+	void *recv = reinterpret_cast<void *>(static_cast<std::uintptr_t>(comm_buf_));
+	bool in_group = false;
+	for (const NcclCall &c : step_nccl_calls(s, rank_, world_)) {
+		if (c.grouped && !in_group) {
+			truth_.group_start++;
+			ncclResult_t r = nc_.ncclGroupStart();
+			if (r != 0) {
+				truth_.nccl_errors["ncclGroupStart"][nccl_result_name(r)]++;
+				note_nccl_error("ncclGroupStart", r);
+				return StepResult::NcclFailed;
+			}
+			in_group = true;
+		}
+		ncclResult_t r = 0;
+		switch (c.op) {
+		case Op::AllReduce:
+			r = nc_.ncclAllReduce(send, recv, c.count, c.dtype, c.redop, comm_, nccl_stream_);
+			break;
+		case Op::AllGather:
+			r = nc_.ncclAllGather(send, recv, c.count, c.dtype, comm_, nccl_stream_);
+			break;
+		case Op::ReduceScatter:
+			r = nc_.ncclReduceScatter(send, recv, c.count, c.dtype, c.redop, comm_, nccl_stream_);
+			break;
+		case Op::Broadcast:
+			r = nc_.ncclBroadcast(send, recv, c.count, c.dtype, c.root, comm_, nccl_stream_);
+			break;
+		case Op::Reduce:
+			r = nc_.ncclReduce(send, recv, c.count, c.dtype, c.redop, c.root, comm_, nccl_stream_);
+			break;
+		case Op::AllToAll:
+			r = nc_.ncclAlltoAll(send, recv, c.count, c.dtype, comm_, nccl_stream_);
+			break;
+		case Op::Send:
+			r = nc_.ncclSend(send, c.count, c.dtype, c.peer, comm_, nccl_stream_);
+			break;
+		case Op::Recv:
+			r = nc_.ncclRecv(recv, c.count, c.dtype, c.peer, comm_, nccl_stream_);
+			break;
+		}
+		if (nccl(c.op, c.bytes(), r) != 0)
+			return StepResult::NcclFailed;
+	}
+	if (in_group) {
+		truth_.group_end++;
+		ncclResult_t r = nc_.ncclGroupEnd();
+		if (r != 0) {
+			truth_.nccl_errors["ncclGroupEnd"][nccl_result_name(r)]++;
+			note_nccl_error("ncclGroupEnd", r);
+			return StepResult::NcclFailed;
+		}
+	}
+
+	// (c) wait for the GPU.
+	if (s % 2 == 1)
+		cuda("cuStreamSynchronize_ptsz", cu_.cuStreamSynchronize_ptsz(stream_));
+	else
+		cuda("cuStreamSynchronize", cu_.cuStreamSynchronize(stream_));
+	if (s % 10 == 0) {
+		cuda("cuCtxSynchronize", cu_.cuCtxSynchronize());
+		cuda("cuEventRecord", cu_.cuEventRecord(event_, stream_));
+		cuda("cuEventSynchronize", cu_.cuEventSynchronize(event_));
+	}
+	return StepResult::Ok;
+}
+
+void Rank::teardown(bool abort_comm)
+{
+	if (comm_) {
+		// A rank that stops early aborts the communicator, which releases any peer
+		// still waiting for it (as PyTorch's watchdog does).
+		if (abort_comm)
+			nc_.ncclCommAbort(comm_);
+		else
+			nc_.ncclCommDestroy(comm_);
+		comm_ = nullptr;
+	}
+	if (!cu_.cuInit || !ctx_)
+		return;
+	if (event_)
+		cuda("cuEventDestroy_v2", cu_.cuEventDestroy_v2(event_));
+	if (comm_buf_)
+		cuda("cuMemFree_v2", cu_.cuMemFree_v2(comm_buf_));
+	if (grads_)
+		cuda("cuMemFree_v2", cu_.cuMemFree_v2(grads_));
+	if (params_)
+		cuda("cuMemFree_v2", cu_.cuMemFree_v2(params_));
+	if (nccl_stream_)
+		cuda("cuStreamDestroy_v2", cu_.cuStreamDestroy_v2(nccl_stream_));
+	if (stream_)
+		cuda("cuStreamDestroy_v2", cu_.cuStreamDestroy_v2(stream_));
+	cuda("cuCtxDestroy_v2", cu_.cuCtxDestroy_v2(ctx_));
+	ctx_ = nullptr;
+}
+
+int Rank::finish(const char *status, int code)
+{
+	truth_.status = status;
+	if (!cfg_.out_dir.empty()) {
+		std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
+		if (!write_json_atomic(path, truth_.to_json()))
+			log("cannot write " + path + ": " + std::strerror(errno));
+	}
+	return code;
+}
+
+int Rank::run()
+{
+	if (!load_libraries())
+		return kWorkerLoadFailed;
+
+	// Framework start-up (imports, model construction) before the first CUDA call.
+	if (!sleep_until(now_ns() + static_cast<long long>(cfg_.init_ms) * 1000000LL))
+		return finish("stopped", kWorkerOk);
+
+	if (!setup_cuda()) {
+		teardown(false);
+		return finish("failed", kWorkerCudaFailed);
+	}
+
+	truth_.nccl_init++;
+	ncclResult_t r = nc_.ncclCommInitRank(&comm_, world_, id_, rank_);
+	if (r != 0) {
+		comm_ = nullptr;
+		truth_.nccl_errors["ncclCommInitRank"][nccl_result_name(r)]++;
+		note_nccl_error("ncclCommInitRank", r);
+		bool stopped = g_stop;
+		if (!stopped)
+			log(nccl_error_);
+		teardown(true);
+		return stopped ? finish("stopped", kWorkerOk) : finish("aborted", kWorkerNcclFailed);
+	}
+
+	for (std::int64_t s = 0; cfg_.steps == 0 || s < cfg_.steps; s++) {
+		if (g_stop) {
+			teardown(true);
+			return finish("stopped", kWorkerOk);
+		}
+		switch (step(s)) {
+		case StepResult::Ok:
+			truth_.steps_completed++;
+			break;
+		case StepResult::Stopped:
+			teardown(true);
+			return finish("stopped", kWorkerOk);
+		case StepResult::NcclFailed: {
+			// An aborted wait during shutdown is an orderly stop.
+			bool stopped = g_stop;
+			if (!stopped)
+				log(nccl_error_);
+			teardown(true);
+			return stopped ? finish("stopped", kWorkerOk) : finish("aborted", kWorkerNcclFailed);
+		}
+		}
+	}
+	teardown(false);
+	return finish("completed", kWorkerOk);
+}
+
+} // namespace
+
+int worker_main()
+{
+	install_signal_handlers();
+	auto bad_env = [](const std::string &msg) {
+		std::fprintf(stderr, "argus-sim worker: %s\n", msg.c_str());
+		return kWorkerBadEnv;
+	};
+	const char *cfg_text = std::getenv(kWorkerConfigEnv);
+	if (!cfg_text)
+		return bad_env(std::string(kWorkerConfigEnv) + " is not set (worker mode is started by the launcher)");
+	SimConfig cfg;
+	try {
+		cfg = config_from_json(nlohmann::json::parse(cfg_text));
+	} catch (const std::exception &e) {
+		return bad_env(std::string("bad ") + kWorkerConfigEnv + ": " + e.what());
+	}
+	int rank = 0, world = 0, local_rank = 0;
+	if (!env_int("RANK", rank) || !env_int("WORLD_SIZE", world) || world < 1 || rank >= world)
+		return bad_env("RANK/WORLD_SIZE missing or invalid");
+	if (!env_int("LOCAL_RANK", local_rank))
+		local_rank = rank;
+	NcclUniqueId id{};
+	if (!decode_hex_id(std::getenv(kNcclIdEnv), id))
+		return bad_env(std::string(kNcclIdEnv) + " missing or not 256 hex digits");
+	if (const char *job = std::getenv("TORCHELASTIC_RUN_ID"); job && *job)
+		cfg.job_id = job;
+	Rank r(std::move(cfg), rank, world, local_rank, id);
+	return r.run();
+}
+
+} // namespace argus::sim

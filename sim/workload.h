@@ -1,0 +1,136 @@
+// The deterministic per-step call pattern of a simulated rank. Counts depend
+// only on the step index (never on the rank), so every rank of the job makes
+// matching calls, and tests can recompute the truth from the formulas below.
+//
+// Step s (0-based), world size W:
+//   all_reduce      float32   count (1<<20) * (4 + s%4)        every step
+//   all_reduce      bfloat16  count (1<<19) * (3 + s%3)        every step
+//   all_gather      bfloat16  sendcount (1<<18) * (1 + s%2)    every step
+//   reduce_scatter  float32   recvcount (1<<18) * (2 + s%2)    every step
+//   broadcast       int64     count 1<<16, root 0              s%5 == 0
+//   reduce          float64   count 1<<14, op max, root 0      s%5 == 0
+//   all_to_all      uint8     count 1<<17                      s%5 == 0
+//   group { send float16 count (1<<17) + 4096*(s%8) to (r+1)%W,
+//           recv same count from (r-1+W)%W }                   every step, W > 1
+// bytes = count * datatype size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace argus::sim {
+
+// ncclDataType_t values of nccl.h.
+enum NcclType : int {
+	kNcclInt8 = 0,
+	kNcclUint8 = 1,
+	kNcclInt32 = 2,
+	kNcclUint32 = 3,
+	kNcclInt64 = 4,
+	kNcclUint64 = 5,
+	kNcclFloat16 = 6,
+	kNcclFloat32 = 7,
+	kNcclFloat64 = 8,
+	kNcclBfloat16 = 9,
+	kNcclFloat8e4m3 = 10,
+	kNcclFloat8e5m2 = 11,
+};
+
+// ncclRedOp_t values.
+enum NcclRedOp : int { kNcclSum = 0, kNcclProd = 1, kNcclMax = 2, kNcclMin = 3, kNcclAvg = 4 };
+
+constexpr std::size_t nccl_type_size(int t)
+{
+	switch (t) {
+	case kNcclInt8:
+	case kNcclUint8:
+	case kNcclFloat8e4m3:
+	case kNcclFloat8e5m2:
+		return 1;
+	case kNcclFloat16:
+	case kNcclBfloat16:
+		return 2;
+	case kNcclInt32:
+	case kNcclUint32:
+	case kNcclFloat32:
+		return 4;
+	default:
+		return 8;
+	}
+}
+
+enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Send, Recv };
+
+// The contract's `op` label.
+constexpr std::string_view op_label(Op op)
+{
+	switch (op) {
+	case Op::AllReduce:
+		return "all_reduce";
+	case Op::AllGather:
+		return "all_gather";
+	case Op::ReduceScatter:
+		return "reduce_scatter";
+	case Op::Broadcast:
+		return "broadcast";
+	case Op::Reduce:
+		return "reduce";
+	case Op::AllToAll:
+		return "all_to_all";
+	case Op::Send:
+		return "send";
+	case Op::Recv:
+		return "recv";
+	}
+	return "unknown";
+}
+
+struct NcclCall {
+	Op op;
+	std::size_t count;
+	int dtype;
+	int redop = kNcclSum; // reductions only
+	int root = 0;         // broadcast/reduce
+	int peer = -1;        // send/recv
+	bool grouped = false; // inside the step's ncclGroupStart/End
+	std::uint64_t bytes() const { return count * nccl_type_size(dtype); }
+};
+
+// Every NCCL call of step `step` for `rank` of `world`, in call order.
+inline std::vector<NcclCall> step_nccl_calls(std::int64_t step, int rank, int world)
+{
+	const std::size_t s = static_cast<std::size_t>(step);
+	std::vector<NcclCall> v;
+	v.push_back({Op::AllReduce, (std::size_t{1} << 20) * (4 + s % 4), kNcclFloat32, kNcclSum});
+	v.push_back({Op::AllReduce, (std::size_t{1} << 19) * (3 + s % 3), kNcclBfloat16, kNcclSum});
+	v.push_back({Op::AllGather, (std::size_t{1} << 18) * (1 + s % 2), kNcclBfloat16});
+	v.push_back({Op::ReduceScatter, (std::size_t{1} << 18) * (2 + s % 2), kNcclFloat32, kNcclSum});
+	if (s % 5 == 0) {
+		v.push_back({Op::Broadcast, std::size_t{1} << 16, kNcclInt64, kNcclSum, 0});
+		v.push_back({Op::Reduce, std::size_t{1} << 14, kNcclFloat64, kNcclMax, 0});
+		v.push_back({Op::AllToAll, std::size_t{1} << 17, kNcclUint8});
+	}
+	if (world > 1) {
+		const std::size_t n = (std::size_t{1} << 17) + 4096 * (s % 8);
+		v.push_back({Op::Send, n, kNcclFloat16, kNcclSum, 0, (rank + 1) % world, true});
+		v.push_back({Op::Recv, n, kNcclFloat16, kNcclSum, 0, (rank - 1 + world) % world, true});
+	}
+	return v;
+}
+
+// Host-side CUDA pattern of a step (see worker.cpp):
+//   kernels_per_step launches; launch i uses kernel i%4 and the symbol
+//   cuLaunchKernelEx_ptsz if i%16==15, cuLaunchKernelEx if i%8==7,
+//   cuLaunchKernel_ptsz if i%8==3, else cuLaunchKernel;
+//   cuStreamSynchronize every step (cuStreamSynchronize_ptsz on odd steps);
+//   cuCtxSynchronize, cuEventRecord and cuEventSynchronize when s%10 == 0.
+inline constexpr int kKernelCount = 4;
+inline constexpr const char *kKernelNames[kKernelCount] = {
+	"sim_gemm_fwd", "sim_gemm_bwd", "sim_layernorm", "sim_adam_step"};
+// Relative kernel durations (mean 1.0). The GPU is busy ~60% of step_ms.
+inline constexpr double kKernelWeights[kKernelCount] = {1.25, 1.5, 0.25, 1.0};
+inline constexpr double kGpuBusyShare = 0.6;
+
+} // namespace argus::sim

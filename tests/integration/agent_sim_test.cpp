@@ -1,0 +1,179 @@
+// The agent and the simulated job, end to end on the real kernel: the figures
+// the agent exports equal, exactly, what each rank recorded it called.
+#include <regex>
+
+#include "harness.h"
+
+namespace argus::itest {
+namespace {
+
+// Value of one sample line in the Prometheus text, or -1.
+double metric_value(const std::string& text, const std::string& name, const std::map<std::string, std::string>& labels) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) != 0) continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+TEST(AgentSim, ExactCountsEqualSimTruth) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("exact");
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+
+  const auto out = dir / "truth";
+  Child sim(sim_args(out, "exact-job", 4, 15, {"--cuda-errors", "1:3", "--straggler", "2:2"}), dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 4u);
+  EXPECT_EQ(wait_for_match(agent, truth, false), "") << agent.log();
+
+  // The same figures on /metrics, typed as counters, with the contract's labels.
+  const std::string metrics = agent.get_text("/metrics");
+  EXPECT_NE(metrics.find("# TYPE argus_nccl_collectives_total counter"), std::string::npos);
+  EXPECT_NE(metrics.find("# TYPE argus_nccl_bytes_total counter"), std::string::npos);
+  for (const auto& [rank, t] : truth) {
+    const std::string r = std::to_string(rank);
+    const auto& ar = t.at("nccl").at("all_reduce");
+    EXPECT_EQ(metric_value(metrics, "argus_nccl_collectives_total", {{"job_id", "exact-job"}, {"rank", r}, {"op", "all_reduce"}}),
+              ar.at("calls").get<double>());
+    EXPECT_EQ(metric_value(metrics, "argus_nccl_bytes_total", {{"job_id", "exact-job"}, {"rank", r}, {"op", "all_reduce"}}),
+              ar.at("bytes").get<double>());
+    EXPECT_EQ(metric_value(metrics, "argus_rank_info", {{"job_id", "exact-job"}, {"rank", r}, {"pid", std::to_string(t.at("pid").get<int>())}}), 1.0);
+  }
+  EXPECT_EQ(metric_value(metrics, "argus_cuda_errors_total",
+                         {{"job_id", "exact-job"}, {"rank", "1"}, {"api", "cuMemAlloc"}, {"code", "CUDA_ERROR_OUT_OF_MEMORY"}}),
+            3.0);
+  // Default probes never trap on launches, so no launch counter is exported.
+  EXPECT_EQ(metrics.find("argus_cuda_kernel_launches_total{"), std::string::npos);
+  // The exited ranks stay visible (grace period) with their exit recorded.
+  auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc);
+  for (const auto& [rank, t] : truth) {
+    auto a = agent_rank_by_pid(*doc, t.at("pid").get<int>());
+    EXPECT_EQ(a.value("state", ""), "exited");
+    EXPECT_EQ(a.value("exit_reason", ""), "exit");
+  }
+  EXPECT_EQ(metric_value(metrics, "argus_agent_events_lost_total", {{"source", "nccl"}}), 0.0);
+}
+
+TEST(AgentSim, DeepProbesCountEveryLaunch) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("deep");
+  Agent agent(dir, {"--probes", "deep"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const auto out = dir / "truth";
+  Child sim(sim_args(out, "deep-job", 2, 10), dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 2u);
+  EXPECT_EQ(wait_for_match(agent, truth, true), "") << agent.log();
+  const std::string metrics = agent.get_text("/metrics");
+  EXPECT_EQ(metric_value(metrics, "argus_cuda_kernel_launches_total", {{"job_id", "deep-job"}, {"rank", "0"}}),
+            truth.at(0).at("cuda").at("kernel_launches").get<double>());
+}
+
+// The libraries exist only inside the rank's own mount namespace: the agent
+// must open them through /proc/PID/root.
+TEST(AgentSim, RankInItsOwnMountNamespace) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("mntns");
+  const auto hidden = dir / "nslibs";
+  fs::create_directories(hidden);
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const auto out = dir / "truth";
+  auto args = sim_args(out, "mntns-job", 2, 10,
+                       {"--nccl-lib", (hidden / "libnccl.so.2").string(), "--cuda-lib", (hidden / "libcuda.so.1").string()});
+  std::string cmd = "mount -t tmpfs argus-test " + hidden.string() + " && cp " + lib("libnccl.so.2") + " " +
+                    lib("libcuda.so.1") + " " + hidden.string() + "/ && exec";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  Child sim({"unshare", "--mount", "--propagation", "private", "sh", "-c", cmd}, dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  // The test's own premise: the node never saw those files.
+  EXPECT_FALSE(fs::exists(hidden / "libnccl.so.2"));
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 2u);
+  EXPECT_EQ(wait_for_match(agent, truth, false), "") << agent.log();
+  auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc);
+  auto r0 = agent_rank_by_pid(*doc, truth.at(0).at("pid").get<int>());
+  EXPECT_NE(r0.dump().find((hidden / "libnccl.so.2").string()), std::string::npos) << r0.dump();
+}
+
+// A job whose library file the agent has never seen, started after the agent:
+// discovery must find it (exec hint) and attach before the first call.
+TEST(AgentSim, RankStartedAfterAgentWithUnseenLibraryPath) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("late");
+  const auto site = dir / "site-packages" / "nvidia" / "nccl" / "lib";
+  const auto cuda = dir / "site-packages" / "nvidia" / "cuda" / "lib";
+  fs::create_directories(site);
+  fs::create_directories(cuda);
+  fs::copy_file(lib("libnccl.so.2"), site / "libnccl.so.2");
+  fs::copy_file(lib("libcuda.so.1"), cuda / "libcuda.so.1");
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  std::this_thread::sleep_for(1s);
+  auto before = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(before);
+  const auto out = dir / "truth";
+  Child sim(sim_args(out, "late-job", 3, 10,
+                     {"--nccl-lib", (site / "libnccl.so.2").string(), "--cuda-lib", (cuda / "libcuda.so.1").string()}),
+            dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 3u);
+  EXPECT_EQ(wait_for_match(agent, truth, false), "") << agent.log();
+}
+
+// Processes that map the libraries and exit at once, while the agent attaches:
+// the agent stays up, and a job after them is counted exactly.
+TEST(AgentSim, ProcessesExitingWhileBeingAttached) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("vanish");
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  for (int round = 0; round < 6; ++round) {
+    // Each round uses a fresh copy (a new inode), so attaching races the exit.
+    const auto libs = dir / ("round" + std::to_string(round));
+    fs::create_directories(libs);
+    fs::copy_file(lib("libnccl.so.2"), libs / "libnccl.so.2");
+    fs::copy_file(lib("libcuda.so.1"), libs / "libcuda.so.1");
+    std::vector<std::unique_ptr<Child>> burst;
+    for (int i = 0; i < 4; ++i) {
+      burst.push_back(std::make_unique<Child>(
+          std::vector<std::string>{bin("argus-sim"), "--ranks", "2", "--steps", "1", "--step-ms", "1", "--init-ms",
+                                   std::to_string(i * 7), "--quiet", "--nccl-lib", (libs / "libnccl.so.2").string(),
+                                   "--cuda-lib", (libs / "libcuda.so.1").string(), "--job-id", "burst"},
+          dir / ("burst" + std::to_string(round) + "-" + std::to_string(i) + ".log")));
+    }
+    for (auto& c : burst) c->wait_for(60s);
+    // Remove the files while their inodes may still be in the agent's queue.
+    fs::remove_all(libs);
+  }
+  ASSERT_TRUE(agent.child().running()) << agent.log();
+  auto health = cli::http_get(agent.url("/healthz"), 5s);
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ(health->status, 200);
+
+  const auto out = dir / "truth";
+  Child sim(sim_args(out, "after-burst", 2, 8), dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  EXPECT_EQ(wait_for_match(agent, truth, false), "") << agent.log();
+}
+
+}  // namespace
+}  // namespace argus::itest

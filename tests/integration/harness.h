@@ -1,0 +1,275 @@
+// Shared pieces of the integration tests: real processes (the agent, the
+// simulated job), the agent's HTTP API, and the sim's recorded truth.
+#pragma once
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "userspace/cli/http_client.h"
+
+namespace argus::itest {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+inline std::string bin(const std::string& name) { return std::string(ARGUS_BUILD_DIR) + "/bin/" + name; }
+inline std::string lib(const std::string& name) { return std::string(ARGUS_BUILD_DIR) + "/lib/" + name; }
+
+// Privileged tests skip when not root, except under CI=true, where a skip would
+// hide that the eBPF path never ran: there it fails.
+#define ARGUS_REQUIRE_ROOT()                                                              \
+  do {                                                                                    \
+    if (geteuid() != 0) {                                                                 \
+      const char* ci = std::getenv("CI");                                                 \
+      if (ci != nullptr && std::string(ci) == "true") FAIL() << "CI=true and not root";   \
+      GTEST_SKIP() << "needs root to load eBPF programs";                                 \
+    }                                                                                     \
+  } while (0)
+
+inline fs::path make_temp_dir(const std::string& tag) {
+  std::string tmpl = (fs::temp_directory_path() / ("argus-" + tag + "-XXXXXX")).string();
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return tmpl;
+}
+
+inline uint16_t free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A child process with stdout+stderr to a file; killed (TERM, then KILL) on destruction.
+class Child {
+ public:
+  Child(const std::vector<std::string>& argv, const fs::path& log, const std::vector<std::string>& extra_env = {}) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+      }
+      for (const auto& kv : extra_env) putenv(strdup(kv.c_str()));
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Child() { terminate(); }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Waits up to timeout; returns the wait status, or nullopt while running.
+  std::optional<int> wait_for(std::chrono::milliseconds timeout) {
+    if (status_) return status_;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        status_ = st;
+        return status_;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  bool running() { return !wait_for(0ms).has_value(); }
+  void terminate() {
+    if (pid_ <= 0 || status_) return;
+    kill(pid_, SIGTERM);
+    if (!wait_for(10s)) {
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      wait_for(5s);
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+};
+
+inline std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a command to completion: exit code and combined output.
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+};
+inline RunResult run_command(const std::vector<std::string>& argv, const fs::path& dir,
+                             std::chrono::milliseconds timeout = 120s) {
+  const fs::path log = dir / "run.log";
+  Child c(argv, log);
+  auto st = c.wait_for(timeout);
+  RunResult r;
+  if (st && WIFEXITED(*st)) r.exit_code = WEXITSTATUS(*st);
+  r.output = read_text(log);
+  return r;
+}
+
+// The agent on a private loopback port, ready when /healthz answers.
+class Agent {
+ public:
+  explicit Agent(const fs::path& dir, std::vector<std::string> extra_args = {}) : port_(free_port()) {
+    std::vector<std::string> argv = {bin("argus-agent"), "--listen", "127.0.0.1:" + std::to_string(port_),
+                                     "--log-level", "debug", "--exit-grace", "600"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+    log_ = dir / "agent.log";
+    child_ = std::make_unique<Child>(argv, log_);
+  }
+  bool wait_ready(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!child_->running()) return false;
+      auto r = cli::http_get(url("/healthz"), 1s);
+      if (r.ok() && r->status == 200) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::optional<json> get_json(const std::string& path) const {
+    auto r = cli::http_get(url(path), 5s);
+    if (!r.ok() || r->status != 200) return std::nullopt;
+    return json::parse(r->body, nullptr, false);
+  }
+  std::string get_text(const std::string& path) const {
+    auto r = cli::http_get(url(path), 5s);
+    return r.ok() ? r->body : "";
+  }
+  std::string log() const { return read_text(log_); }
+  Child& child() { return *child_; }
+
+ private:
+  uint16_t port_;
+  fs::path log_;
+  std::unique_ptr<Child> child_;
+};
+
+// The sim's recorded truth: one JSON per rank.
+inline std::map<int, json> read_truth(const fs::path& out_dir) {
+  std::map<int, json> truth;
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("rank-", 0) != 0 || e.path().extension() != ".json") continue;
+    json j = json::parse(read_text(e.path()));
+    truth[j.at("rank").get<int>()] = j;
+  }
+  return truth;
+}
+
+// The agent's record of the rank with this pid, or null.
+inline json agent_rank_by_pid(const json& ranks_doc, int pid) {
+  for (const auto& r : ranks_doc.at("ranks"))
+    if (r.at("pid").get<int>() == pid) return r;
+  return json();
+}
+
+// Differences between the sim's truth and the agent's figures for one rank:
+// "" when every compared figure is equal.
+inline std::string diff_rank(const json& truth, const json& agent, bool launches) {
+  std::ostringstream d;
+  if (agent.is_null()) return "rank missing from the agent";
+  if (agent.value("job_id", json()) != truth.at("job_id")) d << " job_id " << agent.value("job_id", json());
+  if (agent.value("rank", json()) != truth.at("rank")) d << " rank " << agent.value("rank", json());
+  const json& tn = truth.at("nccl");
+  const json an = agent.value("nccl", json::object());
+  for (const auto& [op, v] : tn.items()) {
+    const json a = an.value(op, json::object());
+    if (a.value("calls", 0ull) != v.at("calls").get<uint64_t>())
+      d << " " << op << ".calls " << a.value("calls", 0ull) << "!=" << v.at("calls");
+    if (a.value("bytes", 0ull) != v.at("bytes").get<uint64_t>())
+      d << " " << op << ".bytes " << a.value("bytes", 0ull) << "!=" << v.at("bytes");
+  }
+  for (const auto& [op, a] : an.items())
+    if (!tn.contains(op) && a.value("calls", 0ull) != 0) d << " unexpected op " << op;
+  const json& tc = truth.at("cuda");
+  const json ac = agent.value("cuda", json::object());
+  const json t_sync = tc.value("sync", json::object());
+  const json a_sync = ac.value("sync", json::object());
+  for (const auto& [api, n] : t_sync.items()) {
+    const uint64_t got = a_sync.value(api, json::object()).value("calls", 0ull);
+    if (got != n.get<uint64_t>()) d << " sync." << api << " " << got << "!=" << n;
+  }
+  std::map<std::pair<std::string, std::string>, uint64_t> errs;
+  const json a_errors = ac.value("errors", json::array());
+  for (const auto& e : a_errors)
+    errs[{e.at("api").get<std::string>(), e.at("code").get<std::string>()}] = e.at("count").get<uint64_t>();
+  const json t_errors = tc.value("errors", json::object());
+  for (const auto& [api, codes] : t_errors.items())
+    for (const auto& [code, n] : codes.items())
+      if (errs[{api, code}] != n.get<uint64_t>()) d << " error " << api << "/" << code << " " << errs[{api, code}] << "!=" << n;
+  if (launches) {
+    const json got = ac.value("kernel_launches", json());
+    if (got != tc.at("kernel_launches")) d << " launches " << got << "!=" << tc.at("kernel_launches");
+  }
+  return d.str();
+}
+
+// Polls the agent until every rank of the truth matches (the final aggregates
+// are read at exit), or the deadline passes; returns the last differences.
+inline std::string wait_for_match(const Agent& agent, const std::map<int, json>& truth, bool launches,
+                                  std::chrono::milliseconds timeout = 20s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string last;
+  while (true) {
+    last.clear();
+    auto doc = agent.get_json("/api/v1/ranks");
+    if (!doc || doc->is_discarded()) {
+      last = "no /api/v1/ranks answer";
+    } else {
+      for (const auto& [rank, t] : truth) {
+        auto d = diff_rank(t, agent_rank_by_pid(*doc, t.at("pid").get<int>()), launches);
+        if (!d.empty()) last += "rank " + std::to_string(rank) + ":" + d + "\n";
+      }
+    }
+    if (last.empty() || std::chrono::steady_clock::now() >= deadline) return last;
+    std::this_thread::sleep_for(250ms);
+  }
+}
+
+inline std::vector<std::string> sim_args(const fs::path& out, const std::string& job, int ranks, int steps,
+                                         std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {bin("argus-sim"), "--ranks", std::to_string(ranks), "--steps", std::to_string(steps),
+                                "--step-ms", "20", "--init-ms", "500", "--job-id", job, "--out", out.string(),
+                                "--quiet"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+}  // namespace argus::itest

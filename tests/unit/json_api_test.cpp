@@ -1,0 +1,144 @@
+// GET /api/v1/ranks document: fields, nulls, ordering, robustness.
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "exporters/json_api.h"
+
+namespace argus {
+namespace {
+
+using nlohmann::json;
+
+RankSnapshot rank(int pid, std::string job, int r) {
+  RankSnapshot s;
+  s.pid = pid;
+  s.comm = "python3";
+  s.job_id = std::move(job);
+  s.rank = r;
+  s.node = "n1";
+  return s;
+}
+
+Snapshot make_snapshot() {
+  Snapshot s;
+  s.agent.version = "0.1.0";
+  s.agent.node = "n1";
+  s.agent.probes = "deep";
+  s.agent.window_seconds = 10;
+  s.agent.tracked_processes = 5;
+
+  RankSnapshot a1 = rank(11, "a", 1);
+  a1.local_rank = 1;
+  a1.world_size = 4;
+  a1.local_world_size = 2;
+  a1.identity_source = "env:RANK";
+  a1.first_seen_unix = 1700000000.5;
+  a1.nccl["all_reduce"] = {10, 4096, 1'500'000'000};
+  a1.sync["cuStreamSynchronize"] = {5, 250'000'000};
+  a1.launches_counted = true;
+  a1.kernel_launches = 777;
+  a1.cuda_errors[{"cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY"}] = 3;
+  a1.nccl_errors[{"ncclAllReduce", "ncclSystemError"}] = 1;
+  a1.collective_wait_ratio = 0.375;
+  a1.libraries = {"/usr/lib/libnccl.so.2", "/usr/lib/libcuda.so.1"};
+
+  RankSnapshot a0 = rank(12, "a", 0);
+  a0.exited = true;
+  a0.exit_reason = "signal";
+  a0.exit_code = 9;
+  a0.exited_at_unix = 1700000100.25;
+
+  RankSnapshot b0 = rank(5, "b", 0);
+  RankSnapshot unknown = rank(3, "", -1);
+  unknown.comm = "py\xff\xfethon";  // not UTF-8: must not make the dump throw
+  RankSnapshot job_only = rank(4, "a", -1);
+
+  s.ranks = {unknown, b0, a1, job_only, a0};
+  return s;
+}
+
+TEST(JsonApi, RoundTripsThroughNlohmann) {
+  json doc = json::parse(render_ranks_json(make_snapshot()));
+  EXPECT_EQ(doc["node"], "n1");
+  EXPECT_EQ(doc["version"], "0.1.0");
+  EXPECT_EQ(doc["probes"], "deep");
+  EXPECT_EQ(doc["tracked_processes"], 5);
+  ASSERT_TRUE(doc["ranks"].is_array());
+  ASSERT_EQ(doc["ranks"].size(), 5u);
+
+  const json& a1 = doc["ranks"][1];
+  EXPECT_EQ(a1["pid"], 11);
+  EXPECT_EQ(a1["job_id"], "a");
+  EXPECT_EQ(a1["rank"], 1);
+  EXPECT_EQ(a1["local_rank"], 1);
+  EXPECT_EQ(a1["world_size"], 4);
+  EXPECT_EQ(a1["local_world_size"], 2);
+  EXPECT_EQ(a1["node"], "n1");
+  EXPECT_EQ(a1["comm"], "python3");
+  EXPECT_EQ(a1["state"], "running");
+  EXPECT_TRUE(a1["exit_reason"].is_null());
+  EXPECT_TRUE(a1["exit_code"].is_null());
+  EXPECT_TRUE(a1["exited_at"].is_null());
+  EXPECT_EQ(a1["identity_source"], "env:RANK");
+  EXPECT_DOUBLE_EQ(a1["first_seen"].get<double>(), 1700000000.5);
+  EXPECT_DOUBLE_EQ(a1["collective_wait_ratio"].get<double>(), 0.375);
+  EXPECT_EQ(a1["nccl"]["all_reduce"]["calls"], 10);
+  EXPECT_EQ(a1["nccl"]["all_reduce"]["bytes"], 4096);
+  EXPECT_DOUBLE_EQ(a1["nccl"]["all_reduce"]["wait_seconds"].get<double>(), 1.5);
+  EXPECT_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["calls"], 5);
+  EXPECT_DOUBLE_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["wait_seconds"].get<double>(), 0.25);
+  EXPECT_EQ(a1["cuda"]["kernel_launches"], 777);
+  EXPECT_EQ(a1["cuda"]["errors"], json::parse(R"([{"api":"cuMemAlloc","code":"CUDA_ERROR_OUT_OF_MEMORY","count":3}])"));
+  EXPECT_EQ(a1["nccl_errors"], json::parse(R"([{"api":"ncclAllReduce","code":"ncclSystemError","count":1}])"));
+  EXPECT_EQ(a1["libraries"], json::parse(R"(["/usr/lib/libnccl.so.2","/usr/lib/libcuda.so.1"])"));
+}
+
+TEST(JsonApi, NullsForUnknownFields) {
+  json doc = json::parse(render_ranks_json(make_snapshot()));
+  const json& a0 = doc["ranks"][0];
+  EXPECT_EQ(a0["state"], "exited");
+  EXPECT_EQ(a0["exit_reason"], "signal");
+  EXPECT_EQ(a0["exit_code"], 9);
+  EXPECT_DOUBLE_EQ(a0["exited_at"].get<double>(), 1700000100.25);
+  EXPECT_TRUE(a0["local_rank"].is_null());
+  EXPECT_TRUE(a0["world_size"].is_null());
+  EXPECT_TRUE(a0["local_world_size"].is_null());
+  EXPECT_TRUE(a0["identity_source"].is_null());
+  EXPECT_TRUE(a0["cuda"]["kernel_launches"].is_null()) << "not counted -> null, not 0";
+  EXPECT_EQ(a0["nccl"], json::object());
+  EXPECT_EQ(a0["cuda"]["sync"], json::object());
+  EXPECT_EQ(a0["cuda"]["errors"], json::array());
+  EXPECT_EQ(a0["nccl_errors"], json::array());
+  EXPECT_EQ(a0["libraries"], json::array());
+
+  const json& unknown = doc["ranks"][4];
+  EXPECT_EQ(unknown["pid"], 3);
+  EXPECT_TRUE(unknown["job_id"].is_null());
+  EXPECT_TRUE(unknown["rank"].is_null());
+  EXPECT_EQ(unknown["comm"], "py\xEF\xBF\xBD\xEF\xBF\xBDthon");  // bad bytes became U+FFFD
+}
+
+TEST(JsonApi, SortedByJobRankPidUnidentifiedLast) {
+  json doc = json::parse(render_ranks_json(make_snapshot()));
+  std::vector<int> pids;
+  for (const auto& r : doc["ranks"]) pids.push_back(r["pid"].get<int>());
+  // a/0, a/1, a/(no rank), b/0, (no job)
+  EXPECT_EQ(pids, (std::vector<int>{12, 11, 4, 5, 3}));
+}
+
+TEST(JsonApi, EmptySnapshot) {
+  json doc = json::parse(render_ranks_json(Snapshot{}));
+  EXPECT_EQ(doc["ranks"], json::array());
+  EXPECT_EQ(doc["node"], "");
+}
+
+TEST(JsonApi, DumpJsonNeverThrows) {
+  json j = {{"s", std::string("\xc3\x28")}};
+  EXPECT_NO_THROW(dump_json(j));
+  EXPECT_NO_THROW(dump_json(j, 2));
+}
+
+}  // namespace
+}  // namespace argus

@@ -1,0 +1,304 @@
+// render_metrics: exact names, types, values, labels and escaping of the /metrics text.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "exporters/prometheus_exporter.h"
+
+namespace argus {
+namespace {
+
+Snapshot make_snapshot() {
+  Snapshot s;
+  s.agent.version = "0.1.0";
+  s.agent.node = "gpu-node-1";
+  s.agent.probes = "default";
+  s.agent.events_total = {{"nccl", 1000}, {"cuda", 42}};
+  s.agent.events_lost = {{"nccl", 3}};
+  s.agent.bpf_errors = {{"map_full", 2}};
+  s.agent.probe_attach_errors = {{"libcuda.so.1", 1}};
+  s.agent.probes_attached = {{"libnccl.so.2", 24}};
+  s.agent.discovery_skips = {{"vanished", 5}};
+  s.agent.tracked_processes = 4;
+
+  RankSnapshot r0;
+  r0.pid = 100;
+  r0.comm = "python3";
+  r0.job_id = "job1";
+  r0.rank = 0;
+  r0.local_rank = 0;
+  r0.world_size = 2;
+  r0.local_world_size = 2;
+  r0.node = "gpu-node-1";
+  r0.nccl["all_reduce"] = {10, 4096, 1'500'000'000};
+  r0.nccl["send"] = {2, 128, 250'000'000};
+  r0.sync["cuStreamSynchronize"] = {5, 250'000'000};
+  r0.cuda_errors[{"cuLaunchKernel", "CUDA_ERROR_OUT_OF_MEMORY"}] = 2;
+  r0.nccl_errors[{"ncclAllReduce", "ncclSystemError"}] = 1;
+  r0.collective_wait_ratio = 0.25;
+  r0.kernel_launches = 999;  // not counted: must not be exported
+  r0.launches_counted = false;
+
+  RankSnapshot r1;
+  r1.pid = 101;
+  r1.comm = "python3";
+  r1.job_id = "job1";
+  r1.rank = 1;
+  r1.local_rank = 1;
+  r1.world_size = 2;
+  r1.node = "";  // falls back to the agent's node
+  r1.launches_counted = true;
+  r1.kernel_launches = 12345;
+  r1.exited = true;
+  r1.exit_reason = "oom";
+  r1.collective_wait_ratio = 0.5;
+
+  RankSnapshot unknown;
+  unknown.pid = 200;
+  unknown.comm = "python3";
+  unknown.nccl["all_reduce"] = {7, 7, 7};
+
+  RankSnapshot half;  // job known, rank not: not exported per rank either
+  half.pid = 201;
+  half.job_id = "job1";
+  half.sync["cuCtxSynchronize"] = {1, 1};
+
+  RankSnapshot weird;
+  weird.pid = 300;
+  weird.job_id = "we\"ird\\job\nx";
+  weird.rank = 2;
+  weird.collective_wait_ratio = 0;
+
+  s.ranks = {weird, unknown, r1, half, r0};
+  return s;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// name -> type, from "# TYPE" lines; also checks every sample follows its TYPE line.
+std::map<std::string, std::string> types_of(const std::vector<std::string>& lines) {
+  std::map<std::string, std::string> types;
+  std::string current;
+  for (const auto& l : lines) {
+    if (l.rfind("# TYPE ", 0) == 0) {
+      std::istringstream in(l.substr(7));
+      std::string name, type;
+      in >> name >> type;
+      EXPECT_EQ(types.count(name), 0u) << "TYPE twice: " << name;
+      types[name] = type;
+      current = name;
+    } else if (l.rfind("# HELP ", 0) == 0) {
+      continue;
+    } else if (!l.empty()) {
+      std::string name = l.substr(0, l.find_first_of("{ "));
+      EXPECT_EQ(name, current) << "sample outside its family: " << l;
+    }
+  }
+  return types;
+}
+
+bool has_line(const std::vector<std::string>& lines, const std::string& want) {
+  for (const auto& l : lines) {
+    if (l == want) return true;
+  }
+  return false;
+}
+
+std::size_t count_prefix(const std::vector<std::string>& lines, const std::string& prefix) {
+  std::size_t n = 0;
+  for (const auto& l : lines) {
+    if (l.rfind(prefix, 0) == 0) ++n;
+  }
+  return n;
+}
+
+TEST(PrometheusExporter, TypesAreExact) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  auto types = types_of(lines);
+  const std::map<std::string, std::string> want = {
+      {"argus_rank_info", "gauge"},
+      {"argus_nccl_collectives_total", "counter"},
+      {"argus_nccl_bytes_total", "counter"},
+      {"argus_nccl_wait_seconds_total", "counter"},
+      {"argus_cuda_sync_wait_seconds_total", "counter"},
+      {"argus_cuda_sync_calls_total", "counter"},
+      {"argus_cuda_kernel_launches_total", "counter"},
+      {"argus_cuda_errors_total", "counter"},
+      {"argus_nccl_errors_total", "counter"},
+      {"argus_collective_wait_ratio", "gauge"},
+      {"argus_rank_exits_total", "counter"},
+      {"argus_agent_events_total", "counter"},
+      {"argus_agent_events_lost_total", "counter"},
+      {"argus_agent_tracked_processes", "gauge"},
+      {"argus_agent_probe_attach_errors_total", "counter"},
+      {"argus_agent_probes_attached", "gauge"},
+      {"argus_agent_bpf_errors_total", "counter"},
+      {"argus_agent_discovery_skips_total", "counter"},
+      {"argus_agent_build_info", "gauge"},
+  };
+  EXPECT_EQ(types, want);
+  EXPECT_TRUE(has_line(lines, "# TYPE argus_nccl_collectives_total counter"));
+  for (const auto& [name, type] : types) {
+    if (name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0) {
+      EXPECT_EQ(type, "counter") << name;
+    }
+    EXPECT_EQ(count_prefix(lines, "# HELP " + name + " "), 1u) << name;
+  }
+}
+
+TEST(PrometheusExporter, SampleValues) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  for (const char* want : {
+           R"(argus_rank_info{job_id="job1",rank="0",local_rank="0",world_size="2",pid="100",node="gpu-node-1"} 1)",
+           R"(argus_rank_info{job_id="job1",rank="1",local_rank="1",world_size="2",pid="101",node="gpu-node-1"} 1)",
+           R"(argus_nccl_collectives_total{job_id="job1",rank="0",op="all_reduce"} 10)",
+           R"(argus_nccl_collectives_total{job_id="job1",rank="0",op="send"} 2)",
+           R"(argus_nccl_bytes_total{job_id="job1",rank="0",op="all_reduce"} 4096)",
+           R"(argus_nccl_wait_seconds_total{job_id="job1",rank="0",op="all_reduce"} 1.5)",
+           R"(argus_nccl_wait_seconds_total{job_id="job1",rank="0",op="send"} 0.25)",
+           R"(argus_cuda_sync_wait_seconds_total{job_id="job1",rank="0",api="cuStreamSynchronize"} 0.25)",
+           R"(argus_cuda_sync_calls_total{job_id="job1",rank="0",api="cuStreamSynchronize"} 5)",
+           R"(argus_cuda_kernel_launches_total{job_id="job1",rank="1"} 12345)",
+           R"(argus_cuda_errors_total{job_id="job1",rank="0",api="cuLaunchKernel",code="CUDA_ERROR_OUT_OF_MEMORY"} 2)",
+           R"(argus_nccl_errors_total{job_id="job1",rank="0",api="ncclAllReduce",code="ncclSystemError"} 1)",
+           R"(argus_collective_wait_ratio{job_id="job1",rank="0"} 0.25)",
+           R"(argus_collective_wait_ratio{job_id="job1",rank="1"} 0.5)",
+           R"(argus_rank_exits_total{job_id="job1",rank="1",reason="oom"} 1)",
+           R"(argus_agent_events_total{source="cuda"} 42)",
+           R"(argus_agent_events_total{source="nccl"} 1000)",
+           R"(argus_agent_events_lost_total{source="nccl"} 3)",
+           R"(argus_agent_tracked_processes 4)",
+           R"(argus_agent_probe_attach_errors_total{library="libcuda.so.1"} 1)",
+           R"(argus_agent_probes_attached{library="libnccl.so.2"} 24)",
+           R"(argus_agent_bpf_errors_total{error="map_full"} 2)",
+           R"(argus_agent_discovery_skips_total{reason="vanished"} 5)",
+           R"(argus_agent_build_info{version="0.1.0"} 1)",
+       }) {
+    EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
+  }
+  // Launches only where counted; exits only for exited ranks.
+  EXPECT_EQ(count_prefix(lines, "argus_cuda_kernel_launches_total{"), 1u);
+  EXPECT_EQ(count_prefix(lines, "argus_rank_exits_total{"), 1u);
+}
+
+TEST(PrometheusExporter, UnidentifiedProcessesAreNotExportedPerRank) {
+  std::string text = render_metrics(make_snapshot());
+  EXPECT_EQ(text.find("pid=\"200\""), std::string::npos);
+  EXPECT_EQ(text.find("pid=\"201\""), std::string::npos);
+  EXPECT_EQ(text.find("rank=\"-1\""), std::string::npos);
+  EXPECT_EQ(text.find("job_id=\"\""), std::string::npos);
+  EXPECT_EQ(text.find("cuCtxSynchronize"), std::string::npos);
+  auto lines = lines_of(text);
+  EXPECT_EQ(count_prefix(lines, "argus_rank_info{"), 3u);
+  EXPECT_EQ(count_prefix(lines, "argus_nccl_collectives_total{"), 2u);
+}
+
+TEST(PrometheusExporter, LabelValuesAreEscaped) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  EXPECT_TRUE(has_line(lines, R"(argus_collective_wait_ratio{job_id="we\"ird\\job\nx",rank="2"} 0)"));
+  for (const auto& l : lines) {
+    // A raw newline inside a label value would have split a sample into two lines.
+    if (!l.empty() && l[0] != '#') {
+      EXPECT_EQ(l.rfind("argus_", 0), 0u) << l;
+    }
+  }
+}
+
+TEST(PrometheusExporter, RestartedRankSumsCountersAndUsesTheLiveProcess) {
+  Snapshot s;
+  s.agent.version = "0.1.0";
+  RankSnapshot old_proc;
+  old_proc.pid = 500;
+  old_proc.job_id = "j";
+  old_proc.rank = 3;
+  old_proc.exited = true;
+  old_proc.exit_reason = "signal";
+  old_proc.first_seen_unix = 100;
+  old_proc.nccl["all_reduce"] = {5, 50, 0};
+  old_proc.collective_wait_ratio = 0.9;
+  old_proc.launches_counted = true;
+  old_proc.kernel_launches = 10;
+  RankSnapshot new_proc = old_proc;
+  new_proc.pid = 501;
+  new_proc.exited = false;
+  new_proc.exit_reason.clear();
+  new_proc.first_seen_unix = 200;
+  new_proc.nccl["all_reduce"] = {7, 70, 0};
+  new_proc.collective_wait_ratio = 0.1;
+  new_proc.kernel_launches = 1;
+  s.ranks = {new_proc, old_proc};
+  auto lines = lines_of(render_metrics(s));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_collectives_total{job_id="j",rank="3",op="all_reduce"} 12)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_bytes_total{job_id="j",rank="3",op="all_reduce"} 120)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_cuda_kernel_launches_total{job_id="j",rank="3"} 11)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_collective_wait_ratio{job_id="j",rank="3"} 0.1)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_rank_exits_total{job_id="j",rank="3",reason="signal"} 1)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_rank_info{job_id="j",rank="3",local_rank="",world_size="",pid="501",node=""} 1)"));
+  EXPECT_EQ(count_prefix(lines, "argus_rank_info{"), 1u);
+}
+
+TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
+  Snapshot s;
+  std::string text = render_metrics(s);
+  auto lines = lines_of(text);
+  EXPECT_EQ(types_of(lines).size(), 19u);
+  EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
+  EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
+}
+
+TEST(PrometheusExporter, LargeCountersKeepTheirDigits) {
+  Snapshot s;
+  RankSnapshot r;
+  r.pid = 1;
+  r.job_id = "j";
+  r.rank = 0;
+  r.nccl["all_gather"] = {1, 123'456'789'012ull, 3'600'000'000'000ull};
+  s.ranks = {r};
+  auto lines = lines_of(render_metrics(s));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_bytes_total{job_id="j",rank="0",op="all_gather"} 123456789012)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_wait_seconds_total{job_id="j",rank="0",op="all_gather"} 3600)"));
+}
+
+// Runs promtool's linter on the exposition when promtool is installed.
+TEST(PrometheusExporter, PromtoolFindsNoProblems) {
+  const char* promtool = "/usr/bin/promtool";
+  if (::access(promtool, X_OK) != 0) GTEST_SKIP() << "promtool not installed";
+  for (const Snapshot& snap : {make_snapshot(), Snapshot{}}) {
+    char path[] = "/tmp/argus-metrics-XXXXXX";
+    int fd = ::mkstemp(path);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    {
+      std::ofstream out(path);
+      out << render_metrics(snap);
+    }
+    std::string cmd = std::string(promtool) + " check metrics < " + path + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string output;
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), p)) output += buf;
+    int status = ::pclose(p);
+    ::unlink(path);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+    EXPECT_EQ(output, "");
+  }
+}
+
+}  // namespace
+}  // namespace argus

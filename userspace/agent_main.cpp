@@ -1,0 +1,178 @@
+// argus-agent: the node daemon. Flags per CONTRACT.md; each also reads an
+// ARGUS_* environment variable. Bad input exits non-zero with one clear line.
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "common/clock.h"
+#include "exporters/http_server.h"
+#include "exporters/json_api.h"
+#include "exporters/prometheus_exporter.h"
+#include "probes/agent_runtime.h"
+#include "procfs/procfs.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
+
+int fail(const std::string& line, int code = 1) {
+  std::cerr << "argus-agent: " << line << "\n";
+  return code;
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+bool is_dir(const std::string& path) {
+  struct stat st{};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// A procfs has /self or at least one numeric entry with a stat file.
+std::string check_proc_root(const std::string& root) {
+  if (!is_dir(root)) return "--proc-root " + root + " is not a directory";
+  for (int pid : argus::procfs::list_pids(root)) {
+    if (argus::procfs::read_stat(root, pid).ok()) return "";
+  }
+  return "--proc-root " + root + " holds no readable process entries (is it a procfs?)";
+}
+
+// Effective capabilities from /proc/self/status: root, or CAP_BPF + CAP_PERFMON
+// (with CAP_SYS_ADMIN for the uprobe PMU on older kernels).
+bool has_bpf_privileges() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("CapEff:", 0) != 0) continue;
+    const uint64_t caps = std::stoull(line.substr(7), nullptr, 16);
+    auto has = [&](int cap) { return (caps >> cap) & 1u; };
+    constexpr int kSysAdmin = 21, kPerfmon = 38, kBpf = 39;
+    return has(kSysAdmin) || (has(kBpf) && has(kPerfmon));
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"argus-agent: eBPF observability for GPU training ranks on this node"};
+  std::string listen = "0.0.0.0:9745";
+  std::string node = hostname();
+  std::string proc_root = "/proc";
+  std::string sysfs_root = "/sys";
+  std::string probes = "default";
+  double window = 10;
+  double exit_grace = 300;
+  std::string log_level = "info";
+  std::string btf = "/sys/kernel/btf/vmlinux";
+  uint32_t ringbuf_kb = 4096;
+
+  app.add_option("--listen", listen, "HTTP address for /metrics and /api/v1 (ADDR:PORT)")->envname("ARGUS_LISTEN");
+  app.add_option("--node", node, "node name in labels (default: hostname)")->envname("ARGUS_NODE");
+  app.add_option("--proc-root", proc_root, "procfs root")->envname("ARGUS_PROC_ROOT");
+  app.add_option("--sysfs-root", sysfs_root, "sysfs root")->envname("ARGUS_SYSFS_ROOT");
+  app.add_option("--probes", probes, "probe set: default, or deep (adds per-launch counting)")
+      ->envname("ARGUS_PROBES")
+      ->check(CLI::IsMember({"default", "deep"}));
+  app.add_option("--window", window, "analysis window in seconds")
+      ->envname("ARGUS_WINDOW")
+      ->check(CLI::Range(0.5, 3600.0));
+  app.add_option("--exit-grace", exit_grace, "seconds an exited rank stays visible")
+      ->envname("ARGUS_EXIT_GRACE")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->envname("ARGUS_LOG_LEVEL")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.add_option("--btf", btf, "kernel BTF file")->envname("ARGUS_BTF");
+  app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
+      ->envname("ARGUS_RINGBUF_KB")
+      ->check(CLI::Range(64u, 1048576u));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what(), 2);
+  }
+
+  auto logger = spdlog::stderr_color_mt("argus");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  // Cheap checks first, each one line: the operator fixes the flag and retries.
+  if (auto why = check_proc_root(proc_root); !why.empty()) return fail(why);
+  if (!is_dir(sysfs_root)) return fail("--sysfs-root " + sysfs_root + " is not a directory");
+  if (access(btf.c_str(), R_OK) != 0)
+    return fail("no kernel BTF at " + btf + " (" + std::strerror(errno) +
+                "): the agent needs a kernel built with CONFIG_DEBUG_INFO_BTF");
+  if (!has_bpf_privileges())
+    return fail("needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN) to load eBPF programs");
+  auto listen_addr = argus::parse_listen_address(listen);
+  if (!listen_addr.ok()) return fail(listen_addr.error());
+
+  argus::AgentOptions opts;
+  opts.node = node;
+  opts.proc_root = proc_root;
+  opts.btf_path = btf;
+  opts.probes = probes == "deep" ? argus::ProbeSet::Deep : argus::ProbeSet::Default;
+  opts.window_seconds = window;
+  opts.exit_grace_seconds = exit_grace;
+  opts.ringbuf_bytes = ringbuf_kb * 1024u;
+
+  argus::SystemClock clock;
+  auto runtime = argus::AgentRuntime::create(opts, clock);
+  if (!runtime.ok()) return fail(runtime.error());
+  auto& rt = **runtime;
+
+  argus::HttpServer http;
+  http.route("GET", "/metrics", [&](const argus::HttpRequest&) {
+    argus::HttpResponse r;
+    r.content_type = argus::kPrometheusContentType;
+    r.body = argus::render_metrics(rt.snapshot());
+    return r;
+  });
+  http.route("GET", "/api/v1/ranks", [&](const argus::HttpRequest&) {
+    return argus::HttpResponse::json(200, argus::render_ranks_json(rt.snapshot()));
+  });
+  http.route("GET", "/healthz", [&](const argus::HttpRequest&) {
+    const double age = rt.seconds_since_heartbeat();
+    if (age > 5) return argus::HttpResponse::text(503, "event loop stalled for " + std::to_string(age) + " s\n");
+    return argus::HttpResponse::text(200, "ok\n");
+  });
+  auto port = http.start(listen);
+  if (!port.ok()) return fail(port.error());
+
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  rt.start();
+  spdlog::info("argus-agent {} on node {}: probes={}, listening on {} (port {})", ARGUS_VERSION, node, probes, listen,
+               *port);
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  spdlog::info("stopping");
+  http.stop();
+  rt.stop();
+  return 0;
+}

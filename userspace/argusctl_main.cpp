@@ -1,0 +1,174 @@
+// argusctl: the operator's CLI. Talks to an argus-agent's HTTP API.
+//
+//   argusctl ranks [--agent URL] [--json] [--all]
+//
+// Exit status: 0 ok, 1 the agent could not be asked or answered badly, 2 bad usage.
+// Every error is one line on stderr.
+//
+// Adding a subcommand: write a struct with add(CLI::App&) and run(), register it in
+// main() next to RanksCommand.
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "userspace/cli/http_client.h"
+#include "userspace/cli/rank_table.h"
+#include "userspace/common/result.h"
+
+#ifndef ARGUS_VERSION
+#define ARGUS_VERSION "dev"
+#endif
+
+namespace {
+
+
+constexpr const char* kDefaultAgent = "http://127.0.0.1:9745";
+
+// Failures that end the command: printed as one line, exit 1.
+struct CommandError {
+  std::string message;
+};
+
+std::string one_line(std::string s) {
+  for (auto& c : s) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// Options every subcommand that talks to an agent has.
+struct AgentOptions {
+  std::string agent = kDefaultAgent;
+  double timeout_s = 5;
+
+  void add(CLI::App& sub) {
+    sub.add_option("--agent", agent, "the agent's URL (default: $ARGUS_AGENT, else " + std::string(kDefaultAgent) + ")")
+        ->envname("ARGUS_AGENT");
+    sub.add_option("--timeout", timeout_s, "seconds to wait for the agent")
+        ->check(CLI::Validator(
+            [](std::string& v) -> std::string {
+              try {
+                std::size_t used = 0;
+                double d = std::stod(v, &used);
+                if (used == v.size() && d > 0 && d <= 3600) return "";
+              } catch (const std::exception&) {
+              }
+              return "'" + v + "' is not a number of seconds between 0 and 3600";
+            },
+            "SECONDS"))
+        ->capture_default_str();
+  }
+
+  // The agent's base URL plus path; "host:port" alone means http://host:port.
+  std::string url(const std::string& path) const {
+    std::string base = agent.find("://") == std::string::npos ? "http://" + agent : agent;
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    return base + path;
+  }
+
+  // GET path, expect 200 and a JSON body.
+  nlohmann::json get_json(const std::string& path) const {
+    const std::string u = url(path);
+    auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+    auto resp = argus::cli::http_get(u, timeout);
+    if (!resp) throw CommandError{resp.error()};
+    if (resp->status != 200) {
+      std::string body = one_line(resp->body);
+      if (body.size() > 200) body = body.substr(0, 200) + "...";
+      throw CommandError{"GET " + u + ": HTTP " + std::to_string(resp->status) + (body.empty() ? "" : ": " + body)};
+    }
+    try {
+      return nlohmann::json::parse(resp->body);
+    } catch (const nlohmann::json::exception& e) {
+      throw CommandError{"invalid JSON from " + u + ": " + e.what()};
+    }
+  }
+};
+
+std::string pretty(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// argusctl ranks: the node's ranks and their collective/sync time.
+struct RanksCommand {
+  AgentOptions agent;
+  bool json = false;
+  bool all = false;
+  CLI::App* app = nullptr;
+
+  void add(CLI::App& parent) {
+    app = parent.add_subcommand("ranks", "list the node's training ranks with their collective and sync time");
+    agent.add(*app);
+    app->add_flag("--json", json, "print the agent's JSON as is (pretty)");
+    app->add_flag("--all", all, "also show processes whose job or rank is not known yet");
+  }
+
+  int run() const {
+    nlohmann::json doc = agent.get_json("/api/v1/ranks");
+    if (!doc.is_object() || !doc.contains("ranks") || !doc["ranks"].is_array()) {
+      throw CommandError{"unexpected answer from " + agent.url("/api/v1/ranks") + ": no \"ranks\" array"};
+    }
+    if (json) {
+      std::cout << pretty(doc);
+    } else {
+      std::cout << argus::cli::format_rank_table(doc, all);
+    }
+    std::cout.flush();
+    return 0;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"argusctl: ask an argus-agent about the training ranks on its node", "argusctl"};
+  app.set_version_flag("--version", std::string(ARGUS_VERSION));
+  app.require_subcommand(1);
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "argusctl: " + one_line(e.what()) + " (see argusctl --help)\n";
+  });
+
+  RanksCommand ranks;
+  ranks.add(app);
+
+  // "argusctl bogus" would otherwise read as "a subcommand is required".
+  const CLI::App& const_app = app;
+  std::string names;
+  bool known = false;
+  for (const CLI::App* sub : const_app.get_subcommands([](const CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    if (argc > 1 && sub->get_name() == argv[1]) known = true;
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::cerr << "argusctl: unknown command '" << one_line(argv[1]) << "' (commands: " << names
+              << "; see argusctl --help)" << std::endl;
+    return 2;
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help, --version
+    std::cerr << "argusctl: " << one_line(e.what()) << " (see argusctl --help)" << std::endl;
+    return 2;
+  }
+
+  try {
+    if (ranks.app->parsed()) return ranks.run();
+  } catch (const CommandError& e) {
+    std::cerr << "argusctl: " << one_line(e.message) << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "argusctl: " << one_line(e.what()) << std::endl;
+    return 1;
+  }
+  std::cerr << "argusctl: no command given (see argusctl --help)" << std::endl;
+  return 2;
+}

@@ -1,0 +1,252 @@
+#include "attach/attach_plan.h"
+
+#include <array>
+#include <set>
+
+#include "argus.h"
+
+namespace argus {
+namespace {
+
+struct NcclCollective {
+  const char* name;  // without the "nccl"/"pnccl" prefix
+  uint32_t op;
+  uint8_t count_arg, dtype_arg, comm_arg;  // 1-based SysV positions (nccl.h)
+};
+
+// Argument positions straight from nccl.h's prototypes.
+constexpr std::array<NcclCollective, 11> kNcclCollectives{{
+    {"AllReduce", ARGUS_OP_ALL_REDUCE, 3, 4, 6},          // send, recv, count, dt, op, comm, stream
+    {"Broadcast", ARGUS_OP_BROADCAST, 3, 4, 6},           // send, recv, count, dt, root, comm, stream
+    {"Bcast", ARGUS_OP_BROADCAST, 2, 3, 5},               // buff, count, dt, root, comm, stream
+    {"Reduce", ARGUS_OP_REDUCE, 3, 4, 7},                 // send, recv, count, dt, op, root, comm, stream
+    {"AllGather", ARGUS_OP_ALL_GATHER, 3, 4, 5},          // send, recv, sendcount, dt, comm, stream
+    {"ReduceScatter", ARGUS_OP_REDUCE_SCATTER, 3, 4, 6},  // send, recv, recvcount, dt, op, comm, stream
+    {"AlltoAll", ARGUS_OP_ALL_TO_ALL, 3, 4, 5},           // send, recv, count, dt, comm, stream
+    {"Gather", ARGUS_OP_GATHER, 3, 4, 6},                 // send, recv, count, dt, root, comm, stream
+    {"Scatter", ARGUS_OP_SCATTER, 3, 4, 6},               // send, recv, count, dt, root, comm, stream
+    {"Send", ARGUS_OP_SEND, 2, 3, 5},                     // send, count, dt, peer, comm, stream
+    {"Recv", ARGUS_OP_RECV, 2, 3, 5},                     // recv, count, dt, peer, comm, stream
+}};
+
+struct NamedId {
+  const char* name;
+  uint32_t id;
+};
+
+constexpr std::array<NamedId, 3> kNcclInit{{
+    {"CommInitRank", ARGUS_NCCL_INIT_RANK},
+    {"CommInitRankConfig", ARGUS_NCCL_INIT_RANK_CONFIG},
+    {"CommInitRankScalable", ARGUS_NCCL_INIT_RANK_SCALABLE},
+}};
+
+// Synchronize calls: timed entry->return in the default set.
+constexpr std::array<NamedId, 5> kCudaSync{{
+    {"cuStreamSynchronize", ARGUS_CU_STREAM_SYNCHRONIZE},
+    {"cuStreamSynchronize_ptsz", ARGUS_CU_STREAM_SYNCHRONIZE},
+    {"cuEventSynchronize", ARGUS_CU_EVENT_SYNCHRONIZE},
+    {"cuCtxSynchronize", ARGUS_CU_CTX_SYNCHRONIZE},
+    {"cuCtxSynchronize_v2", ARGUS_CU_CTX_SYNCHRONIZE},
+}};
+
+// Rare calls whose error codes matter (out of memory, init failures): a
+// uretprobe only, in the default set.
+constexpr std::array<NamedId, 15> kCudaChecked{{
+    {"cuInit", ARGUS_CU_INIT},
+    {"cuCtxCreate", ARGUS_CU_CTX_CREATE},
+    {"cuCtxCreate_v2", ARGUS_CU_CTX_CREATE},
+    {"cuCtxCreate_v3", ARGUS_CU_CTX_CREATE},
+    {"cuCtxCreate_v4", ARGUS_CU_CTX_CREATE},
+    {"cuMemAlloc", ARGUS_CU_MEM_ALLOC},
+    {"cuMemAlloc_v2", ARGUS_CU_MEM_ALLOC},
+    {"cuMemAllocAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
+    {"cuMemAllocAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC},
+    {"cuMemAllocFromPoolAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
+    {"cuMemAllocFromPoolAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC},
+    {"cuMemAllocManaged", ARGUS_CU_MEM_ALLOC_MANAGED},
+    {"cuMemAllocHost", ARGUS_CU_MEM_ALLOC_HOST},
+    {"cuMemAllocHost_v2", ARGUS_CU_MEM_ALLOC_HOST},
+    {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC},
+}};
+
+// Kernel launches: thousands a second in a launch-bound rank, so only under
+// --probes deep (a trap costs ~19 us on this VM against a 2.4 ns call).
+constexpr std::array<NamedId, 6> kCudaLaunch{{
+    {"cuLaunchKernel", ARGUS_CU_LAUNCH_KERNEL},
+    {"cuLaunchKernel_ptsz", ARGUS_CU_LAUNCH_KERNEL},
+    {"cuLaunchKernelEx", ARGUS_CU_LAUNCH_KERNEL_EX},
+    {"cuLaunchKernelEx_ptsz", ARGUS_CU_LAUNCH_KERNEL_EX},
+    {"cuLaunchCooperativeKernel", ARGUS_CU_LAUNCH_COOPERATIVE_KERNEL},
+    {"cuLaunchCooperativeKernel_ptsz", ARGUS_CU_LAUNCH_COOPERATIVE_KERNEL},
+}};
+
+constexpr uint32_t kClsNccl = 1;  // ARGUS_CLS_NCCL in helpers.bpf.h
+constexpr uint32_t kClsCuda = 2;  // ARGUS_CLS_CUDA
+
+// A function symbol usable for a uprobe: defined, code, not an ifunc resolver.
+const elf::Symbol* probeable(const elf::SymbolTable& symbols, std::string_view name) {
+  const elf::Symbol* s = symbols.find(name);
+  if (s == nullptr || !s->is_function || s->ifunc || !s->mapped) return nullptr;
+  return s;
+}
+
+// The NCCL entry point: the public weak name first, else the strong pnccl one.
+const elf::Symbol* nccl_symbol(const elf::SymbolTable& symbols, const std::string& base) {
+  if (const auto* s = probeable(symbols, "nccl" + base)) return s;
+  return probeable(symbols, "pnccl" + base);
+}
+
+class Planner {
+ public:
+  void add(const elf::Symbol& sym, ProbeProgram program, bool retprobe, uint64_t cookie) {
+    // One probe per (address, program): aliases share an address.
+    if (!seen_.insert({sym.file_offset, static_cast<int>(program)}).second) return;
+    specs_.push_back({sym.name, sym.file_offset, program, retprobe, cookie});
+  }
+  std::vector<ProbeSpec> take() { return std::move(specs_); }
+
+ private:
+  std::set<std::pair<uint64_t, int>> seen_;
+  std::vector<ProbeSpec> specs_;
+};
+
+void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
+  for (const auto& c : kNcclCollectives) {
+    const auto* sym = nccl_symbol(symbols, c.name);
+    if (sym == nullptr) continue;
+    plan.add(*sym, ProbeProgram::NcclCollEnter, false, ARGUS_COOKIE(c.op, c.count_arg, c.dtype_arg, c.comm_arg, 0));
+    plan.add(*sym, ProbeProgram::TimedExit, true, ARGUS_COOKIE(kClsNccl, 0, 0, 0, ARGUS_STAT_NCCL_ERROR));
+  }
+  for (const auto& init : kNcclInit) {
+    const auto* sym = nccl_symbol(symbols, init.name);
+    if (sym == nullptr) continue;
+    plan.add(*sym, ProbeProgram::NcclInitEnter, false, ARGUS_COOKIE(init.id, 0, 0, 0, 0));
+    plan.add(*sym, ProbeProgram::NcclInitExit, true, ARGUS_COOKIE(init.id, 0, 0, 0, 0));
+  }
+  if (const auto* s = nccl_symbol(symbols, "GroupStart")) plan.add(*s, ProbeProgram::NcclGroup, false, 0);
+  if (const auto* s = nccl_symbol(symbols, "GroupEnd"))
+    plan.add(*s, ProbeProgram::NcclGroup, false, ARGUS_COOKIE(0, 0, 0, 0, ARGUS_COOKIE_GROUP_END));
+}
+
+void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
+  for (const auto& s : kCudaSync) {
+    const auto* sym = probeable(symbols, s.name);
+    if (sym == nullptr) continue;
+    plan.add(*sym, ProbeProgram::CudaSyncEnter, false, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
+    plan.add(*sym, ProbeProgram::TimedExit, true, ARGUS_COOKIE(kClsCuda, 0, 0, 0, ARGUS_STAT_CUDA_ERROR));
+  }
+  for (const auto& s : kCudaChecked) {
+    if (const auto* sym = probeable(symbols, s.name))
+      plan.add(*sym, ProbeProgram::CudaRet, true, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
+  }
+  if (set != ProbeSet::Deep) return;
+  for (const auto& s : kCudaLaunch) {
+    const auto* sym = probeable(symbols, s.name);
+    if (sym == nullptr) continue;
+    plan.add(*sym, ProbeProgram::CudaCount, false, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
+    plan.add(*sym, ProbeProgram::CudaRet, true, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
+  }
+}
+
+}  // namespace
+
+const char* library_kind_name(LibraryKind kind) {
+  switch (kind) {
+    case LibraryKind::Nccl: return "nccl";
+    case LibraryKind::Cuda: return "cuda";
+    case LibraryKind::None: break;
+  }
+  return "none";
+}
+
+const char* probe_program_name(ProbeProgram p) {
+  switch (p) {
+    case ProbeProgram::NcclCollEnter: return "argus_nccl_coll_enter";
+    case ProbeProgram::NcclInitEnter: return "argus_nccl_init_enter";
+    case ProbeProgram::NcclInitExit: return "argus_nccl_init_exit";
+    case ProbeProgram::NcclGroup: return "argus_nccl_group";
+    case ProbeProgram::CudaSyncEnter: return "argus_cuda_sync_enter";
+    case ProbeProgram::CudaCount: return "argus_cuda_count";
+    case ProbeProgram::CudaRet: return "argus_cuda_ret";
+    case ProbeProgram::TimedExit: return "argus_timed_exit";
+  }
+  return "unknown";
+}
+
+LibraryKind classify_library(const elf::SymbolTable& symbols) {
+  const bool nccl = nccl_symbol(symbols, "AllReduce") != nullptr && nccl_symbol(symbols, "CommInitRank") != nullptr;
+  if (nccl) return LibraryKind::Nccl;
+  const bool cuda = probeable(symbols, "cuInit") != nullptr && probeable(symbols, "cuLaunchKernel") != nullptr;
+  if (cuda) return LibraryKind::Cuda;
+  return LibraryKind::None;
+}
+
+std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind kind, ProbeSet set) {
+  Planner plan;
+  if (kind == LibraryKind::Nccl) plan_nccl(symbols, plan);
+  if (kind == LibraryKind::Cuda) plan_cuda(symbols, set, plan);
+  return plan.take();
+}
+
+const char* nccl_op_label(uint32_t op) {
+  static constexpr std::array<const char*, ARGUS_OP_MAX> kLabels{
+      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+      "all_to_all", "send",       "recv",           "gather",    "scatter"};
+  return op < kLabels.size() ? kLabels[op] : "unknown";
+}
+
+const char* nccl_init_api_label(uint32_t api) {
+  switch (api) {
+    case ARGUS_NCCL_INIT_RANK: return "ncclCommInitRank";
+    case ARGUS_NCCL_INIT_RANK_CONFIG: return "ncclCommInitRankConfig";
+    case ARGUS_NCCL_INIT_RANK_SCALABLE: return "ncclCommInitRankScalable";
+    default: return "unknown";
+  }
+}
+
+const char* cuda_api_label(uint32_t api) {
+  static constexpr std::array<const char*, ARGUS_CU_API_MAX> kLabels{
+      "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuLaunchKernel",
+      "cuLaunchKernelEx",    "cuLaunchCooperativeKernel", "cuMemAlloc", "cuMemAllocAsync",
+      "cuMemAllocManaged",   "cuMemAllocHost",      "cuInit",           "cuCtxCreate"};
+  return api < kLabels.size() ? kLabels[api] : "unknown";
+}
+
+std::string cuda_result_name(int code) {
+  // The CUresult values a training job meets most; others stay numeric.
+  switch (code) {
+    case 0: return "CUDA_SUCCESS";
+    case 1: return "CUDA_ERROR_INVALID_VALUE";
+    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
+    case 4: return "CUDA_ERROR_DEINITIALIZED";
+    case 100: return "CUDA_ERROR_NO_DEVICE";
+    case 101: return "CUDA_ERROR_INVALID_DEVICE";
+    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 214: return "CUDA_ERROR_ECC_UNCORRECTABLE";
+    case 400: return "CUDA_ERROR_INVALID_HANDLE";
+    case 600: return "CUDA_ERROR_NOT_READY";
+    case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case 701: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    case 702: return "CUDA_ERROR_LAUNCH_TIMEOUT";
+    case 719: return "CUDA_ERROR_LAUNCH_FAILED";
+    case 999: return "CUDA_ERROR_UNKNOWN";
+    default: return std::to_string(code);
+  }
+}
+
+std::string nccl_result_name(int code) {
+  switch (code) {
+    case 0: return "ncclSuccess";
+    case 1: return "ncclUnhandledCudaError";
+    case 2: return "ncclSystemError";
+    case 3: return "ncclInternalError";
+    case 4: return "ncclInvalidArgument";
+    case 5: return "ncclInvalidUsage";
+    case 6: return "ncclRemoteError";
+    case 7: return "ncclInProgress";
+    default: return std::to_string(code);
+  }
+}
+
+}  // namespace argus

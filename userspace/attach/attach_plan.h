@@ -1,0 +1,54 @@
+// Which probes go where in a library: pure data, decided from the library's own
+// symbol table (never from its file name), so it is unit-tested without BPF.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "elf/elf_symbols.h"
+
+namespace argus {
+
+enum class LibraryKind { None, Nccl, Cuda };
+enum class ProbeSet { Default, Deep };
+
+// The BPF program a probe runs (one per program in bpf/).
+enum class ProbeProgram {
+  NcclCollEnter,  // argus_nccl_coll_enter
+  NcclInitEnter,  // argus_nccl_init_enter
+  NcclInitExit,   // argus_nccl_init_exit (uretprobe)
+  NcclGroup,      // argus_nccl_group
+  CudaSyncEnter,  // argus_cuda_sync_enter
+  CudaCount,      // argus_cuda_count (deep)
+  CudaRet,        // argus_cuda_ret (uretprobe)
+  TimedExit,      // argus_timed_exit (uretprobe)
+};
+
+struct ProbeSpec {
+  std::string symbol;  // the name it was resolved by, for logs and errors
+  uint64_t file_offset = 0;
+  ProbeProgram program = ProbeProgram::NcclCollEnter;
+  bool retprobe = false;
+  uint64_t cookie = 0;
+};
+
+const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "none"
+const char* probe_program_name(ProbeProgram p);    // the BPF program's name
+
+// A library is NCCL if it exports the NCCL collective API, CUDA if it exports
+// the driver API's launch and init entry points.
+LibraryKind classify_library(const elf::SymbolTable& symbols);
+
+// The probes for one library. Weak `ncclX` and strong `pncclX` at one address
+// get one probe, so a call is never counted twice.
+std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind kind, ProbeSet set);
+
+// Label values for the ids packed into cookies and stat keys.
+const char* nccl_op_label(uint32_t op);        // "all_reduce", ... ("unknown" out of range)
+const char* nccl_init_api_label(uint32_t api);  // "ncclCommInitRank", ...
+const char* cuda_api_label(uint32_t api);      // "cuStreamSynchronize", ...
+std::string cuda_result_name(int code);        // "CUDA_ERROR_OUT_OF_MEMORY", or the number
+std::string nccl_result_name(int code);        // "ncclSystemError", or the number
+
+}  // namespace argus

@@ -1,0 +1,175 @@
+#include "userspace/cli/rank_table.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <tuple>
+#include <vector>
+
+namespace argus::cli {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::size_t kMaxJobWidth = 24;
+
+const json* member(const json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+double number(const json& j, const char* key) {
+  const json* v = member(j, key);
+  return v && v->is_number() ? v->get<double>() : 0.0;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+std::string integer(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.0f", v);
+  return buf;
+}
+
+// Control characters would break the table's lines.
+std::string printable(std::string s) {
+  for (auto& c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return s;
+}
+
+double error_calls(const json* list) {
+  double n = 0;
+  if (!list || !list->is_array()) return 0;
+  for (const auto& e : *list) n += number(e, "count");
+  return n;
+}
+
+struct Row {
+  bool identified = false;
+  std::string job;
+  int64_t rank = -1;
+  int64_t pid = 0;
+  std::array<std::string, 11> cells;
+};
+
+}  // namespace
+
+std::string format_rank_table(const json& ranks_doc, bool include_unidentified) {
+  static const std::array<const char*, 11> kHeader = {"JOB",         "RANK",        "PID",   "STATE",
+                                                      "COLL",        "COLL_GB",     "COLL_WAIT_S",
+                                                      "SYNC_WAIT_S", "WAIT%",       "LAUNCHES",
+                                                      "ERRORS"};
+  static const std::array<bool, 11> kLeft = {true, false, false, true, false, false, false, false, false, false, false};
+
+  std::vector<Row> rows;
+  std::size_t hidden = 0;
+  const json* ranks = member(ranks_doc, "ranks");
+  if (ranks && ranks->is_array()) {
+    for (const auto& r : *ranks) {
+      if (!r.is_object()) continue;
+      Row row;
+      const json* job = member(r, "job_id");
+      const json* rank = member(r, "rank");
+      bool has_job = job && job->is_string() && !job->get<std::string>().empty();
+      bool has_rank = rank && rank->is_number_integer() && rank->get<int64_t>() >= 0;
+      row.identified = has_job && has_rank;
+      if (!row.identified && !include_unidentified) {
+        ++hidden;
+        continue;
+      }
+      row.job = has_job ? job->get<std::string>() : "";
+      row.rank = has_rank ? rank->get<int64_t>() : -1;
+      const json* pid = member(r, "pid");
+      row.pid = pid && pid->is_number_integer() ? pid->get<int64_t>() : 0;
+
+      double calls = 0, bytes = 0, coll_wait = 0, sync_wait = 0;
+      if (const json* nccl = member(r, "nccl"); nccl && nccl->is_object()) {
+        for (const auto& [op, c] : nccl->items()) {
+          calls += number(c, "calls");
+          bytes += number(c, "bytes");
+          coll_wait += number(c, "wait_seconds");
+        }
+      }
+      std::string launches = "-";
+      double errors = error_calls(member(r, "nccl_errors"));
+      if (const json* cuda = member(r, "cuda")) {
+        if (const json* sync = member(*cuda, "sync"); sync && sync->is_object()) {
+          for (const auto& [api, c] : sync->items()) sync_wait += number(c, "wait_seconds");
+        }
+        if (const json* l = member(*cuda, "kernel_launches"); l && l->is_number()) launches = integer(l->get<double>());
+        errors += error_calls(member(*cuda, "errors"));
+      }
+      std::string state = "?";
+      if (const json* s = member(r, "state"); s && s->is_string()) {
+        state = printable(s->get<std::string>());
+        const json* reason = member(r, "exit_reason");
+        if (state == "exited" && reason && reason->is_string() && !reason->get<std::string>().empty()) {
+          state += ":" + printable(reason->get<std::string>());
+        }
+      }
+      std::string job_cell = has_job ? printable(row.job) : "?";
+      if (job_cell.size() > kMaxJobWidth) job_cell = job_cell.substr(0, kMaxJobWidth - 3) + "...";
+      row.cells = {job_cell,
+                   has_rank ? std::to_string(row.rank) : "?",
+                   std::to_string(row.pid),
+                   state,
+                   integer(calls),
+                   fixed(bytes / 1e9, 2),
+                   fixed(coll_wait, 2),
+                   fixed(sync_wait, 2),
+                   fixed(number(r, "collective_wait_ratio") * 100.0, 1),
+                   launches,
+                   integer(errors)};
+      rows.push_back(std::move(row));
+    }
+  }
+
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return std::make_tuple(!a.identified, a.job, a.rank < 0, a.rank, a.pid) <
+           std::make_tuple(!b.identified, b.job, b.rank < 0, b.rank, b.pid);
+  });
+
+  std::string out;
+  if (rows.empty()) {
+    const json* node = member(ranks_doc, "node");
+    out = "no ranks";
+    if (node && node->is_string() && !node->get<std::string>().empty()) out += " on " + node->get<std::string>();
+    out += "\n";
+  } else {
+    std::array<std::size_t, 11> width{};
+    for (std::size_t c = 0; c < kHeader.size(); ++c) width[c] = std::string(kHeader[c]).size();
+    for (const auto& row : rows) {
+      for (std::size_t c = 0; c < row.cells.size(); ++c) width[c] = std::max(width[c], row.cells[c].size());
+    }
+    auto line = [&](const auto& cells) {
+      std::string l;
+      for (std::size_t c = 0; c < cells.size(); ++c) {
+        std::string cell = cells[c];
+        std::string pad(width[c] - cell.size(), ' ');
+        if (c > 0) l += "  ";
+        l += kLeft[c] ? cell + pad : pad + cell;
+      }
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      return l + "\n";
+    };
+    out += line(kHeader);
+    for (const auto& row : rows) out += line(row.cells);
+  }
+  if (hidden > 0) {
+    out += "(" + std::to_string(hidden) + " unidentified process" + (hidden == 1 ? "" : "es") +
+           " hidden; --all shows them)\n";
+  }
+  return out;
+}
+
+}  // namespace argus::cli

@@ -1,0 +1,18 @@
+// argusctl's table of a node's ranks, from the agent's GET /api/v1/ranks document.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace argus::cli {
+
+// One line per rank, sorted by job then rank (then pid), under a header line:
+// JOB RANK PID STATE COLL COLL_GB COLL_WAIT_S SYNC_WAIT_S WAIT% LAUNCHES ERRORS
+// COLL counts NCCL collective and P2P calls; COLL_GB is their bytes / 1e9; WAIT% is
+// collective_wait_ratio x 100; LAUNCHES is "-" where launches are not counted; ERRORS
+// counts CUDA and NCCL calls that failed. Processes without job_id or rank appear only
+// with include_unidentified (as "?"); otherwise a last line says how many were hidden.
+// Missing or mistyped fields read as unknown, never throw. Ends with a newline.
+std::string format_rank_table(const nlohmann::json& ranks_doc, bool include_unidentified);
+
+}  // namespace argus::cli

@@ -1,0 +1,138 @@
+#include "discovery/discovery.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace argus {
+namespace {
+
+// Exec follow-ups, in seconds after the exec: the loader maps DT_NEEDED
+// libraries within milliseconds; frameworks dlopen NCCL/CUDA seconds later.
+constexpr double kExecFollowups[] = {0.0, 0.02, 0.1, 0.3, 1.0, 3.0};
+
+bool worth_probing(const procfs::MapEntry& m) {
+  if (!m.executable() || !m.file_backed()) return false;
+  if (m.path.rfind("/memfd:", 0) == 0 || m.path.rfind("/dev/", 0) == 0) return false;
+  return true;
+}
+
+const char* skip_reason(procfs::ErrorKind kind) {
+  switch (kind) {
+    case procfs::ErrorKind::kVanished: return "vanished";
+    case procfs::ErrorKind::kPermission: return "permission";
+    case procfs::ErrorKind::kMalformed: return "malformed_proc";
+    case procfs::ErrorKind::kOther: break;
+  }
+  return "proc_read_error";
+}
+
+}  // namespace
+
+Discovery::Discovery(DiscoveryOptions opts, LibraryProber& prober) : opts_(std::move(opts)), prober_(prober) {}
+
+void Discovery::count_skip(const std::string& reason) {
+  std::lock_guard lock(skips_mu_);
+  ++skips_[reason];
+}
+
+std::map<std::string, uint64_t> Discovery::skips() const {
+  std::lock_guard lock(skips_mu_);
+  return skips_;
+}
+
+bool Discovery::due(const PidState& st, double now_s) const {
+  const double age = now_s - st.first_seen;
+  double interval = opts_.old_recheck_seconds;
+  if (st.is_rank)
+    interval = opts_.rank_recheck_seconds;
+  else if (age < opts_.young_seconds)
+    interval = 0;  // every scan
+  return now_s - st.last_check >= interval;
+}
+
+std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
+  if (pid == opts_.self_pid || pid <= 0) return std::nullopt;
+  PidState& st = pids_[pid];
+  if (st.first_seen == 0) st.first_seen = now_s;
+  st.last_check = now_s;
+
+  auto maps = procfs::read_maps(opts_.proc_root, pid);
+  if (!maps.ok()) {
+    const auto kind = procfs::error_kind(maps);
+    count_skip(skip_reason(kind));
+    if (kind != procfs::ErrorKind::kVanished) spdlog::debug("pid {}: {}", pid, maps.error());
+    if (kind == procfs::ErrorKind::kVanished) pids_.erase(pid);
+    return std::nullopt;
+  }
+  if (maps->malformed_lines > 0) {
+    count_skip("malformed_maps_line");
+    spdlog::debug("pid {}: {} malformed maps lines skipped", pid, maps->malformed_lines);
+  }
+
+  FoundProcess found;
+  found.pid = pid;
+  std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen_files;
+  for (const auto& m : maps->entries) {
+    if (!worth_probing(m)) continue;
+    if (!seen_files.insert({m.dev_major, m.dev_minor, m.inode}).second) continue;
+    if (prober_.consider(pid, m) != LibraryKind::None) found.libraries.push_back(m.path);
+  }
+  if (found.libraries.empty()) return std::nullopt;
+  st.is_rank = true;
+
+  if (auto stat = procfs::read_stat(opts_.proc_root, pid); stat.ok()) {
+    found.start_ticks = stat->starttime_ticks;
+    found.comm = stat->comm;
+  } else {
+    count_skip(skip_reason(procfs::error_kind(stat)));
+  }
+  if (auto env = procfs::read_environ(opts_.proc_root, pid); env.ok()) {
+    found.identity = identity_from_environ(*env);
+  } else {
+    count_skip(std::string("environ_") + skip_reason(procfs::error_kind(env)));
+  }
+  return found;
+}
+
+std::vector<FoundProcess> Discovery::scan(double now_s) {
+  std::vector<FoundProcess> out;
+  const auto pids = procfs::list_pids(opts_.proc_root);
+  const std::set<int> alive(pids.begin(), pids.end());
+  for (auto it = pids_.begin(); it != pids_.end();) {
+    it = alive.count(it->first) ? std::next(it) : pids_.erase(it);
+  }
+  for (int pid : pids) {
+    auto it = pids_.find(pid);
+    if (it != pids_.end() && !due(it->second, now_s)) continue;
+    if (auto f = check(pid, now_s)) out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+void Discovery::on_exec(int pid, double now_s) {
+  if (pid == opts_.self_pid) return;
+  PidState& st = pids_[pid];
+  st = PidState{};  // a new image: what it mapped before no longer matters
+  st.first_seen = now_s;
+  for (double d : kExecFollowups) st.followups.push_back(now_s + d);
+}
+
+std::vector<FoundProcess> Discovery::run_due(double now_s) {
+  std::vector<FoundProcess> out;
+  std::vector<int> due_pids;
+  for (auto& [pid, st] : pids_) {
+    if (st.followups.empty() || st.followups.front() > now_s) continue;
+    while (!st.followups.empty() && st.followups.front() <= now_s) st.followups.erase(st.followups.begin());
+    due_pids.push_back(pid);
+  }
+  for (int pid : due_pids) {
+    // Follow-ups go on after a first find: libcuda at exec, libnccl dlopened later.
+    if (auto f = check(pid, now_s)) out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+}  // namespace argus

@@ -1,0 +1,75 @@
+// Finds the node's training ranks: processes that map a file exporting the
+// NCCL or CUDA API. A full /proc scan at start, exec hints from BPF for new
+// processes, and rechecks that back off for processes that are not ranks.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attach/attach_plan.h"
+#include "procfs/procfs.h"
+#include "rank_identity.h"
+
+namespace argus {
+
+// Decides (and, in the agent, probes) one mapped file. Behind an interface so
+// that discovery is tested on fake /proc trees without BPF.
+class LibraryProber {
+ public:
+  virtual ~LibraryProber() = default;
+  virtual LibraryKind consider(int pid, const procfs::MapEntry& mapping) = 0;
+};
+
+struct FoundProcess {
+  int pid = 0;
+  uint64_t start_ticks = 0;
+  std::string comm;
+  RankIdentity identity;
+  std::vector<std::string> libraries;  // paths (in the process's namespace) of probed files
+};
+
+struct DiscoveryOptions {
+  std::string proc_root = "/proc";
+  int self_pid = 0;                  // never track the agent itself
+  double young_seconds = 30;         // a process this young is rechecked every scan
+  double old_recheck_seconds = 15;   // older non-ranks are rechecked this often
+  double rank_recheck_seconds = 5;   // ranks, for libraries loaded later
+};
+
+class Discovery {
+ public:
+  Discovery(DiscoveryOptions opts, LibraryProber& prober);
+
+  // One scan pass at monotonic time now_s: checks new and due processes.
+  std::vector<FoundProcess> scan(double now_s);
+  // An exec was seen: look at the new image now and a few times soon after,
+  // since the dynamic loader maps libraries after exec returns.
+  void on_exec(int pid, double now_s);
+  // Exec follow-ups that are due.
+  std::vector<FoundProcess> run_due(double now_s);
+  // Looks at one process right now (also for BPF's "first call" hint).
+  std::optional<FoundProcess> check(int pid, double now_s);
+
+  std::map<std::string, uint64_t> skips() const;  // reason -> count
+  void count_skip(const std::string& reason);
+
+ private:
+  struct PidState {
+    double first_seen = 0;
+    double last_check = 0;
+    bool is_rank = false;
+    std::vector<double> followups;
+  };
+  bool due(const PidState& st, double now_s) const;
+
+  DiscoveryOptions opts_;
+  LibraryProber& prober_;
+  std::map<int, PidState> pids_;
+  mutable std::mutex skips_mu_;
+  std::map<std::string, uint64_t> skips_;
+};
+
+}  // namespace argus

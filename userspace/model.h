@@ -1,0 +1,72 @@
+// Snapshots of the agent's state, handed from the rank registry to the exporters.
+// Plain values: exporters never see maps, files or locks.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace argus {
+
+struct OpCounters {
+  uint64_t calls = 0;
+  uint64_t bytes = 0;
+  uint64_t wait_ns = 0;  // time inside the call (entry to return)
+};
+
+struct SyncCounters {
+  uint64_t calls = 0;
+  uint64_t wait_ns = 0;
+};
+
+struct RankSnapshot {
+  int pid = 0;
+  uint64_t start_time_ticks = 0;  // /proc/PID/stat starttime: tells a reused pid apart
+  std::string comm;               // process name
+  std::string job_id;             // "" while unknown
+  int rank = -1;                  // -1 while unknown
+  int local_rank = -1;
+  int world_size = -1;
+  int local_world_size = -1;
+  std::string node;
+  std::string identity_source;  // "env:RANK", "nccl:ncclCommInitRank", ...
+  bool exited = false;
+  std::string exit_reason;  // "exit", "signal", "oom" once exited
+  int exit_code = 0;
+  double exited_at_unix = 0;  // wall clock seconds
+  double first_seen_unix = 0;
+
+  std::map<std::string, OpCounters> nccl;    // op label -> counters
+  std::map<std::string, SyncCounters> sync;  // api label -> counters
+  uint64_t kernel_launches = 0;
+  bool launches_counted = false;  // true only under --probes deep
+  std::map<std::pair<std::string, std::string>, uint64_t> cuda_errors;  // (api, code) -> calls
+  std::map<std::pair<std::string, std::string>, uint64_t> nccl_errors;  // (api, code) -> calls
+
+  double collective_wait_ratio = 0;  // last window: (collective + sync time) / wall time
+  std::vector<std::string> libraries;  // probed library files this process maps
+
+  bool identified() const { return rank >= 0 && !job_id.empty(); }
+};
+
+struct AgentSnapshot {
+  std::string version;
+  std::string node;
+  std::string probes;  // "default" or "deep"
+  double window_seconds = 10;
+  std::map<std::string, uint64_t> events_total;           // source -> events received
+  std::map<std::string, uint64_t> events_lost;            // source -> events lost (ring buffer full, ...)
+  std::map<std::string, uint64_t> bpf_errors;             // BPF error counter name -> count
+  std::map<std::string, uint64_t> probe_attach_errors;    // library -> failed attaches
+  std::map<std::string, uint64_t> probes_attached;        // library -> attached probes
+  std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
+  uint64_t tracked_processes = 0;
+};
+
+struct Snapshot {
+  AgentSnapshot agent;
+  std::vector<RankSnapshot> ranks;
+};
+
+}  // namespace argus

@@ -1,0 +1,72 @@
+// The agent's moving parts wired together: BPF, discovery, probes, registry.
+// One event-loop thread owns BPF and discovery; exporters read snapshots.
+#pragma once
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "decoder/event_decoder.h"
+#include "discovery/discovery.h"
+#include "model.h"
+#include "probes/bpf_loader.h"
+#include "probes/probe_manager.h"
+#include "registry/rank_registry.h"
+
+namespace argus {
+
+struct AgentOptions {
+  std::string node;
+  std::string proc_root = "/proc";
+  std::string btf_path = "/sys/kernel/btf/vmlinux";
+  ProbeSet probes = ProbeSet::Default;
+  double window_seconds = 10;
+  double exit_grace_seconds = 300;
+  double scan_interval_seconds = 1;
+  double stats_interval_seconds = 1;
+  uint32_t ringbuf_bytes = 4u << 20;
+};
+
+class AgentRuntime {
+ public:
+  static Result<std::unique_ptr<AgentRuntime>> create(const AgentOptions& opts, const Clock& clock);
+  ~AgentRuntime();
+
+  void start();  // the event loop thread
+  void stop();
+  Snapshot snapshot() const;
+  // Seconds since the event loop last went round: /healthz fails when stuck.
+  double seconds_since_heartbeat() const;
+
+ private:
+  AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader);
+  void loop();
+  void handle_record(const void* data, size_t size);
+  void handle_event(const DecodedEvent& ev);
+  void track_found(const FoundProcess& f);
+  void refresh_stats();
+  void reap_vanished();
+  void finish_process(int pid, std::optional<int> exit_code);
+  double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }
+
+  AgentOptions opts_;
+  const Clock& clock_;
+  std::unique_ptr<BpfLoader> loader_;
+  std::unique_ptr<ProbeManager> probes_;
+  std::unique_ptr<Discovery> discovery_;
+  RankRegistry registry_;
+
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<uint64_t> heartbeat_ns_{0};
+
+  mutable std::mutex counters_mu_;
+  std::map<std::string, uint64_t> events_total_;
+  std::map<std::string, uint64_t> bpf_errors_;
+  uint64_t malformed_records_ = 0;
+};
+
+}  // namespace argus

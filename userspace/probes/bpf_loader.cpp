@@ -1,0 +1,199 @@
+#include "probes/bpf_loader.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "argus.skel.h"
+
+namespace argus {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+
+bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
+  switch (p) {
+    case ProbeProgram::NcclCollEnter: return skel->progs.argus_nccl_coll_enter;
+    case ProbeProgram::NcclInitEnter: return skel->progs.argus_nccl_init_enter;
+    case ProbeProgram::NcclInitExit: return skel->progs.argus_nccl_init_exit;
+    case ProbeProgram::NcclGroup: return skel->progs.argus_nccl_group;
+    case ProbeProgram::CudaSyncEnter: return skel->progs.argus_cuda_sync_enter;
+    case ProbeProgram::CudaCount: return skel->progs.argus_cuda_count;
+    case ProbeProgram::CudaRet: return skel->progs.argus_cuda_ret;
+    case ProbeProgram::TimedExit: return skel->progs.argus_timed_exit;
+  }
+  return nullptr;
+}
+
+// libbpf prints through this; route it to our log at debug level, warnings up.
+int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+  char buf[1024];
+  int n = vsnprintf(buf, sizeof(buf), fmt, args);
+  if (n > 0 && buf[std::min<int>(n, sizeof(buf) - 1) - 1] == '\n') buf[std::min<int>(n, sizeof(buf) - 1) - 1] = 0;
+  if (level == LIBBPF_WARN)
+    spdlog::debug("libbpf: {}", buf);  // the caller reports failures in one line itself
+  else
+    spdlog::trace("libbpf: {}", buf);
+  return 0;
+}
+
+}  // namespace
+
+Link& Link::operator=(Link&& other) noexcept {
+  if (this != &other) {
+    if (link_ != nullptr) bpf_link__destroy(link_);
+    link_ = other.link_;
+    other.link_ = nullptr;
+  }
+  return *this;
+}
+
+Link::~Link() {
+  if (link_ != nullptr) bpf_link__destroy(link_);
+}
+
+const char* bpf_error_name(uint32_t err) {
+  switch (err) {
+    case ARGUS_ERR_RINGBUF_PROC: return "ringbuf_full_proc";
+    case ARGUS_ERR_RINGBUF_NCCL: return "ringbuf_full_nccl";
+    case ARGUS_ERR_RINGBUF_CUDA: return "ringbuf_full_cuda";
+    case ARGUS_ERR_STATS_FULL: return "stats_map_full";
+    case ARGUS_ERR_INFLIGHT_FULL: return "inflight_map_full";
+    case ARGUS_ERR_TRACKED_FULL: return "tracked_map_full";
+    case ARGUS_ERR_READ_USER: return "read_user_failed";
+    case ARGUS_ERR_RETURN_UNMATCHED: return "return_without_entry";
+    default: return "unknown";
+  }
+}
+
+Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) {
+  libbpf_set_print(libbpf_print);
+  std::unique_ptr<BpfLoader> self(new BpfLoader());
+  self->ncpus_ = libbpf_num_possible_cpus();
+  if (self->ncpus_ <= 0) return make_error("cannot count possible CPUs: " + errno_text(self->ncpus_));
+
+  LIBBPF_OPTS(bpf_object_open_opts, open_opts);
+  open_opts.btf_custom_path = opts.btf_path.c_str();
+  self->skel_ = argus_bpf__open_opts(&open_opts);
+  if (self->skel_ == nullptr) return make_error("cannot open the BPF object: " + errno_text(errno));
+
+  // The ring buffer must be a power-of-two multiple of the page size.
+  uint32_t rb = 4096;
+  while (rb < opts.ringbuf_bytes && rb < (1u << 30)) rb <<= 1;
+  bpf_map__set_max_entries(self->skel_->maps.events, rb);
+
+  // Process tracepoints: tp_btf needs no tracefs; raw_tp is the fallback.
+  auto* s = self->skel_;
+  bpf_program__set_autoload(s->progs.argus_exec_raw, false);
+  bpf_program__set_autoload(s->progs.argus_exit_raw, false);
+  self->tp_flavour_ = "tp_btf";
+  int err = argus_bpf__load(s);
+  if (err != 0) {
+    spdlog::warn("tp_btf programs did not load ({}); retrying with raw_tp", errno_text(err));
+    argus_bpf__destroy(s);
+    self->skel_ = s = argus_bpf__open_opts(&open_opts);
+    if (s == nullptr) return make_error("cannot reopen the BPF object: " + errno_text(errno));
+    bpf_map__set_max_entries(s->maps.events, rb);
+    bpf_program__set_autoload(s->progs.argus_exec_btf, false);
+    bpf_program__set_autoload(s->progs.argus_exit_btf, false);
+    self->tp_flavour_ = "raw_tp";
+    err = argus_bpf__load(s);
+    if (err != 0) return make_error("cannot load the BPF programs into the kernel: " + errno_text(err));
+  }
+
+  bpf_program* exec_prog = self->tp_flavour_ == "tp_btf" ? s->progs.argus_exec_btf : s->progs.argus_exec_raw;
+  bpf_program* exit_prog = self->tp_flavour_ == "tp_btf" ? s->progs.argus_exit_btf : s->progs.argus_exit_raw;
+  for (bpf_program* prog : {exec_prog, exit_prog}) {
+    bpf_link* link = bpf_program__attach(prog);
+    if (link == nullptr)
+      return make_error(std::string("cannot attach ") + bpf_program__name(prog) + ": " + errno_text(errno));
+    self->proc_links_.emplace_back(link);
+  }
+
+  self->ringbuf_ = ring_buffer__new(bpf_map__fd(s->maps.events), &BpfLoader::on_ringbuf_record, self.get(), nullptr);
+  if (self->ringbuf_ == nullptr) return make_error("cannot map the ring buffer: " + errno_text(errno));
+  return self;
+}
+
+BpfLoader::~BpfLoader() {
+  if (ringbuf_ != nullptr) ring_buffer__free(ringbuf_);
+  proc_links_.clear();
+  if (skel_ != nullptr) argus_bpf__destroy(skel_);
+}
+
+Result<Link> BpfLoader::attach_uprobe(const std::string& path, const ProbeSpec& spec) {
+  bpf_program* prog = program_for(skel_, spec.program);
+  if (prog == nullptr) return make_error("no BPF program for " + spec.symbol);
+  LIBBPF_OPTS(bpf_uprobe_opts, uopts);
+  uopts.retprobe = spec.retprobe;
+  uopts.bpf_cookie = spec.cookie;
+  bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), spec.file_offset, &uopts);
+  if (link == nullptr) {
+    return make_error(std::string(spec.retprobe ? "uretprobe" : "uprobe") + " on " + spec.symbol + " in " + path +
+                      ": " + errno_text(errno));
+  }
+  return Link(link);
+}
+
+bool BpfLoader::set_tgid_state(uint32_t tgid, argus_tgid_state state) {
+  uint32_t value = state;
+  return bpf_map__update_elem(skel_->maps.tracked, &tgid, sizeof(tgid), &value, sizeof(value), BPF_ANY) == 0;
+}
+
+void BpfLoader::forget_tgid(uint32_t tgid) {
+  bpf_map__delete_elem(skel_->maps.tracked, &tgid, sizeof(tgid), 0);
+}
+
+std::vector<StatEntry> BpfLoader::read_stats(uint32_t only_tgid) const {
+  std::vector<StatEntry> out;
+  std::vector<argus_stat_val> per_cpu(static_cast<size_t>(ncpus_));
+  const size_t value_size = per_cpu.size() * sizeof(argus_stat_val);
+  argus_stat_key key{};
+  argus_stat_key next{};
+  const argus_stat_key* prev = nullptr;
+  while (bpf_map__get_next_key(skel_->maps.stats, prev, &next, sizeof(next)) == 0) {
+    key = next;
+    prev = &key;
+    if (only_tgid != 0 && key.tgid != only_tgid) continue;
+    if (bpf_map__lookup_elem(skel_->maps.stats, &key, sizeof(key), per_cpu.data(), value_size, 0) != 0)
+      continue;  // deleted meanwhile
+    StatEntry e{key, {0, 0}};
+    for (const auto& v : per_cpu) {
+      e.value.count += v.count;
+      e.value.sum += v.sum;
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+void BpfLoader::delete_stats(uint32_t tgid) {
+  for (const auto& e : read_stats(tgid)) bpf_map__delete_elem(skel_->maps.stats, &e.key, sizeof(e.key), 0);
+}
+
+std::map<std::string, uint64_t> BpfLoader::read_errors() const {
+  std::map<std::string, uint64_t> out;
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpus_));
+  for (uint32_t i = 0; i < ARGUS_ERR_MAX; ++i) {
+    uint64_t total = 0;
+    if (bpf_map__lookup_elem(skel_->maps.bpf_errors, &i, sizeof(i), per_cpu.data(),
+                             per_cpu.size() * sizeof(uint64_t), 0) == 0) {
+      for (uint64_t v : per_cpu) total += v;
+    }
+    out[bpf_error_name(i)] = total;
+  }
+  return out;
+}
+
+int BpfLoader::on_ringbuf_record(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<BpfLoader*>(ctx);
+  if (self->handler_) self->handler_(data, size);
+  return 0;
+}
+
+int BpfLoader::poll_events(int timeout_ms) { return ring_buffer__poll(ringbuf_, timeout_ms); }
+
+}  // namespace argus

@@ -1,0 +1,88 @@
+// /proc parsing for discovery: which processes exist, what they map, their
+// environment (rank identity) and their start time (to tell a reused pid apart).
+// The proc root is a parameter ("/proc" on a node, a temp tree in tests), and
+// the parsers take the file contents so that they are tested on plain strings.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace argus::procfs {
+
+// ---- Errors ---------------------------------------------------------------
+// Result carries a string, so the kind of a failure is its stable prefix:
+//   "vanished: ..."    ENOENT/ESRCH: the process (or file) is gone; routine, not worth a log line
+//   "permission: ..."  EACCES/EPERM: the agent lacks the privilege (ptrace access mode, hidepid)
+//   "malformed: ..."   the file was read but its content does not parse
+//   anything else      other I/O errors (too large, a directory, EIO, ...)
+enum class ErrorKind { kVanished, kPermission, kMalformed, kOther };
+ErrorKind error_kind(std::string_view message);
+template <typename T>
+ErrorKind error_kind(const Result<T>& r) {
+  return r.ok() ? ErrorKind::kOther : error_kind(r.error());
+}
+template <typename T>
+bool vanished(const Result<T>& r) {
+  return !r.ok() && error_kind(r.error()) == ErrorKind::kVanished;
+}
+
+// ---- /proc/PID/maps -------------------------------------------------------
+struct MapEntry {
+  uint64_t start = 0, end = 0;
+  std::string perms;  // "r-xp": always 4 characters
+  uint64_t offset = 0;
+  uint32_t dev_major = 0, dev_minor = 0;
+  uint64_t inode = 0;
+  std::string path;      // "" for anonymous; "[heap]", "[vdso]", ...; " (deleted)" stripped
+  bool deleted = false;  // the mapped file was unlinked (e.g. a library replaced by an upgrade)
+  bool executable() const { return perms.size() > 2 && perms[2] == 'x'; }
+  bool file_backed() const { return !path.empty() && path[0] == '/'; }
+};
+struct ParsedMaps {
+  std::vector<MapEntry> entries;
+  size_t malformed_lines = 0;  // skipped lines; non-zero means a kernel format we do not know
+};
+// Paths may contain spaces (everything after the inode field is the path).
+ParsedMaps parse_maps(std::string_view content);
+
+// ---- /proc/PID/environ ----------------------------------------------------
+// NUL-separated KEY=VALUE. Tolerates a missing trailing NUL, empty entries,
+// entries without '=' or with an empty key (skipped) and arbitrary bytes in
+// values (kept verbatim). The first occurrence of a key wins, like getenv().
+std::map<std::string, std::string> parse_environ(std::string_view content);
+
+// ---- /proc/PID/stat -------------------------------------------------------
+struct ProcStat {
+  int pid = 0;
+  std::string comm;
+  char state = '?';
+  int ppid = 0;
+  uint64_t utime_ticks = 0, stime_ticks = 0;
+  uint64_t starttime_ticks = 0;  // since boot, in clock ticks: (pid, starttime) names a process
+};
+// comm may contain spaces, '(' and ')': it ends at the LAST ')'.
+Result<ProcStat> parse_stat(std::string_view content);
+
+// ---- Files and processes ---------------------------------------------------
+// The whole file, read until EOF (st_size is 0 for /proc files). A file larger
+// than max_bytes is an error rather than silently cut.
+Result<std::string> read_file(const std::string& path, size_t max_bytes = 4 << 20);
+// Numeric directory entries of proc_root, ascending; empty when it cannot be read.
+std::vector<int> list_pids(const std::string& proc_root);
+
+Result<ParsedMaps> read_maps(const std::string& proc_root, int pid);
+Result<std::map<std::string, std::string>> read_environ(const std::string& proc_root, int pid);
+Result<ProcStat> read_stat(const std::string& proc_root, int pid);
+
+// "<proc_root>/<pid>/<leaf>"
+std::string pid_path(const std::string& proc_root, int pid, std::string_view leaf);
+// "<proc_root>/<pid>/root<path>": the path as seen in the process's mount
+// namespace (a container's /usr/lib/... is not the node's).
+std::string root_path(const std::string& proc_root, int pid, const std::string& path_in_ns);
+
+}  // namespace argus::procfs

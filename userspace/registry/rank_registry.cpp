@@ -1,0 +1,232 @@
+#include "registry/rank_registry.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "argus.h"
+#include "attach/attach_plan.h"
+
+namespace argus {
+
+RankRegistry::RankRegistry(const Clock& clock, RegistryOptions opts) : clock_(clock), opts_(std::move(opts)) {}
+
+void RankRegistry::track(int pid, uint64_t start_ticks, const std::string& comm, const RankIdentity& identity,
+                         const std::vector<std::string>& libraries) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it != entries_.end() && it->second.snap.start_time_ticks != start_ticks && start_ticks != 0 &&
+      it->second.snap.start_time_ticks != 0) {
+    // A reused pid: the old process is gone; its record must not absorb the new one.
+    entries_.erase(it);
+    it = entries_.end();
+  }
+  if (it == entries_.end()) {
+    Entry e;
+    e.snap.pid = pid;
+    e.snap.start_time_ticks = start_ticks;
+    e.snap.node = opts_.node;
+    e.snap.first_seen_unix = clock_.unix_seconds();
+    e.snap.launches_counted = opts_.launches_counted;
+    it = entries_.emplace(pid, std::move(e)).first;
+  }
+  RankSnapshot& s = it->second.snap;
+  if (s.start_time_ticks == 0) s.start_time_ticks = start_ticks;
+  if (!comm.empty()) s.comm = comm;
+  // The environment is the first source of identity; NCCL init only fills gaps.
+  if (!identity.job_id.empty()) s.job_id = identity.job_id;
+  if (identity.rank >= 0) {
+    s.rank = identity.rank;
+    s.identity_source = "env:" + identity.rank_source;
+  }
+  if (identity.local_rank >= 0) s.local_rank = identity.local_rank;
+  if (identity.world_size >= 0) s.world_size = identity.world_size;
+  if (identity.local_world_size >= 0) s.local_world_size = identity.local_world_size;
+  for (const auto& lib : libraries) {
+    if (std::find(s.libraries.begin(), s.libraries.end(), lib) == s.libraries.end()) s.libraries.push_back(lib);
+  }
+  for (const auto& info : it->second.comms) apply_identity_from_init(it->second, info);
+}
+
+bool RankRegistry::is_tracked(int pid) const {
+  std::lock_guard lock(mu_);
+  return entries_.count(pid) != 0;
+}
+
+bool RankRegistry::is_live(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  return it != entries_.end() && !it->second.snap.exited;
+}
+
+std::optional<uint64_t> RankRegistry::start_ticks(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.snap.start_time_ticks;
+}
+
+std::vector<int> RankRegistry::live_pids() const {
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (const auto& [pid, e] : entries_)
+    if (!e.snap.exited) out.push_back(pid);
+  return out;
+}
+
+void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& records) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  RankSnapshot& s = it->second.snap;
+  // BPF keeps totals since the process was first seen: replace, never add.
+  s.nccl.clear();
+  s.sync.clear();
+  s.cuda_errors.clear();
+  s.nccl_errors.clear();
+  s.kernel_launches = 0;
+  for (const auto& r : records) {
+    switch (r.kind) {
+      case ARGUS_STAT_NCCL_CALLS: {
+        auto& c = s.nccl[nccl_op_label(r.sub)];
+        c.calls += r.count;
+        c.bytes += r.sum;
+        break;
+      }
+      case ARGUS_STAT_NCCL_WAIT:
+        s.nccl[nccl_op_label(r.sub)].wait_ns += r.sum;
+        break;
+      case ARGUS_STAT_CUDA_SYNC: {
+        auto& c = s.sync[cuda_api_label(r.sub)];
+        c.calls += r.count;
+        c.wait_ns += r.sum;
+        break;
+      }
+      case ARGUS_STAT_CUDA_LAUNCH:
+        s.kernel_launches += r.count;
+        break;
+      case ARGUS_STAT_CUDA_ERROR:
+        s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
+        break;
+      case ARGUS_STAT_NCCL_ERROR: {
+        const std::string api = r.sub >= ARGUS_OP_MAX ? nccl_init_api_label(r.sub - ARGUS_OP_MAX) : nccl_op_label(r.sub);
+        s.nccl_errors[{api, nccl_result_name(r.code)}] += r.count;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+void RankRegistry::apply_identity_from_init(Entry& e, const NcclInitInfo& info) {
+  if (info.result != 0) return;
+  RankSnapshot& s = e.snap;
+  if (s.rank < 0 && info.rank >= 0) {
+    s.rank = info.rank;
+    s.identity_source = std::string("nccl:") + nccl_init_api_label(info.api);
+  }
+  if (s.world_size < 0 && info.nranks > 0) s.world_size = info.nranks;
+  // No launcher variables at all: the communicator's unique id names the job.
+  if (s.job_id.empty() && !info.uid_hex.empty()) s.job_id = "nccl-" + info.uid_hex.substr(0, 12);
+}
+
+void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  it->second.comms.push_back(info);
+  apply_identity_from_init(it->second, info);
+}
+
+void RankRegistry::on_collective(int pid) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it != entries_.end()) ++it->second.collective_events;
+}
+
+void RankRegistry::on_group(int pid, bool is_end) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  ++(is_end ? it->second.groups_ended : it->second.groups_started);
+}
+
+void RankRegistry::mark_exited(Entry& e, const std::string& reason, int code) {
+  if (e.snap.exited) return;
+  e.snap.exited = true;
+  e.snap.exit_reason = reason;
+  e.snap.exit_code = code;
+  e.snap.exited_at_unix = clock_.unix_seconds();
+  e.snap.collective_wait_ratio = 0;
+}
+
+void RankRegistry::on_exit(int pid, int exit_code) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  const int sig = exit_code & 0x7f;
+  if (sig != 0)
+    mark_exited(it->second, "signal", sig);
+  else
+    mark_exited(it->second, "exit", (exit_code >> 8) & 0xff);
+}
+
+void RankRegistry::on_vanished(int pid) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  mark_exited(it->second, "exit", -1);  // code unknown: the exit event was not seen
+}
+
+uint64_t RankRegistry::total_wait_ns(const RankSnapshot& s) {
+  uint64_t total = 0;
+  for (const auto& [op, c] : s.nccl) total += c.wait_ns;
+  for (const auto& [api, c] : s.sync) total += c.wait_ns;
+  return total;
+}
+
+void RankRegistry::tick() {
+  std::lock_guard lock(mu_);
+  const uint64_t now = clock_.monotonic_ns();
+  const double now_unix = clock_.unix_seconds();
+  const auto window_ns = static_cast<uint64_t>(opts_.window_seconds * 1e9);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    if (e.snap.exited) {
+      if (now_unix - e.snap.exited_at_unix >= opts_.exit_grace_seconds) {
+        it = entries_.erase(it);
+        continue;
+      }
+      ++it;
+      continue;
+    }
+    e.samples.push_back({now, total_wait_ns(e.snap)});
+    while (e.samples.size() > 2 && now - e.samples.front().mono_ns > window_ns) e.samples.pop_front();
+    if (e.samples.size() >= 2) {
+      const auto& a = e.samples.front();
+      const auto& b = e.samples.back();
+      const double dt = static_cast<double>(b.mono_ns - a.mono_ns);
+      const double dw = b.wait_ns >= a.wait_ns ? static_cast<double>(b.wait_ns - a.wait_ns) : 0.0;
+      // Several threads can wait at once; the share of wall time caps at 1.
+      e.snap.collective_wait_ratio = dt > 0 ? std::min(1.0, dw / dt) : 0.0;
+    }
+    ++it;
+  }
+}
+
+std::vector<RankSnapshot> RankRegistry::snapshot() const {
+  std::lock_guard lock(mu_);
+  std::vector<RankSnapshot> out;
+  out.reserve(entries_.size());
+  for (const auto& [pid, e] : entries_) out.push_back(e.snap);
+  return out;
+}
+
+size_t RankRegistry::tracked_count() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [pid, e] : entries_) n += e.snap.exited ? 0 : 1;
+  return n;
+}
+
+}  // namespace argus

@@ -1,0 +1,97 @@
+// The node's ranks: identity, exact counters and exit state, fed by decoded
+// events and BPF aggregates, read by the exporters as snapshots.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "model.h"
+#include "rank_identity.h"
+
+namespace argus {
+
+// One aggregate as BPF keeps it (argus_stat_key + summed argus_stat_val).
+struct AggregateRecord {
+  uint32_t tgid = 0;
+  uint16_t kind = 0;
+  uint16_t sub = 0;
+  int32_t code = 0;
+  uint64_t count = 0;
+  uint64_t sum = 0;
+};
+
+struct NcclInitInfo {
+  int rank = -1;
+  int nranks = -1;
+  int result = 0;
+  uint32_t api = 0;
+  uint64_t comm = 0;
+  std::string uid_hex;  // first bytes of the ncclUniqueId: the communicator's job-wide name
+};
+
+struct RegistryOptions {
+  std::string node;
+  double exit_grace_seconds = 300;  // an exited rank stays visible this long
+  double window_seconds = 10;
+  bool launches_counted = false;    // --probes deep
+};
+
+class RankRegistry {
+ public:
+  RankRegistry(const Clock& clock, RegistryOptions opts);
+
+  // A process that maps a probed library (or called into one). Re-tracking a
+  // known pid with the same start time only adds libraries.
+  void track(int pid, uint64_t start_ticks, const std::string& comm, const RankIdentity& identity,
+             const std::vector<std::string>& libraries);
+  bool is_tracked(int pid) const;
+  bool is_live(int pid) const;
+  std::optional<uint64_t> start_ticks(int pid) const;
+  std::vector<int> live_pids() const;
+
+  // Absolute totals for one process, as read from the BPF aggregates.
+  void apply_totals(int pid, const std::vector<AggregateRecord>& records);
+  void on_nccl_init(int pid, const NcclInitInfo& info);
+  void on_collective(int pid);
+  void on_group(int pid, bool is_end);
+  // exit_code as the kernel keeps it: (status << 8) | signal.
+  void on_exit(int pid, int exit_code);
+  // The process is gone and no exit event came (lost, or before the agent).
+  void on_vanished(int pid);
+
+  // Recomputes the per-rank windows and drops ranks past their grace period.
+  void tick();
+
+  std::vector<RankSnapshot> snapshot() const;
+  size_t tracked_count() const;  // live tracked processes
+
+ private:
+  struct Sample {
+    uint64_t mono_ns;
+    uint64_t wait_ns;
+  };
+  struct Entry {
+    RankSnapshot snap;
+    std::deque<Sample> samples;
+    uint64_t collective_events = 0;
+    uint64_t groups_started = 0;
+    uint64_t groups_ended = 0;
+    std::vector<NcclInitInfo> comms;
+  };
+
+  void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
+  void mark_exited(Entry& e, const std::string& reason, int code);
+  static uint64_t total_wait_ns(const RankSnapshot& s);
+
+  const Clock& clock_;
+  RegistryOptions opts_;
+  mutable std::mutex mu_;
+  std::map<int, Entry> entries_;
+};
+
+}  // namespace argus
