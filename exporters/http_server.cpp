@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -494,8 +493,9 @@ int parse_head(const std::string& head, ParsedHead& out) {
   return 0;
 }
 
-std::string serialize_response(const HttpResponse& resp, bool head_only, std::size_t content_length,
-                               const std::vector<std::pair<std::string, std::string>>& extra) {
+// Status line, headers and (unless head_only) the body. Content-Length is always the
+// body's length, so a HEAD answer tells what a GET would send.
+std::string serialize_response(const HttpResponse& resp, bool head_only) {
   std::string out;
   out.reserve(256 + (head_only ? 0 : resp.body.size()));
   out += "HTTP/1.1 " + std::to_string(resp.status) + " " + http_reason_phrase(resp.status) + "\r\n";
@@ -503,15 +503,14 @@ std::string serialize_response(const HttpResponse& resp, bool head_only, std::si
   if (clean(resp.content_type) && !resp.content_type.empty()) {
     out += "Content-Type: " + resp.content_type + "\r\n";
   }
-  out += "Content-Length: " + std::to_string(content_length) + "\r\n";
+  out += "Content-Length: " + std::to_string(resp.body.size()) + "\r\n";
   out += "Connection: close\r\n";
-  for (const auto* list : {&extra, &resp.headers}) {
-    for (const auto& [k, v] : *list) {
-      if (k.empty() || !clean(k) || !clean(v) || k.find(':') != std::string::npos) continue;
-      std::string lk = lower(k);
-      if (lk == "content-length" || lk == "connection" || lk == "transfer-encoding") continue;
-      out += k + ": " + v + "\r\n";
-    }
+  for (const auto& [k, v] : resp.headers) {
+    // A handler's header must not smuggle in lines or contradict our framing.
+    if (k.empty() || !clean(k) || !clean(v) || k.find(':') != std::string::npos) continue;
+    std::string lk = lower(k);
+    if (lk == "content-length" || lk == "connection" || lk == "transfer-encoding") continue;
+    out += k + ": " + v + "\r\n";
   }
   out += "\r\n";
   if (!head_only) out += resp.body;
@@ -600,8 +599,7 @@ void HttpServer::serve(Connection* conn) {
   bool lingering = true;  // after a response: drain what the client still sends, then close
 
   auto respond = [&](const HttpResponse& resp, bool head_only) {
-    std::vector<std::pair<std::string, std::string>> extra;
-    std::string wire = serialize_response(resp, head_only, resp.body.size(), extra);
+    std::string wire = serialize_response(resp, head_only);
     send_all(fd, wire.data(), wire.size(), Clock::now() + opts_.write_timeout);
   };
   auto fail = [&](int status, const std::string& msg) { respond(HttpResponse::text(status, msg + "\n"), false); };

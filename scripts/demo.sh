@@ -51,8 +51,8 @@ while [ $SECONDS -lt $end ]; do
     tail -5 "$WORK/sim.log" >&2
     exit 1
   fi
-  printf '\n==== %s  argusctl ranks --agent %s  (%ds left)\n' "$(date +%T)" "$AGENT_URL" $((end - SECONDS))
-  "$BIN/argusctl" ranks --agent "$AGENT_URL" || true
+  printf '\n==== %s  argusctl ranks --agent %s --job demo  (%ds left)\n' "$(date +%T)" "$AGENT_URL" $((end - SECONDS))
+  "$BIN/argusctl" ranks --agent "$AGENT_URL" --job demo || true
 done
 
 echo

@@ -101,6 +101,7 @@ struct RanksCommand {
   AgentOptions agent;
   bool json = false;
   bool all = false;
+  std::string job;
   CLI::App* app = nullptr;
 
   void add(CLI::App& parent) {
@@ -108,12 +109,19 @@ struct RanksCommand {
     agent.add(*app);
     app->add_flag("--json", json, "print the agent's JSON as is (pretty)");
     app->add_flag("--all", all, "also show processes whose job or rank is not known yet");
+    app->add_option("--job", job, "only the ranks of this job_id");
   }
 
   int run() const {
     nlohmann::json doc = agent.get_json("/api/v1/ranks");
     if (!doc.is_object() || !doc.contains("ranks") || !doc["ranks"].is_array()) {
       throw CommandError{"unexpected answer from " + agent.url("/api/v1/ranks") + ": no \"ranks\" array"};
+    }
+    if (!job.empty()) {
+      nlohmann::json kept = nlohmann::json::array();
+      for (const auto& r : doc["ranks"])
+        if (r.is_object() && r.value("job_id", nlohmann::json()) == job) kept.push_back(r);
+      doc["ranks"] = std::move(kept);
     }
     if (json) {
       std::cout << pretty(doc);

@@ -99,6 +99,11 @@ class HttpServerTest : public ::testing::Test {
     server_->route("POST", "/post", [](const HttpRequest& req) {
       return HttpResponse::text(201, "posted " + req.headers.at("content-length"));
     });
+    server_->route("GET", "/hdr", [](const HttpRequest&) {
+      auto r = HttpResponse::text(200, "h");
+      r.headers = {{"X-Ok", "1"}, {"X-Bad", "a\r\nInjected: 1"}, {"Content-Length", "999"}};
+      return r;
+    });
     server_->route("GET", "/big", [](const HttpRequest&) { return HttpResponse::text(200, std::string(8 << 20, 'x')); });
     auto port = server_->start("127.0.0.1:0");
     ASSERT_TRUE(port.ok()) << port.error();
@@ -128,6 +133,15 @@ TEST_F(HttpServerTest, GetReturnsBodyAndHeaders) {
   EXPECT_EQ(r->headers["content-type"], "text/plain; charset=utf-8");
   EXPECT_EQ(r->headers["content-length"], "12");
   EXPECT_EQ(r->headers["connection"], "close");
+}
+
+TEST_F(HttpServerTest, HandlerHeadersCannotBreakFraming) {
+  std::string resp = raw(port_, "GET /hdr HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(status_line(resp), "HTTP/1.1 200 OK");
+  EXPECT_NE(resp.find("\r\nX-Ok: 1\r\n"), std::string::npos) << resp;
+  EXPECT_EQ(resp.find("Injected"), std::string::npos) << resp;
+  EXPECT_EQ(resp.find("999"), std::string::npos) << resp;
+  EXPECT_NE(resp.find("\r\nContent-Length: 1\r\n"), std::string::npos) << resp;
 }
 
 TEST_F(HttpServerTest, UnknownPathIs404) {

@@ -164,7 +164,20 @@ void AgentRuntime::refresh_stats() {
     by_pid[static_cast<int>(s.key.tgid)].push_back(
         {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum});
   for (const auto& [pid, records] : by_pid) {
-    if (!registry_.is_live(pid)) continue;
+    if (!registry_.is_live(pid)) {
+      // Counted in BPF but unknown here: its first-call event was lost (full
+      // ring buffer). Identify it now if it still runs, else keep its counts.
+      if (registry_.is_tracked(pid)) continue;  // exited, final totals taken
+      if (auto f = discovery_->check(pid, now_s())) {
+        track_found(*f);
+      } else if (auto st = procfs::read_stat(opts_.proc_root, pid); st.ok()) {
+        registry_.track(pid, st->starttime_ticks, st->comm, RankIdentity{}, {});
+      } else {
+        spdlog::warn("pid {} was counted in BPF but is gone before it could be identified", pid);
+        finish_process(pid, std::nullopt);
+        continue;
+      }
+    }
     registry_.apply_totals(pid, records);
   }
   auto errors = loader_->read_errors();

@@ -1,0 +1,76 @@
+// The real NCCL and the CUDA driver stub from the toolkit, loaded by a process
+// the way PyTorch loads them (dlopen, pip-style paths): the agent recognises
+// them by their symbols and attaches to the real symbol tables.
+#include "harness.h"
+
+namespace argus::itest {
+namespace {
+
+const std::string kRealNccl = std::string(ARGUS_CUDA_ROOT) + "/lib/libnccl.so.2";
+const std::string kCudaStub = std::string(ARGUS_CUDA_ROOT) + "/lib64/stubs/libcuda.so";
+
+double sample(const std::string& metrics, const std::string& line_prefix) {
+  const auto pos = metrics.find(line_prefix);
+  if (pos == std::string::npos) return -1;
+  const auto eol = metrics.find('\n', pos);
+  const std::string line = metrics.substr(pos, eol - pos);
+  return std::stod(line.substr(line.rfind(' ') + 1));
+}
+
+// A python process that dlopens the libraries and waits: nothing is called.
+std::vector<std::string> loader_process(const std::vector<std::string>& libs) {
+  std::string code = "import ctypes, sys, time\n";
+  for (const auto& l : libs) code += "ctypes.CDLL('" + l + "')\n";
+  code += "print('loaded', flush=True)\ntime.sleep(120)\n";
+  return {"python3", "-c", code};
+}
+
+TEST(AgentRealLibs, AttachesToRealNcclAndCudaStubInPipLayout) {
+  ARGUS_REQUIRE_ROOT();
+  if (!fs::exists(kRealNccl) || !fs::exists(kCudaStub)) {
+    if (const char* ci = std::getenv("CI"); ci && std::string(ci) == "true")
+      FAIL() << "CI=true but the CUDA toolkit is missing at " << ARGUS_CUDA_ROOT;
+    GTEST_SKIP() << "CUDA toolkit not installed";
+  }
+  const auto dir = make_temp_dir("reallibs");
+  // nvidia-nccl-cu12's wheel layout: site-packages/nvidia/nccl/lib/libnccl.so.2.
+  const auto site = dir / "lib" / "python3.11" / "site-packages" / "nvidia" / "nccl" / "lib";
+  fs::create_directories(site);
+  fs::copy_file(kRealNccl, site / "libnccl.so.2");
+
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  Child direct(loader_process({kRealNccl, kCudaStub}), dir / "direct.log");
+  Child pip(loader_process({(site / "libnccl.so.2").string()}), dir / "pip.log");
+
+  // Two distinct NCCL files (toolkit and wheel copy), each with 11 collective
+  // and p2p functions (entry + return), 3 inits (entry + return) and group
+  // start/end: 30 probes each, weak/strong aliases probed once.
+  double nccl = -1, cuda = -1, errors = -1;
+  json doc;
+  for (int i = 0; i < 150; ++i) {
+    const std::string m = agent.get_text("/metrics");
+    nccl = sample(m, "argus_agent_probes_attached{library=\"nccl\"}");
+    cuda = sample(m, "argus_agent_probes_attached{library=\"cuda\"}");
+    errors = sample(m, "argus_agent_probe_attach_errors_total{library=\"nccl\"}");
+    auto d = agent.get_json("/api/v1/ranks");
+    if (d) doc = *d;
+    if (nccl >= 60 && cuda > 0 && !agent_rank_by_pid(doc, pip.pid()).is_null() &&
+        !agent_rank_by_pid(doc, direct.pid()).is_null())
+      break;
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(nccl, 60) << agent.log();
+  // The stub: 5 synchronize entry points x 2, and the checked allocation/init calls.
+  EXPECT_GT(cuda, 10) << agent.log();
+  EXPECT_EQ(errors, 0) << agent.log();
+  ASSERT_FALSE(agent_rank_by_pid(doc, direct.pid()).is_null()) << doc.dump();
+  auto pip_rank = agent_rank_by_pid(doc, pip.pid());
+  ASSERT_FALSE(pip_rank.is_null()) << doc.dump();
+  EXPECT_NE(pip_rank.dump().find("site-packages/nvidia/nccl/lib/libnccl.so.2"), std::string::npos) << pip_rank.dump();
+  // Loading is not calling: no collective was counted.
+  EXPECT_TRUE(pip_rank.value("nccl", json::object()).empty()) << pip_rank.dump();
+}
+
+}  // namespace
+}  // namespace argus::itest

@@ -1,0 +1,138 @@
+// Discovery on fake /proc trees: which processes are ranks, the identity from
+// their environment, and counted skips for malformed or vanished entries.
+#include "discovery/discovery.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace argus {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Says "nccl" for any path containing "nccl": discovery's logic, not ELF, is under test.
+class NameProber : public LibraryProber {
+ public:
+  LibraryKind consider(int, const procfs::MapEntry& m) override {
+    ++calls;
+    if (m.path.find("nccl") != std::string::npos) return LibraryKind::Nccl;
+    if (m.path.find("libcuda") != std::string::npos) return LibraryKind::Cuda;
+    return LibraryKind::None;
+  }
+  int calls = 0;
+};
+
+class FakeProc {
+ public:
+  FakeProc() {
+    std::string t = (fs::temp_directory_path() / "argus-proc-XXXXXX").string();
+    root = mkdtemp(t.data());
+  }
+  ~FakeProc() { fs::remove_all(root); }
+  void add(int pid, const std::string& maps, const std::string& environ, const std::string& comm = "python") {
+    const fs::path d = root / std::to_string(pid);
+    fs::create_directories(d);
+    std::ofstream(d / "maps") << maps;
+    std::ofstream(d / "environ") << environ;
+    std::ofstream(d / "stat") << pid << " (" << comm << ") S 1 1 1 0 -1 0 0 0 0 0 5 6 0 0 20 0 1 0 4242 0 0\n";
+  }
+  fs::path root;
+};
+
+const std::string kNcclMaps =
+    "7f0000000000-7f0000100000 r-xp 00000000 fd:01 1234 /opt/conda/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+    "7f0000200000-7f0000300000 r--p 00000000 fd:01 1234 /opt/conda/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+    "7f0000400000-7f0000500000 r-xp 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n";
+const std::string kPlainMaps = "7f0000400000-7f0000500000 r-xp 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n";
+
+std::string env(std::initializer_list<std::string> kv) {
+  std::string out;
+  for (const auto& s : kv) out += s + '\0';
+  return out;
+}
+
+TEST(Discovery, FindsRanksByTheirLibrariesWithIdentity) {
+  FakeProc proc;
+  proc.add(10, kNcclMaps, env({"RANK=3", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=llm-7", "LOCAL_RANK=3"}));
+  proc.add(11, kPlainMaps, env({"RANK=1"}));
+  NameProber prober;
+  Discovery d({proc.root.string(), 0}, prober);
+  auto found = d.scan(100);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].pid, 10);
+  EXPECT_EQ(found[0].identity.job_id, "llm-7");
+  EXPECT_EQ(found[0].identity.rank, 3);
+  EXPECT_EQ(found[0].comm, "python");
+  EXPECT_EQ(found[0].start_ticks, 4242u);
+  ASSERT_EQ(found[0].libraries.size(), 1u);  // one file, asked about once
+  // Only executable, file-backed mappings are considered, each file once.
+  EXPECT_EQ(prober.calls, 3);
+}
+
+TEST(Discovery, SkipsTheAgentItselfAndBacksOffOldProcesses) {
+  FakeProc proc;
+  proc.add(20, kPlainMaps, "");
+  proc.add(21, kNcclMaps, "");
+  NameProber prober;
+  DiscoveryOptions opts{proc.root.string(), 21};
+  Discovery d(opts, prober);
+  EXPECT_TRUE(d.scan(0).empty());
+  const int after_first = prober.calls;
+  d.scan(1);  // young: rechecked every scan
+  EXPECT_GT(prober.calls, after_first);
+  d.scan(40);  // old now: rechecked only every old_recheck_seconds
+  const int at_40 = prober.calls;
+  d.scan(41);
+  EXPECT_EQ(prober.calls, at_40);
+  d.scan(40 + opts.old_recheck_seconds);
+  EXPECT_GT(prober.calls, at_40);
+}
+
+TEST(Discovery, ExecFollowUpsCatchLibrariesMappedLater) {
+  FakeProc proc;
+  proc.add(30, kPlainMaps, env({"RANK=0"}));
+  NameProber prober;
+  Discovery d({proc.root.string(), 0}, prober);
+  d.on_exec(30, 10.0);
+  EXPECT_TRUE(d.run_due(10.0).empty());  // nothing mapped yet
+  proc.add(30, kNcclMaps, env({"RANK=0"}));  // the loader (or a dlopen) mapped NCCL
+  EXPECT_TRUE(d.run_due(10.01).empty());     // the next follow-up is not due yet
+  auto found = d.run_due(10.1);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].identity.rank, 0);
+}
+
+TEST(Discovery, MalformedAndVanishedEntriesAreCountedSkips) {
+  FakeProc proc;
+  proc.add(40, "garbage line\n" + kNcclMaps + "zzzz-yyyy r-xp\n", env({"RANK=2"}));
+  fs::create_directories(proc.root / "41");  // a pid whose files are gone
+  fs::create_directories(proc.root / "notapid");
+  NameProber prober;
+  Discovery d({proc.root.string(), 0}, prober);
+  auto found = d.scan(0);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].pid, 40);
+  auto skips = d.skips();
+  EXPECT_EQ(skips["malformed_maps_line"], 1u);
+  EXPECT_EQ(skips["vanished"], 1u);
+  EXPECT_FALSE(d.check(999, 0));  // no such pid
+  EXPECT_EQ(d.skips()["vanished"], 2u);
+}
+
+TEST(Discovery, UnreadableEnvironmentStillTracksTheRank) {
+  FakeProc proc;
+  proc.add(50, kNcclMaps, "");
+  fs::remove(proc.root / "50" / "environ");
+  NameProber prober;
+  Discovery d({proc.root.string(), 0}, prober);
+  auto found = d.scan(0);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].identity.rank, -1);  // NCCL init will tell
+  EXPECT_EQ(d.skips()["environ_vanished"], 1u);
+}
+
+}  // namespace
+}  // namespace argus

@@ -1,0 +1,158 @@
+// The registry on scripted input with an injected clock.
+#include "registry/rank_registry.h"
+
+#include <gtest/gtest.h>
+
+#include "argus.h"
+
+namespace argus {
+namespace {
+
+class FakeClock : public Clock {
+ public:
+  uint64_t monotonic_ns() const override { return mono_ns; }
+  double unix_seconds() const override { return unix_s; }
+  void advance(double s) {
+    mono_ns += static_cast<uint64_t>(s * 1e9);
+    unix_s += s;
+  }
+  uint64_t mono_ns = 1'000'000'000;
+  double unix_s = 1'700'000'000;
+};
+
+RankIdentity env_identity(const std::string& job, int rank) {
+  RankIdentity id;
+  id.job_id = job;
+  id.rank = rank;
+  id.rank_source = "RANK";
+  id.world_size = 8;
+  id.local_rank = rank;
+  return id;
+}
+
+const RankSnapshot* find(const std::vector<RankSnapshot>& v, int pid) {
+  for (const auto& s : v)
+    if (s.pid == pid) return &s;
+  return nullptr;
+}
+
+TEST(RankRegistry, TotalsReplaceNeverAdd) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"node-a", 60, 10, false});
+  reg.track(100, 5, "python", env_identity("job", 3), {"/usr/lib/libnccl.so.2"});
+  std::vector<AggregateRecord> totals = {
+      {100, ARGUS_STAT_NCCL_CALLS, ARGUS_OP_ALL_REDUCE, 0, 10, 4000},
+      {100, ARGUS_STAT_NCCL_CALLS, ARGUS_OP_SEND, 0, 2, 64},
+      {100, ARGUS_STAT_CUDA_SYNC, ARGUS_CU_STREAM_SYNCHRONIZE, 0, 5, 5'000'000},
+      {100, ARGUS_STAT_CUDA_ERROR, ARGUS_CU_MEM_ALLOC, 2, 1, 0},
+      {100, ARGUS_STAT_NCCL_ERROR, static_cast<uint16_t>(ARGUS_OP_MAX), 6, 1, 0},
+  };
+  reg.apply_totals(100, totals);
+  reg.apply_totals(100, totals);  // the same totals twice: still the same figures
+  auto snap = reg.snapshot();
+  const auto* s = find(snap, 100);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->nccl.at("all_reduce").calls, 10u);
+  EXPECT_EQ(s->nccl.at("all_reduce").bytes, 4000u);
+  EXPECT_EQ(s->nccl.at("send").calls, 2u);
+  EXPECT_EQ(s->sync.at("cuStreamSynchronize").wait_ns, 5'000'000u);
+  EXPECT_EQ((s->cuda_errors.at({"cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY"})), 1u);
+  EXPECT_EQ((s->nccl_errors.at({"ncclCommInitRank", "ncclRemoteError"})), 1u);
+  EXPECT_EQ(s->job_id, "job");
+  EXPECT_EQ(s->rank, 3);
+  EXPECT_EQ(s->node, "node-a");
+  EXPECT_EQ(s->identity_source, "env:RANK");
+}
+
+TEST(RankRegistry, NcclInitFillsOnlyWhatTheEnvironmentLacks) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 60, 10, false});
+  reg.track(1, 1, "a", env_identity("job", 3), {});
+  reg.track(2, 1, "b", RankIdentity{}, {});
+  NcclInitInfo info;
+  info.rank = 5;
+  info.nranks = 16;
+  info.uid_hex = "00112233445566778899aabbccddeeff";
+  reg.on_nccl_init(1, info);
+  reg.on_nccl_init(2, info);
+  NcclInitInfo failed = info;
+  failed.rank = 9;
+  failed.result = 2;
+  reg.track(3, 1, "c", RankIdentity{}, {});
+  reg.on_nccl_init(3, failed);  // a failed init says nothing reliable
+  auto snap = reg.snapshot();
+  EXPECT_EQ(find(snap, 1)->rank, 3);  // environment wins
+  EXPECT_EQ(find(snap, 2)->rank, 5);
+  EXPECT_EQ(find(snap, 2)->world_size, 16);
+  EXPECT_EQ(find(snap, 2)->job_id, "nccl-001122334455");
+  EXPECT_EQ(find(snap, 2)->identity_source, "nccl:ncclCommInitRank");
+  EXPECT_FALSE(find(snap, 3)->identified());
+}
+
+TEST(RankRegistry, ExitedRanksStayForTheGracePeriodThenGo) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.track(7, 1, "a", env_identity("j", 0), {});
+  reg.track(8, 1, "b", env_identity("j", 1), {});
+  reg.on_exit(7, 9);          // killed by SIGKILL
+  reg.on_exit(8, 3 << 8);     // exit(3)
+  EXPECT_EQ(reg.tracked_count(), 0u);
+  auto snap = reg.snapshot();
+  EXPECT_EQ(find(snap, 7)->exit_reason, "signal");
+  EXPECT_EQ(find(snap, 7)->exit_code, 9);
+  EXPECT_EQ(find(snap, 8)->exit_reason, "exit");
+  EXPECT_EQ(find(snap, 8)->exit_code, 3);
+  clock.advance(29);
+  reg.tick();
+  EXPECT_EQ(reg.snapshot().size(), 2u);
+  clock.advance(2);
+  reg.tick();
+  EXPECT_TRUE(reg.snapshot().empty());
+}
+
+TEST(RankRegistry, ReusedPidStartsAFreshRecord) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.track(9, 100, "a", env_identity("old", 0), {});
+  reg.apply_totals(9, {{9, ARGUS_STAT_NCCL_CALLS, ARGUS_OP_ALL_REDUCE, 0, 50, 1}});
+  reg.track(9, 200, "b", env_identity("new", 1), {});
+  auto snap = reg.snapshot();
+  ASSERT_EQ(snap.size(), 1u);
+  EXPECT_EQ(snap[0].job_id, "new");
+  EXPECT_TRUE(snap[0].nccl.empty());
+}
+
+TEST(RankRegistry, WaitRatioOverTheWindow) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.track(1, 1, "a", env_identity("j", 0), {});
+  uint64_t wait = 0;
+  for (int i = 0; i <= 20; ++i) {
+    reg.apply_totals(1, {{1, ARGUS_STAT_NCCL_WAIT, ARGUS_OP_ALL_REDUCE, 0, 1, wait}});
+    reg.tick();
+    clock.advance(1);
+    wait += 600'000'000;  // 0.6 s waited per second
+  }
+  EXPECT_NEAR(reg.snapshot()[0].collective_wait_ratio, 0.6, 1e-9);
+  // Many threads waiting at once cannot make the share exceed one.
+  for (int i = 0; i < 12; ++i) {
+    wait += 3'000'000'000ull;
+    reg.apply_totals(1, {{1, ARGUS_STAT_NCCL_WAIT, ARGUS_OP_ALL_REDUCE, 0, 1, wait}});
+    reg.tick();
+    clock.advance(1);
+  }
+  EXPECT_DOUBLE_EQ(reg.snapshot()[0].collective_wait_ratio, 1.0);
+}
+
+TEST(RankRegistry, UnknownPidsAreIgnored) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.apply_totals(404, {{404, ARGUS_STAT_NCCL_CALLS, 0, 0, 1, 1}});
+  reg.on_exit(404, 0);
+  reg.on_nccl_init(404, NcclInitInfo{});
+  reg.on_vanished(404);
+  EXPECT_TRUE(reg.snapshot().empty());
+}
+
+}  // namespace
+}  // namespace argus
