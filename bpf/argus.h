@@ -128,10 +128,16 @@ struct argus_stat_val {
 	__u64 sum; /* bytes or nanoseconds, per kind */
 };
 
+struct argus_inflight_key {
+	__u64 pid_tgid;
+	__u32 cls; /* one slot per library class, so a CUDA call inside NCCL init keeps both */
+	__u32 pad;
+};
+
 /* In-flight call: entry state kept per thread until the return probe. */
 struct argus_inflight {
 	__u64 start_ns;
-	__u64 ptr;    /* an out-pointer to read at return (ncclCommInitRank's comm) */
+	__u64 ptr;    /* ncclCommInitRank*: the out-pointer to read at return; collectives: the comm */
 	__u32 id;     /* op or api id */
 	__u32 kind;   /* enum argus_stat_kind for the duration */
 	__s32 rank;   /* ncclCommInitRank*: rank argument */
@@ -171,8 +177,17 @@ struct argus_nccl_coll_event {
 	__u64 comm;  /* ncclComm_t handle (a pointer in the rank's address space) */
 	__u64 count; /* elements */
 	__u64 bytes; /* count x datatype size */
+	__u64 seq;   /* collectives on this communicator by this process, from 1; 0 for p2p.
+	              * Counted in BPF so that a lost event does not shift later numbers. */
 	__u32 op;    /* enum argus_nccl_op */
 	__s32 datatype;
+};
+
+/* Key of the per-(process, communicator) collective counter. */
+struct argus_seq_key {
+	__u32 tgid;
+	__u32 pad;
+	__u64 comm;
 };
 
 struct argus_nccl_init_event {
@@ -200,11 +215,13 @@ struct argus_nccl_group_event {
 ARGUS_ASSERT_SIZE(argus_stat_key, 16);
 ARGUS_ASSERT_SIZE(argus_stat_val, 16);
 ARGUS_ASSERT_SIZE(argus_inflight, 48);
+ARGUS_ASSERT_SIZE(argus_inflight_key, 16);
 ARGUS_ASSERT_SIZE(argus_event_header, 24);
 ARGUS_ASSERT_SIZE(argus_exec_event, 48);
 ARGUS_ASSERT_SIZE(argus_exit_event, 32);
 ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
-ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 56);
+ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 64);
+ARGUS_ASSERT_SIZE(argus_seq_key, 16);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
 ARGUS_ASSERT_SIZE(argus_nccl_group_event, 32);
 

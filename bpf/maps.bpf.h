@@ -28,12 +28,6 @@ struct {
 	__type(value, struct argus_stat_val);
 } stats SEC(".maps") __weak;
 
-struct argus_inflight_key {
-	__u64 pid_tgid;
-	__u32 cls; /* one slot per library class, so a CUDA call inside NCCL init keeps both */
-	__u32 pad;
-};
-
 /* Entry state of calls timed entry->return. LRU: threads that die mid-call
  * (or hang forever) must not fill the map. */
 struct {
@@ -42,6 +36,15 @@ struct {
 	__type(key, struct argus_inflight_key);
 	__type(value, struct argus_inflight);
 } inflight SEC(".maps") __weak;
+
+/* Collective sequence numbers per (tgid, communicator). LRU: communicators
+ * destroyed without the agent noticing must not fill it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, ARGUS_MAX_TRACKED);
+	__type(key, struct argus_seq_key);
+	__type(value, __u64);
+} coll_seq SEC(".maps") __weak;
 
 /* Rare events to userspace. Size is set by the agent before load. */
 struct {

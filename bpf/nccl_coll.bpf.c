@@ -27,6 +27,20 @@ static __always_inline __u64 nccl_datatype_size(__s32 dt)
 	}
 }
 
+/* The next collective number of this process on this communicator (from 1). */
+static __always_inline __u64 next_seq(__u32 tgid, __u64 comm)
+{
+	struct argus_seq_key key = { .tgid = tgid, .pad = 0, .comm = comm };
+	__u64 *v = bpf_map_lookup_elem(&coll_seq, &key);
+	if (v)
+		return __sync_add_and_fetch(v, 1);
+	__u64 first = 1;
+	if (bpf_map_update_elem(&coll_seq, &key, &first, BPF_NOEXIST) == 0)
+		return 1;
+	v = bpf_map_lookup_elem(&coll_seq, &key); /* another thread created it */
+	return v ? __sync_add_and_fetch(v, 1) : 0;
+}
+
 SEC("uprobe")
 int BPF_KPROBE(argus_nccl_coll_enter)
 {
@@ -42,6 +56,7 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 	__u64 bytes = count * nccl_datatype_size(dtype);
 
 	argus_stat_add(tgid, ARGUS_STAT_NCCL_CALLS, op, 0, 1, bytes);
+	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : next_seq(tgid, comm);
 
 	struct argus_nccl_coll_event *ev =
 		argus_reserve(sizeof(*ev), ARGUS_EV_NCCL_COLL, ARGUS_SRC_NCCL);
@@ -49,13 +64,14 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 		ev->comm = comm;
 		ev->count = count;
 		ev->bytes = bytes;
+		ev->seq = seq;
 		ev->op = op;
 		ev->datatype = dtype;
 		bpf_ringbuf_submit(ev, 0);
 	}
 
 	struct argus_inflight st = {
-		.start_ns = bpf_ktime_get_ns(), .id = op, .kind = ARGUS_STAT_NCCL_WAIT,
+		.start_ns = bpf_ktime_get_ns(), .ptr = comm, .id = op, .kind = ARGUS_STAT_NCCL_WAIT,
 	};
 	argus_inflight_begin(ARGUS_CLS_NCCL, &st);
 	return 0;

@@ -44,6 +44,13 @@ json rank_json(const RankSnapshot& r) {
   j["identity_source"] = str_or_null(r.identity_source);
   j["first_seen"] = r.first_seen_unix;
   j["collective_wait_ratio"] = r.collective_wait_ratio;
+  j["arrival_lag_seconds"] = r.arrival_lag_seconds;
+  j["late_fraction"] = r.late_fraction;
+  j["step_seconds"] = r.step_seconds;
+  j["straggler"] = r.straggler;
+  j["straggler_score"] = r.straggler_score;
+  j["hang_missing"] = r.hang_missing;
+  j["comm_seq"] = r.comm_seq;
   j["nccl"] = std::move(nccl);
   j["cuda"] = {{"sync", std::move(sync)},
                {"kernel_launches", r.launches_counted ? json(r.kernel_launches) : json(nullptr)},
@@ -79,5 +86,20 @@ std::string dump_json(const nlohmann::json& j, int indent) {
 }
 
 std::string render_ranks_json(const Snapshot& snap) { return dump_json(ranks_json(snap)); }
+
+nlohmann::json comms_json(const Snapshot& snap) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& c : snap.comms) {
+    list.push_back({{"job_id", c.job_id.empty() ? nlohmann::json() : nlohmann::json(c.job_id)},
+                    {"comm", c.comm},
+                    {"nranks", c.nranks},
+                    {"ranks_here", c.ranks_here},
+                    {"newest_seq", c.newest_seq},
+                    {"stalled_seconds", c.stalled_seconds},
+                    {"hung", c.hung},
+                    {"missing_ranks", c.missing_ranks}});
+  }
+  return {{"comms", list}};
+}
 
 }  // namespace argus

@@ -33,4 +33,8 @@ std::string render_ranks_json(const Snapshot& snap);
 // j.dump() that never throws on bad UTF-8 (replaces it); indent < 0 means compact.
 std::string dump_json(const nlohmann::json& j, int indent = -1);
 
+// GET /api/v1/comms: {"comms": [{"job_id", "comm", "nranks", "ranks_here", "newest_seq",
+//                                "stalled_seconds", "hung", "missing_ranks": [...]}]}
+nlohmann::json comms_json(const Snapshot& snap);
+
 }  // namespace argus

@@ -83,6 +83,21 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                       "Share of wall time blocked in collectives and CUDA synchronize, last window.",
                       MetricType::Gauge);
   auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason.", MetricType::Counter);
+  auto lag = family("argus_nccl_arrival_lag_seconds",
+                    "Mean lag behind the earliest rank of this node at the same collective, last window.",
+                    MetricType::Gauge);
+  auto straggler = family("argus_straggler", "1 while this rank is a straggler.", MetricType::Gauge);
+  auto score = family("argus_straggler_score", "How much slower than the median rank (0 = on time).",
+                      MetricType::Gauge);
+  auto missing = family("argus_hang_missing_rank",
+                        "1 while this rank has not reached a collective its peers sit in.", MetricType::Gauge);
+  auto step = family("argus_step_seconds", "Step time from the period of the collective pattern (0 = unknown).",
+                     MetricType::Gauge);
+  auto last_seq = family("argus_nccl_last_seq",
+                         "Number of the newest collective this rank entered on a communicator.", MetricType::Gauge);
+  auto stalled = family("argus_collective_stalled_seconds",
+                        "How long the communicator's newest collective has waited for missing ranks (0 when moving).",
+                        MetricType::Gauge);
 
   // Identified ranks grouped by (job_id, rank), in that order.
   std::map<std::pair<std::string, int>, std::vector<const RankSnapshot*>> groups;
@@ -143,7 +158,18 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     for (const auto& [k, v] : cerr) add(cuda_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
     for (const auto& [k, v] : nerr) add(nccl_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
     add(ratio, base, lead->collective_wait_ratio);
+    add(lag, base, lead->arrival_lag_seconds);
+    add(straggler, base, lead->straggler ? 1 : 0);
+    add(score, base, lead->straggler_score);
+    add(missing, base, lead->hang_missing ? 1 : 0);
+    add(step, base, lead->step_seconds);
+    for (const auto& [comm, seq] : lead->comm_seq) add(last_seq, with(base, {{"comm", comm}}), static_cast<double>(seq));
     for (const auto& [reason, n] : exit_reasons) add(exits, with(base, {{"reason", reason}}), static_cast<double>(n));
+  }
+
+  for (const auto& c : snap.comms) {
+    if (c.job_id.empty()) continue;
+    add(stalled, {{"job_id", c.job_id}, {"comm", c.comm}}, c.stalled_seconds);
   }
 
   const AgentSnapshot& a = snap.agent;
@@ -173,9 +199,9 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   add(build, {{"version", a.version}}, 1);
 
   std::vector<MetricFamily> out;
-  out.reserve(19);
+  out.reserve(26);
   for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &cuda_err, &nccl_err,
-                  &ratio, &exits, &events, &lost, &tracked, &attach_err, &attached, &bpf_err, &skips, &build}) {
+                  &ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &events, &lost, &tracked, &attach_err, &attached, &bpf_err, &skips, &build}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -152,6 +154,21 @@ int main(int argc, char** argv) {
   });
   http.route("GET", "/api/v1/ranks", [&](const argus::HttpRequest&) {
     return argus::HttpResponse::json(200, argus::render_ranks_json(rt.snapshot()));
+  });
+  http.route("GET", "/api/v1/events", [&](const argus::HttpRequest& req) {
+    double since = 0;
+    if (auto it = req.query.find("since"); it != req.query.end()) {
+      char* end = nullptr;
+      since = std::strtod(it->second.c_str(), &end);
+      if (it->second.empty() || end == nullptr || *end != '\0' || !std::isfinite(since))
+        return argus::HttpResponse::json(400, R"({"error":"since must be UNIX seconds"})");
+    }
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& ev : rt.events_since(since)) list.push_back(argus::event_to_json(ev));
+    return argus::HttpResponse::json(200, argus::dump_json({{"events", list}}));
+  });
+  http.route("GET", "/api/v1/comms", [&](const argus::HttpRequest&) {
+    return argus::HttpResponse::json(200, argus::dump_json(argus::comms_json(rt.snapshot())));
   });
   http.route("GET", "/healthz", [&](const argus::HttpRequest&) {
     const double age = rt.seconds_since_heartbeat();

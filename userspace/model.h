@@ -45,6 +45,13 @@ struct RankSnapshot {
   std::map<std::pair<std::string, std::string>, uint64_t> nccl_errors;  // (api, code) -> calls
 
   double collective_wait_ratio = 0;  // last window: (collective + sync time) / wall time
+  double arrival_lag_seconds = 0;    // mean lag behind the node's earliest rank, last window
+  double late_fraction = 0;          // share of collectives it arrived last (and late)
+  double step_seconds = 0;           // period of its collective pattern; 0 when unknown
+  bool straggler = false;
+  double straggler_score = 0;        // how much slower than the median rank (0 = on time)
+  bool hang_missing = false;         // never reached a collective its peers sit in
+  std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
   std::vector<std::string> libraries;  // probed library files this process maps
 
   bool identified() const { return rank >= 0 && !job_id.empty(); }
@@ -64,9 +71,22 @@ struct AgentSnapshot {
   uint64_t tracked_processes = 0;
 };
 
+// One communicator as this node sees it.
+struct CommSnapshot {
+  std::string job_id;
+  std::string comm;  // the first bytes of its ncclUniqueId, hex: the same on every node
+  int nranks = 0;    // the whole communicator
+  int ranks_here = 0;
+  uint64_t newest_seq = 0;
+  double stalled_seconds = 0;  // how long its newest collective has waited (0 when moving)
+  bool hung = false;
+  std::vector<int> missing_ranks;
+};
+
 struct Snapshot {
   AgentSnapshot agent;
   std::vector<RankSnapshot> ranks;
+  std::vector<CommSnapshot> comms;
 };
 
 }  // namespace argus

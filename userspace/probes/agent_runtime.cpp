@@ -39,7 +39,10 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
       clock_(clock),
       loader_(std::move(loader)),
       registry_(clock, RegistryOptions{opts.node, opts.exit_grace_seconds, opts.window_seconds,
-                                       opts.probes == ProbeSet::Deep}) {
+                                       opts.probes == ProbeSet::Deep}),
+      tracker_(TrackerOptions{opts.window_seconds, 512, 0.001}),
+      stragglers_(opts.straggler, opts.window_seconds),
+      hangs_(opts.hang) {
   probes_ = std::make_unique<ProbeManager>(*loader_, opts_.proc_root, opts_.probes);
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
@@ -81,6 +84,7 @@ void AgentRuntime::loop() {
       refresh_stats();
       reap_vanished();
       registry_.tick();
+      evaluate_detectors();
       next_stats = now + opts_.stats_interval_seconds;
     }
     heartbeat_ns_ = clock_.monotonic_ns();
@@ -127,6 +131,12 @@ void AgentRuntime::handle_event(const DecodedEvent& ev) {
   } else if (const auto* e = std::get_if<argus_exit_event>(&ev)) {
     finish_process(static_cast<int>(e->hdr.tgid), e->exit_code);
   } else if (const auto* e = std::get_if<argus_nccl_init_event>(&ev)) {
+    if (e->result == 0) {
+      const int pid = static_cast<int>(e->hdr.tgid);
+      const std::string name = hex_prefix(e->uid, sizeof(e->uid));
+      comm_names_[pid][e->comm] = name;
+      tracker_.add_member(name, pid, e->nranks);
+    }
     NcclInitInfo info;
     info.rank = e->rank;
     info.nranks = e->nranks;
@@ -136,7 +146,7 @@ void AgentRuntime::handle_event(const DecodedEvent& ev) {
     info.uid_hex = hex_prefix(e->uid, sizeof(e->uid));
     registry_.on_nccl_init(static_cast<int>(e->hdr.tgid), info);
   } else if (const auto* e = std::get_if<argus_nccl_coll_event>(&ev)) {
-    registry_.on_collective(static_cast<int>(e->hdr.tgid));
+    on_collective(*e);
   } else if (const auto* e = std::get_if<argus_nccl_group_event>(&ev)) {
     registry_.on_group(static_cast<int>(e->hdr.tgid), e->is_end != 0);
   }
@@ -155,7 +165,133 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   else
     registry_.on_vanished(pid);
   loader_->delete_stats(static_cast<uint32_t>(pid));
+  loader_->delete_seqs(static_cast<uint32_t>(pid));
   loader_->forget_tgid(static_cast<uint32_t>(pid));
+  tracker_.on_exit(pid);
+  for (const auto& r : registry_.snapshot()) {
+    if (r.pid != pid || !r.identified()) continue;
+    DetectedEvent ev;
+    ev.time = clock_.unix_seconds();
+    ev.kind = "rank_exit";
+    ev.job_id = r.job_id;
+    ev.rank = r.rank;
+    ev.summary = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " (pid " + std::to_string(pid) + ") ended: " +
+                 r.exit_reason + (r.exit_code >= 0 ? " " + std::to_string(r.exit_code) : std::string(" (code unknown)"));
+    ev.evidence = {{"pid", pid}, {"reason", r.exit_reason}, {"code", r.exit_code}};
+    events_.add(std::move(ev));
+  }
+}
+
+// The communicator a collective ran on, by the name all its ranks share (from
+// ncclCommInitRank). A process whose init the agent missed (attached late) but
+// that uses a single communicator is taken to use its job's world communicator.
+std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
+  auto& names = comm_names_[pid];
+  if (auto it = names.find(handle); it != names.end()) return it->second;
+  for (const auto& r : registry_.snapshot()) {
+    if (r.pid != pid) continue;
+    const std::string name = "job:" + (r.job_id.empty() ? "pid" + std::to_string(pid) : r.job_id);
+    names[handle] = name;
+    tracker_.add_member(name, pid, r.world_size);
+    return name;
+  }
+  return "pid:" + std::to_string(pid);
+}
+
+void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
+  const int pid = static_cast<int>(e.hdr.tgid);
+  registry_.on_collective(pid);
+  if (e.seq == 0) return;  // p2p
+  tracker_.on_arrival(comm_key(pid, e.comm), pid, e.seq, e.hdr.ts_ns);
+}
+
+void AgentRuntime::evaluate_detectors() {
+  const uint64_t now_ns = clock_.monotonic_ns();
+  const double now_unix = clock_.unix_seconds();
+  const auto ranks = registry_.snapshot();
+
+  std::vector<RankSignal> signals;
+  std::map<int, RankInfoForHang> facts;
+  std::map<int, RankLagStats> lags;
+  for (const auto& r : ranks) {
+    const RankLagStats lag = tracker_.lag_stats(r.pid, now_ns);
+    lags[r.pid] = lag;
+    facts[r.pid] = {r.job_id, r.rank, r.exited, r.exit_reason, r.exit_code, lag.step_seconds};
+    if (r.exited) continue;
+    RankSignal sig;
+    sig.pid = r.pid;
+    sig.job_id = r.job_id;
+    sig.rank = r.rank;
+    sig.wait_ratio = r.collective_wait_ratio;
+    sig.coverage = std::min(1.0, (now_unix - r.first_seen_unix) / opts_.window_seconds);
+    sig.lag = lag;
+    signals.push_back(sig);
+  }
+  for (auto& ev : stragglers_.evaluate(signals, now_unix)) {
+    spdlog::warn("{}", ev.summary);
+    events_.add(std::move(ev));
+  }
+
+  std::vector<InflightCollective> inflight;
+  for (const auto& call : loader_->read_inflight_collectives()) {
+    const int pid = static_cast<int>(call.tgid);
+    auto names = comm_names_.find(pid);
+    if (names == comm_names_.end()) continue;
+    auto n = names->second.find(call.comm);
+    if (n != names->second.end()) inflight.push_back({pid, n->second, call.start_ns});
+  }
+  const auto comms = tracker_.comms();
+  for (auto& ev : hangs_.evaluate(comms, inflight, facts, now_ns, now_unix)) {
+    spdlog::warn("{}", ev.summary);
+    events_.add(std::move(ev));
+  }
+
+  std::map<int, std::map<std::string, uint64_t>> seqs;
+  std::vector<CommSnapshot> health;
+  for (const auto& c : comms) {
+    CommSnapshot cs;
+    cs.comm = c.comm;
+    cs.nranks = c.nranks;
+    cs.ranks_here = static_cast<int>(c.members.size());
+    cs.newest_seq = c.newest_seq;
+    for (const auto& [pid, m] : c.members) {
+      seqs[pid][c.comm] = m.last_seq;
+      if (cs.job_id.empty() && facts.count(pid)) cs.job_id = facts[pid].job_id;
+    }
+    if (auto h = hangs_.health().find(c.comm); h != hangs_.health().end()) {
+      cs.stalled_seconds = h->second.stalled_seconds;
+      cs.hung = h->second.hung;
+      for (int pid : h->second.missing_pids) cs.missing_ranks.push_back(facts.count(pid) ? facts[pid].rank : -1);
+    }
+    health.push_back(std::move(cs));
+  }
+  for (const auto& r : ranks) {
+    RankDetection d;
+    const auto& lag = lags[r.pid];
+    d.arrival_lag_seconds = lag.mean_lag_s;
+    d.late_fraction = lag.late_fraction;
+    d.step_seconds = lag.step_seconds;
+    const auto st = stragglers_.state(r.pid);
+    d.straggler = st.straggler && !r.exited;
+    d.straggler_score = r.exited ? 0 : st.score;
+    d.hang_missing = hangs_.missing(r.pid);
+    d.comm_seq = seqs[r.pid];
+    registry_.set_detection(r.pid, d);
+  }
+  // Processes the registry dropped (grace over) are dropped here too.
+  std::set<int> known;
+  for (const auto& r : ranks) known.insert(r.pid);
+  for (auto it = comm_names_.begin(); it != comm_names_.end();) {
+    if (known.count(it->first)) {
+      ++it;
+      continue;
+    }
+    tracker_.forget(it->first);
+    stragglers_.forget(it->first);
+    it = comm_names_.erase(it);
+  }
+  std::lock_guard lock(counters_mu_);
+  comm_health_ = std::move(health);
 }
 
 void AgentRuntime::refresh_stats() {
@@ -216,6 +352,7 @@ Snapshot AgentRuntime::snapshot() const {
   for (const auto& [k, v] : events_total_) a.events_total[k] = v;
   a.bpf_errors = bpf_errors_;
   a.bpf_errors["malformed_record"] = malformed_records_;
+  snap.comms = comm_health_;
   auto lost = [&](const char* name) {
     auto it = bpf_errors_.find(name);
     return it == bpf_errors_.end() ? 0 : it->second;

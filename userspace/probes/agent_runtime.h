@@ -10,6 +10,9 @@
 
 #include "common/clock.h"
 #include "decoder/event_decoder.h"
+#include "detect/collective_tracker.h"
+#include "detect/detectors.h"
+#include "detect/event_log.h"
 #include "discovery/discovery.h"
 #include "model.h"
 #include "probes/bpf_loader.h"
@@ -28,6 +31,8 @@ struct AgentOptions {
   double scan_interval_seconds = 1;
   double stats_interval_seconds = 1;
   uint32_t ringbuf_bytes = 4u << 20;
+  StragglerOptions straggler;
+  HangOptions hang;
 };
 
 class AgentRuntime {
@@ -38,6 +43,7 @@ class AgentRuntime {
   void start();  // the event loop thread
   void stop();
   Snapshot snapshot() const;
+  std::vector<DetectedEvent> events_since(double unix_seconds) const { return events_.since(unix_seconds); }
   // Seconds since the event loop last went round: /healthz fails when stuck.
   double seconds_since_heartbeat() const;
 
@@ -50,6 +56,9 @@ class AgentRuntime {
   void refresh_stats();
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
+  void on_collective(const argus_nccl_coll_event& e);
+  std::string comm_key(int pid, uint64_t handle);
+  void evaluate_detectors();
   double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }
 
   AgentOptions opts_;
@@ -58,6 +67,12 @@ class AgentRuntime {
   std::unique_ptr<ProbeManager> probes_;
   std::unique_ptr<Discovery> discovery_;
   RankRegistry registry_;
+  CollectiveTracker tracker_;
+  StragglerDetector stragglers_;
+  HangDetector hangs_;
+  EventLog events_;
+  std::map<int, std::map<uint64_t, std::string>> comm_names_;  // pid -> ncclComm_t -> communicator name
+  std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
 
   std::thread thread_;
   std::atomic<bool> running_{false};

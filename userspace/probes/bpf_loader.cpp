@@ -188,6 +188,34 @@ std::map<std::string, uint64_t> BpfLoader::read_errors() const {
   return out;
 }
 
+std::vector<InflightCall> BpfLoader::read_inflight_collectives() const {
+  std::vector<InflightCall> out;
+  argus_inflight_key key{}, next{};
+  const argus_inflight_key* prev = nullptr;
+  argus_inflight value{};
+  while (bpf_map__get_next_key(skel_->maps.inflight, prev, &next, sizeof(next)) == 0) {
+    key = next;
+    prev = &key;
+    if (bpf_map__lookup_elem(skel_->maps.inflight, &key, sizeof(key), &value, sizeof(value), 0) != 0) continue;
+    if (value.kind != ARGUS_STAT_NCCL_WAIT) continue;
+    out.push_back({static_cast<uint32_t>(key.pid_tgid >> 32), static_cast<uint32_t>(key.pid_tgid), value.start_ns,
+                   value.ptr, value.id});
+  }
+  return out;
+}
+
+void BpfLoader::delete_seqs(uint32_t tgid) {
+  std::vector<argus_seq_key> doomed;
+  argus_seq_key key{}, next{};
+  const argus_seq_key* prev = nullptr;
+  while (bpf_map__get_next_key(skel_->maps.coll_seq, prev, &next, sizeof(next)) == 0) {
+    key = next;
+    prev = &key;
+    if (key.tgid == tgid) doomed.push_back(key);
+  }
+  for (const auto& k : doomed) bpf_map__delete_elem(skel_->maps.coll_seq, &k, sizeof(k), 0);
+}
+
 int BpfLoader::on_ringbuf_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfLoader*>(ctx);
   if (self->handler_) self->handler_(data, size);

@@ -42,6 +42,15 @@ struct StatEntry {
   argus_stat_val value;  // summed over CPUs
 };
 
+// A collective call still running (its entry seen, its return not yet).
+struct InflightCall {
+  uint32_t tgid = 0;
+  uint32_t tid = 0;
+  uint64_t start_ns = 0;
+  uint64_t comm = 0;
+  uint32_t op = 0;
+};
+
 class BpfLoader {
  public:
   // Opens, sizes and loads the object, and attaches the process tracepoints
@@ -62,6 +71,8 @@ class BpfLoader {
   std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const;
   void delete_stats(uint32_t tgid);
   std::map<std::string, uint64_t> read_errors() const;  // BPF error counters by name
+  std::vector<InflightCall> read_inflight_collectives() const;
+  void delete_seqs(uint32_t tgid);  // the collective numbering of an ended process
 
   // Ring buffer: the callback gets each raw record; poll waits up to timeout_ms.
   using EventHandler = std::function<void(const void* data, size_t size)>;

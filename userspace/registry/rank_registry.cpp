@@ -178,6 +178,20 @@ void RankRegistry::on_vanished(int pid) {
   mark_exited(it->second, "exit", -1);  // code unknown: the exit event was not seen
 }
 
+void RankRegistry::set_detection(int pid, const RankDetection& d) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  RankSnapshot& s = it->second.snap;
+  s.arrival_lag_seconds = d.arrival_lag_seconds;
+  s.late_fraction = d.late_fraction;
+  s.step_seconds = d.step_seconds;
+  s.straggler = d.straggler;
+  s.straggler_score = d.straggler_score;
+  s.hang_missing = d.hang_missing;
+  s.comm_seq = d.comm_seq;
+}
+
 uint64_t RankRegistry::total_wait_ns(const RankSnapshot& s) {
   uint64_t total = 0;
   for (const auto& [op, c] : s.nccl) total += c.wait_ns;

@@ -1,0 +1,188 @@
+#include "detect/collective_tracker.h"
+
+#include <algorithm>
+
+namespace argus {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Sequence numbers may wrap: compare by signed distance.
+bool seq_before(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
+
+}  // namespace
+
+CollectiveTracker::CollectiveTracker(TrackerOptions opts) : opts_(opts) {}
+
+void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks) {
+  Comm& c = comms_[comm];
+  c.view.comm = comm;
+  if (nranks > 0) c.view.nranks = std::max(c.view.nranks, nranks);
+  CommMember& m = c.view.members[pid];
+  m.pid = pid;
+}
+
+void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns) {
+  if (seq == 0) return;  // p2p: no common numbering
+  Comm& c = comms_[comm];
+  c.view.comm = comm;
+  CommMember& m = c.view.members[pid];
+  m.pid = pid;
+  m.exited = false;
+  m.last_seq = seq;
+  m.last_arrival_ns = ts_ns;
+  if (c.view.newest_seq == 0 || seq_before(c.view.newest_seq, seq)) c.view.newest_seq = seq;
+  c.view.newest_arrival_ns = std::max(c.view.newest_arrival_ns, ts_ns);
+  arrivals_[pid].push_back(ts_ns);
+
+  c.open[seq].arrivals[pid] = ts_ns;
+  try_complete(c, seq);
+  // Bounded memory: collectives some member never reaches are dropped oldest first.
+  while (c.open.size() > opts_.max_open_seqs) c.open.erase(c.open.begin());
+  trim(ts_ns);
+}
+
+void CollectiveTracker::try_complete(Comm& c, uint64_t seq) {
+  auto it = c.open.find(seq);
+  if (it == c.open.end()) return;
+  size_t expected = 0;
+  for (const auto& [pid, m] : c.view.members) {
+    if (m.exited) continue;
+    ++expected;
+    if (!it->second.arrivals.count(pid)) return;
+  }
+  if (expected == 0) return;
+  complete(c, seq, it->second);
+  c.open.erase(it);
+}
+
+void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
+  if (s.arrivals.size() < 2) return;  // a lone rank lags nobody
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& [pid, ts] : s.arrivals) {
+    first = std::min(first, ts);
+    last = std::max(last, ts);
+  }
+  // Only the first collective after a compute phase spreads the ranks out; the
+  // rest of the burst arrives together. Lateness is judged on the spread ones.
+  const bool spread = static_cast<double>(last - first) / 1e9 > opts_.late_threshold_s;
+  if (spread) c.spread_starts.push_back(first);
+  for (const auto& [pid, ts] : s.arrivals) {
+    const double lag = static_cast<double>(ts - first) / 1e9;
+    lags_[pid].push_back({first, lag, spread, ts == last});
+  }
+}
+
+void CollectiveTracker::on_exit(int pid) {
+  for (auto& [name, c] : comms_) {
+    auto it = c.view.members.find(pid);
+    if (it == c.view.members.end()) continue;
+    it->second.exited = true;
+    // Collectives that only waited for this rank are complete among the rest.
+    std::vector<uint64_t> seqs;
+    for (const auto& [seq, s] : c.open) seqs.push_back(seq);
+    for (uint64_t seq : seqs) try_complete(c, seq);
+  }
+}
+
+void CollectiveTracker::forget(int pid) {
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    it->second.view.members.erase(pid);
+    for (auto& [seq, s] : it->second.open) s.arrivals.erase(pid);
+    it = it->second.view.members.empty() ? comms_.erase(it) : std::next(it);
+  }
+  lags_.erase(pid);
+  arrivals_.erase(pid);
+}
+
+void CollectiveTracker::trim(uint64_t now_ns) {
+  const auto window = static_cast<uint64_t>(opts_.window_seconds * 1e9);
+  const uint64_t cutoff = now_ns > window ? now_ns - window : 0;
+  for (auto& [pid, d] : lags_)
+    while (!d.empty() && d.front().ts_ns < cutoff) d.pop_front();
+  for (auto& [pid, d] : arrivals_)
+    while (!d.empty() && d.front() < cutoff) d.pop_front();
+  for (auto& [name, c] : comms_)
+    while (!c.spread_starts.empty() && c.spread_starts.front() < cutoff) c.spread_starts.pop_front();
+}
+
+RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
+  RankLagStats out;
+  const auto window = static_cast<uint64_t>(opts_.window_seconds * 1e9);
+  const uint64_t cutoff = now_ns > window ? now_ns - window : 0;
+  if (auto it = lags_.find(pid); it != lags_.end()) {
+    double sum = 0;
+    std::vector<double> spread_lags;
+    size_t last = 0;
+    for (const auto& s : it->second) {
+      if (s.ts_ns < cutoff) continue;
+      ++out.samples;
+      sum += s.lag_s;
+      if (!s.spread) continue;
+      spread_lags.push_back(s.lag_s);
+      last += s.last;
+    }
+    if (out.samples > 0) out.mean_lag_s = sum / static_cast<double>(out.samples);
+    out.spread_samples = spread_lags.size();
+    if (!spread_lags.empty()) {
+      out.median_lag_s = median(spread_lags);
+      out.late_fraction = static_cast<double>(last) / static_cast<double>(spread_lags.size());
+    }
+  }
+  // The step: where the ranks spread out once a step (some rank computes
+  // longer), the period of those collectives; else the period of the bursts.
+  for (const auto& [name, c] : comms_) {
+    if (!c.view.members.count(pid) || c.spread_starts.size() < 4) continue;
+    std::vector<double> periods;
+    for (size_t i = 1; i < c.spread_starts.size(); ++i)
+      if (c.spread_starts[i] >= cutoff) periods.push_back(static_cast<double>(c.spread_starts[i] - c.spread_starts[i - 1]) / 1e9);
+    if (periods.size() >= 3) out.step_seconds = std::max(out.step_seconds, median(periods));
+  }
+  if (auto it = arrivals_.find(pid); out.step_seconds == 0 && it != arrivals_.end()) {
+    std::deque<uint64_t> recent;
+    for (uint64_t t : it->second)
+      if (t >= cutoff) recent.push_back(t);
+    out.step_seconds = step_period_seconds(recent);
+  }
+  return out;
+}
+
+std::vector<CommView> CollectiveTracker::comms() const {
+  std::vector<CommView> out;
+  for (const auto& [name, c] : comms_) out.push_back(c.view);
+  return out;
+}
+
+std::vector<std::string> CollectiveTracker::comms_of(int pid) const {
+  std::vector<std::string> out;
+  for (const auto& [name, c] : comms_)
+    if (c.view.members.count(pid)) out.push_back(name);
+  return out;
+}
+
+double step_period_seconds(const std::deque<uint64_t>& arrivals_ns) {
+  if (arrivals_ns.size() < 3) return 0;
+  std::vector<uint64_t> gaps;
+  uint64_t max_gap = 0;
+  for (size_t i = 1; i < arrivals_ns.size(); ++i) {
+    const uint64_t g = arrivals_ns[i] >= arrivals_ns[i - 1] ? arrivals_ns[i] - arrivals_ns[i - 1] : 0;
+    gaps.push_back(g);
+    max_gap = std::max(max_gap, g);
+  }
+  if (max_gap == 0) return 0;
+  std::vector<uint64_t> burst_starts;
+  for (size_t i = 1; i < arrivals_ns.size(); ++i)
+    if (gaps[i - 1] * 2 >= max_gap) burst_starts.push_back(arrivals_ns[i]);
+  if (burst_starts.size() < 2) return 0;
+  std::vector<double> periods;
+  for (size_t i = 1; i < burst_starts.size(); ++i)
+    periods.push_back(static_cast<double>(burst_starts[i] - burst_starts[i - 1]) / 1e9);
+  return median(periods);
+}
+
+}  // namespace argus

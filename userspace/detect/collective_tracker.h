@@ -1,0 +1,92 @@
+// Arrivals of the node's ranks at each collective of each communicator: the
+// arrival lag of every rank behind the earliest one (one clock per node, so
+// exact), the step period, and what a stalled communicator is waiting for.
+// Pure logic on timestamps: tested on recorded streams with no clock at all.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace argus {
+
+struct TrackerOptions {
+  double window_seconds = 10;
+  size_t max_open_seqs = 512;     // incomplete collectives kept per communicator
+  double late_threshold_s = 0.001;  // a rank "arrives late" at a seq when its lag exceeds this
+};
+
+struct RankLagStats {
+  size_t samples = 0;          // completed collectives in the window
+  double mean_lag_s = 0;       // over all of them
+  size_t spread_samples = 0;   // those where the ranks arrived more than late_threshold apart
+  double median_lag_s = 0;     // over those
+  double late_fraction = 0;    // share of those where this rank was the last to arrive
+  double step_seconds = 0;     // 0 when no period is seen
+};
+
+struct CommMember {
+  int pid = 0;
+  uint64_t last_seq = 0;
+  uint64_t last_arrival_ns = 0;
+  bool exited = false;
+};
+
+struct CommView {
+  std::string comm;
+  int nranks = 0;  // from ncclCommInitRank: the whole communicator, all nodes
+  uint64_t newest_seq = 0;
+  uint64_t newest_arrival_ns = 0;
+  std::map<int, CommMember> members;  // the ranks of this node
+};
+
+class CollectiveTracker {
+ public:
+  explicit CollectiveTracker(TrackerOptions opts = {});
+
+  void add_member(const std::string& comm, int pid, int nranks);
+  // A collective entered (seq from BPF, counted per process and communicator).
+  void on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns);
+  // The process ended: it will not arrive again; collectives no longer wait for it.
+  void on_exit(int pid);
+  // Forget a process entirely (its grace period is over).
+  void forget(int pid);
+
+  RankLagStats lag_stats(int pid, uint64_t now_ns) const;
+  std::vector<CommView> comms() const;
+  // The communicators a process belongs to.
+  std::vector<std::string> comms_of(int pid) const;
+
+ private:
+  struct LagSample {
+    uint64_t ts_ns;
+    double lag_s;
+    bool spread;  // the ranks arrived more than late_threshold apart
+    bool last;
+  };
+  struct OpenSeq {
+    std::map<int, uint64_t> arrivals;  // pid -> ts
+  };
+  struct Comm {
+    CommView view;
+    std::map<uint64_t, OpenSeq> open;  // seq -> arrivals so far
+    std::deque<uint64_t> spread_starts;  // first arrival at each spread-out collective: one per step
+  };
+  void try_complete(Comm& c, uint64_t seq);
+  void complete(Comm& c, uint64_t seq, OpenSeq& s);
+  void trim(uint64_t now_ns);
+
+  TrackerOptions opts_;
+  std::map<std::string, Comm> comms_;
+  std::map<int, std::deque<LagSample>> lags_;
+  std::map<int, std::deque<uint64_t>> arrivals_;  // per pid: all arrival times in the window (step period)
+};
+
+// Step period from collective arrival times: the collectives of a step come in
+// a burst after the compute phase, so the period is the median distance between
+// bursts (arrivals that follow a gap of at least half the largest gap).
+double step_period_seconds(const std::deque<uint64_t>& arrivals_ns);
+
+}  // namespace argus

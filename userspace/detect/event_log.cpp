@@ -1,0 +1,55 @@
+#include "detect/event_log.h"
+
+#include <cmath>
+#include <ctime>
+
+namespace argus {
+
+void EventLog::add(DetectedEvent ev) {
+  std::lock_guard lock(mu_);
+  events_.push_back(std::move(ev));
+  while (events_.size() > capacity_) {
+    events_.pop_front();
+    ++dropped_;
+  }
+}
+
+std::vector<DetectedEvent> EventLog::since(double unix_seconds) const {
+  std::lock_guard lock(mu_);
+  std::vector<DetectedEvent> out;
+  for (const auto& e : events_)
+    if (e.time >= unix_seconds) out.push_back(e);
+  return out;
+}
+
+uint64_t EventLog::dropped() const {
+  std::lock_guard lock(mu_);
+  return dropped_;
+}
+
+std::string rfc3339(double unix_seconds) {
+  const auto secs = static_cast<time_t>(std::floor(unix_seconds));
+  const int millis = static_cast<int>(std::lround((unix_seconds - static_cast<double>(secs)) * 1000)) % 1000;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buf;
+}
+
+nlohmann::json event_to_json(const DetectedEvent& ev) {
+  nlohmann::json j;
+  j["time"] = rfc3339(ev.time);
+  j["unix_time"] = ev.time;
+  j["kind"] = ev.kind;
+  j["job_id"] = ev.job_id.empty() ? nlohmann::json() : nlohmann::json(ev.job_id);
+  j["rank"] = ev.rank < 0 ? nlohmann::json() : nlohmann::json(ev.rank);
+  j["device"] = nullptr;
+  j["port"] = nullptr;
+  j["summary"] = ev.summary;
+  j["evidence"] = ev.evidence;
+  return j;
+}
+
+}  // namespace argus

@@ -1,0 +1,32 @@
+// Detected events, oldest first, bounded: what GET /api/v1/events serves.
+#pragma once
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "detect/detectors.h"
+
+namespace argus {
+
+class EventLog {
+ public:
+  explicit EventLog(size_t capacity = 10000) : capacity_(capacity) {}
+  void add(DetectedEvent ev);
+  std::vector<DetectedEvent> since(double unix_seconds) const;  // time >= since
+  uint64_t dropped() const;  // oldest events pushed out by the bound
+
+ private:
+  size_t capacity_;
+  mutable std::mutex mu_;
+  std::deque<DetectedEvent> events_;
+  uint64_t dropped_ = 0;
+};
+
+// The contract's event object: time as RFC 3339 UTC, device/port null unless set.
+nlohmann::json event_to_json(const DetectedEvent& ev);
+std::string rfc3339(double unix_seconds);
+
+}  // namespace argus
