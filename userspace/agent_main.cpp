@@ -100,6 +100,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->envname("ARGUS_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  std::string only_env;
+  app.add_option("--only-env", only_env,
+                 "track only processes whose environment has KEY=VALUE (e.g. one agent per simulated node)")
+      ->envname("ARGUS_ONLY_ENV")
+      ->check([](const std::string& v) {
+        return v.find('=') == std::string::npos || v.front() == '=' ? std::string("expected KEY=VALUE") : std::string();
+      });
   app.add_option("--btf", btf, "kernel BTF file")->envname("ARGUS_BTF");
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
@@ -139,6 +146,7 @@ int main(int argc, char** argv) {
   opts.window_seconds = window;
   opts.exit_grace_seconds = exit_grace;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
+  opts.only_env = only_env;
 
   argus::SystemClock clock;
   auto runtime = argus::AgentRuntime::create(opts, clock);

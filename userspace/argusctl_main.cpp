@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <ctime>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -133,6 +134,40 @@ struct RanksCommand {
   }
 };
 
+// argusctl events: what the agent detected (stragglers, hangs, exits), oldest first.
+struct EventsCommand {
+  AgentOptions agent;
+  bool json = false;
+  double since = 0;
+  double last = 0;
+  CLI::App* app = nullptr;
+
+  void add(CLI::App& parent) {
+    app = parent.add_subcommand("events", "list detected events (stragglers, hangs, rank exits), oldest first");
+    agent.add(*app);
+    app->add_flag("--json", json, "print the agent's JSON as is (pretty)");
+    auto* s = app->add_option("--since", since, "only events at or after this UNIX time")->check(CLI::NonNegativeNumber);
+    app->add_option("--last", last, "only events of the last SECONDS")->check(CLI::PositiveNumber)->excludes(s);
+  }
+
+  int run() const {
+    double from = since;
+    if (last > 0) from = static_cast<double>(std::time(nullptr)) - last;
+    char query[64];
+    std::snprintf(query, sizeof(query), "/api/v1/events?since=%.3f", from);
+    nlohmann::json doc = agent.get_json(query);
+    if (!doc.is_object() || !doc.contains("events") || !doc["events"].is_array())
+      throw CommandError{"unexpected answer from " + agent.url(query) + ": no \"events\" array"};
+    if (json) {
+      std::cout << pretty(doc);
+    } else {
+      std::cout << argus::cli::format_event_list(doc);
+    }
+    std::cout.flush();
+    return 0;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,6 +180,8 @@ int main(int argc, char** argv) {
 
   RanksCommand ranks;
   ranks.add(app);
+  EventsCommand events;
+  events.add(app);
 
   // "argusctl bogus" would otherwise read as "a subcommand is required".
   const CLI::App& const_app = app;
@@ -170,6 +207,7 @@ int main(int argc, char** argv) {
 
   try {
     if (ranks.app->parsed()) return ranks.run();
+    if (events.app->parsed()) return events.run();
   } catch (const CommandError& e) {
     std::cerr << "argusctl: " << one_line(e.message) << std::endl;
     return 1;

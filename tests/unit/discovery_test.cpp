@@ -81,7 +81,9 @@ TEST(Discovery, SkipsTheAgentItselfAndBacksOffOldProcesses) {
   Discovery d(opts, prober);
   EXPECT_TRUE(d.scan(0).empty());
   const int after_first = prober.calls;
-  d.scan(1);  // young: rechecked every scan
+  d.scan(1);  // young, but rechecked only every young_recheck_seconds
+  EXPECT_EQ(prober.calls, after_first);
+  d.scan(opts.young_recheck_seconds);
   EXPECT_GT(prober.calls, after_first);
   d.scan(40);  // old now: rechecked only every old_recheck_seconds
   const int at_40 = prober.calls;
@@ -132,6 +134,32 @@ TEST(Discovery, UnreadableEnvironmentStillTracksTheRank) {
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].identity.rank, -1);  // NCCL init will tell
   EXPECT_EQ(d.skips()["environ_vanished"], 1u);
+}
+
+}  // namespace
+}  // namespace argus
+
+namespace argus {
+namespace {
+
+TEST(Discovery, OnlyEnvSelectsThisNodesRanks) {
+  FakeProc proc;
+  proc.add(60, kNcclMaps, env({"RANK=0", "ARGUS_SIM_NODE=node-0"}));
+  proc.add(61, kNcclMaps, env({"RANK=1", "ARGUS_SIM_NODE=node-1"}));
+  proc.add(62, kNcclMaps, env({"RANK=2"}));
+  NameProber prober;
+  DiscoveryOptions opts;
+  opts.proc_root = proc.root.string();
+  opts.only_env_key = "ARGUS_SIM_NODE";
+  opts.only_env_value = "node-1";
+  Discovery d(opts, prober);
+  auto found = d.scan(0);
+  ASSERT_EQ(found.size(), 3u);  // all are ranks; only one is this agent's
+  std::map<int, bool> selected;
+  for (const auto& f : found) selected[f.pid] = f.selected;
+  EXPECT_FALSE(selected[60]);
+  EXPECT_TRUE(selected[61]);
+  EXPECT_FALSE(selected[62]);
 }
 
 }  // namespace

@@ -172,4 +172,23 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
   return out;
 }
 
+std::string format_event_list(const json& events_doc) {
+  const json* list = member(events_doc, "events");
+  if (list == nullptr || !list->is_array() || list->empty()) return "no events\n";
+  std::string out;
+  for (const auto& ev : *list) {
+    if (!ev.is_object()) continue;
+    auto text = [&](const char* key) {
+      const json* v = member(ev, key);
+      if (v == nullptr || v->is_null()) return std::string("-");
+      return printable(v->is_string() ? v->get<std::string>() : v->dump());
+    };
+    char line[160];
+    std::snprintf(line, sizeof(line), "%-24s  %-15s  %-16s  %5s  ", text("time").c_str(), text("kind").c_str(),
+                  text("job_id").substr(0, 16).c_str(), text("rank").c_str());
+    out += line + text("summary") + "\n";
+  }
+  return out;
+}
+
 }  // namespace argus::cli

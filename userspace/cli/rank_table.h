@@ -15,4 +15,7 @@ namespace argus::cli {
 // Missing or mistyped fields read as unknown, never throw. Ends with a newline.
 std::string format_rank_table(const nlohmann::json& ranks_doc, bool include_unidentified);
 
+// The events document of GET /api/v1/events as lines: TIME KIND JOB RANK SUMMARY.
+std::string format_event_list(const nlohmann::json& events_doc);
+
 }  // namespace argus::cli

@@ -72,9 +72,16 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
   // rest of the burst arrives together. Lateness is judged on the spread ones.
   const bool spread = static_cast<double>(last - first) / 1e9 > opts_.late_threshold_s;
   if (spread) c.spread_starts.push_back(first);
+  // Late: behind the median rank by more than the threshold (several stragglers
+  // at once are all late, not only the very last).
+  std::vector<uint64_t> times;
+  for (const auto& [pid, ts] : s.arrivals) times.push_back(ts);
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  const uint64_t median_ts = times[times.size() / 2];
   for (const auto& [pid, ts] : s.arrivals) {
     const double lag = static_cast<double>(ts - first) / 1e9;
-    lags_[pid].push_back({first, lag, spread, ts == last});
+    const bool late = ts > median_ts && static_cast<double>(ts - median_ts) / 1e9 > opts_.late_threshold_s;
+    lags_[pid].push_back({first, lag, spread, late});
   }
 }
 
@@ -118,20 +125,20 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
   if (auto it = lags_.find(pid); it != lags_.end()) {
     double sum = 0;
     std::vector<double> spread_lags;
-    size_t last = 0;
+    size_t late = 0;
     for (const auto& s : it->second) {
       if (s.ts_ns < cutoff) continue;
       ++out.samples;
       sum += s.lag_s;
       if (!s.spread) continue;
       spread_lags.push_back(s.lag_s);
-      last += s.last;
+      late += s.late;
     }
     if (out.samples > 0) out.mean_lag_s = sum / static_cast<double>(out.samples);
     out.spread_samples = spread_lags.size();
     if (!spread_lags.empty()) {
       out.median_lag_s = median(spread_lags);
-      out.late_fraction = static_cast<double>(last) / static_cast<double>(spread_lags.size());
+      out.late_fraction = static_cast<double>(late) / static_cast<double>(spread_lags.size());
     }
   }
   // The step: where the ranks spread out once a step (some rank computes

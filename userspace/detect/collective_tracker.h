@@ -23,7 +23,7 @@ struct RankLagStats {
   double mean_lag_s = 0;       // over all of them
   size_t spread_samples = 0;   // those where the ranks arrived more than late_threshold apart
   double median_lag_s = 0;     // over those
-  double late_fraction = 0;    // share of those where this rank was the last to arrive
+  double late_fraction = 0;    // share of those where it arrived late (behind the median rank)
   double step_seconds = 0;     // 0 when no period is seen
 };
 
@@ -64,7 +64,7 @@ class CollectiveTracker {
     uint64_t ts_ns;
     double lag_s;
     bool spread;  // the ranks arrived more than late_threshold apart
-    bool last;
+    bool late;  // behind the median rank by more than late_threshold
   };
   struct OpenSeq {
     std::map<int, uint64_t> arrivals;  // pid -> ts

@@ -48,8 +48,8 @@ bool Discovery::due(const PidState& st, double now_s) const {
   double interval = opts_.old_recheck_seconds;
   if (st.is_rank)
     interval = opts_.rank_recheck_seconds;
-  else if (age < opts_.young_seconds)
-    interval = 0;  // every scan
+  else if (age < opts_.young_seconds && !st.unreadable)
+    interval = opts_.young_recheck_seconds;
   return now_s - st.last_check >= interval;
 }
 
@@ -65,6 +65,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
     count_skip(skip_reason(kind));
     if (kind != procfs::ErrorKind::kVanished) spdlog::debug("pid {}: {}", pid, maps.error());
     if (kind == procfs::ErrorKind::kVanished) pids_.erase(pid);
+    if (kind == procfs::ErrorKind::kPermission) st.unreadable = true;
     return std::nullopt;
   }
   if (maps->malformed_lines > 0) {
@@ -91,8 +92,13 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   }
   if (auto env = procfs::read_environ(opts_.proc_root, pid); env.ok()) {
     found.identity = identity_from_environ(*env);
+    if (!opts_.only_env_key.empty()) {
+      auto it = env->find(opts_.only_env_key);
+      found.selected = it != env->end() && it->second == opts_.only_env_value;
+    }
   } else {
     count_skip(std::string("environ_") + skip_reason(procfs::error_kind(env)));
+    found.selected = opts_.only_env_key.empty();
   }
   return found;
 }

@@ -29,14 +29,23 @@ struct FoundProcess {
   std::string comm;
   RankIdentity identity;
   std::vector<std::string> libraries;  // paths (in the process's namespace) of probed files
+  bool selected = true;  // false: it fails --only-env, the agent must ignore it
 };
 
 struct DiscoveryOptions {
   std::string proc_root = "/proc";
   int self_pid = 0;                  // never track the agent itself
-  double young_seconds = 30;         // a process this young is rechecked every scan
-  double old_recheck_seconds = 15;   // older non-ranks are rechecked this often
-  double rank_recheck_seconds = 5;   // ranks, for libraries loaded later
+  // Rechecks cost a maps read each (~0.1 ms): young processes (which may still
+  // dlopen NCCL) are rechecked often, old ones rarely. A library already probed
+  // needs no recheck at all: BPF reports a new caller at its first call.
+  double young_seconds = 30;         // a process this young...
+  double young_recheck_seconds = 2;  // ... is rechecked this often
+  double old_recheck_seconds = 30;   // older non-ranks (and unreadable ones) this often
+  double rank_recheck_seconds = 10;  // ranks, for libraries loaded later
+  // --only-env KEY=VALUE: track only processes whose environment has it (several
+  // agents sharing one machine, each watching its own simulated node).
+  std::string only_env_key{};
+  std::string only_env_value{};
 };
 
 class Discovery {
@@ -61,6 +70,7 @@ class Discovery {
     double first_seen = 0;
     double last_check = 0;
     bool is_rank = false;
+    bool unreadable = false;  // permission denied: rechecking every scan would not help
     std::vector<double> followups;
   };
   bool due(const PidState& st, double now_s) const;

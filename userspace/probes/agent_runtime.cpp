@@ -47,6 +47,10 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
   dopts.self_pid = static_cast<int>(getpid());
+  if (auto eq = opts_.only_env.find('='); eq != std::string::npos) {
+    dopts.only_env_key = opts_.only_env.substr(0, eq);
+    dopts.only_env_value = opts_.only_env.substr(eq + 1);
+  }
   discovery_ = std::make_unique<Discovery>(dopts, *probes_);
   probes_->set_skip_sink(discovery_.get());
   loader_->set_event_handler([this](const void* data, size_t size) { handle_record(data, size); });
@@ -92,6 +96,12 @@ void AgentRuntime::loop() {
 }
 
 void AgentRuntime::track_found(const FoundProcess& f) {
+  if (!f.selected) {
+    // Not ours (--only-env): BPF stops counting it; anything counted is dropped.
+    loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_IGNORED);
+    loader_->delete_stats(static_cast<uint32_t>(f.pid));
+    return;
+  }
   const bool known = registry_.is_live(f.pid);
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
@@ -125,7 +135,7 @@ void AgentRuntime::handle_event(const DecodedEvent& ev) {
     const int pid = static_cast<int>(e->hdr.tgid);
     if (auto f = discovery_->check(pid, now)) {
       track_found(*f);
-    } else if (!registry_.is_live(pid)) {
+    } else if (!registry_.is_live(pid) && opts_.only_env.empty()) {
       registry_.track(pid, 0, "", RankIdentity{}, {});
     }
   } else if (const auto* e = std::get_if<argus_exit_event>(&ev)) {
@@ -307,7 +317,11 @@ void AgentRuntime::refresh_stats() {
       if (auto f = discovery_->check(pid, now_s())) {
         track_found(*f);
       } else if (auto st = procfs::read_stat(opts_.proc_root, pid); st.ok()) {
+        if (!opts_.only_env.empty()) continue;  // cannot tell whether it is ours
         registry_.track(pid, st->starttime_ticks, st->comm, RankIdentity{}, {});
+      } else if (!opts_.only_env.empty()) {
+        loader_->delete_stats(static_cast<uint32_t>(pid));
+        continue;
       } else {
         spdlog::warn("pid {} was counted in BPF but is gone before it could be identified", pid);
         finish_process(pid, std::nullopt);

@@ -31,6 +31,7 @@ struct AgentOptions {
   double scan_interval_seconds = 1;
   double stats_interval_seconds = 1;
   uint32_t ringbuf_bytes = 4u << 20;
+  std::string only_env;  // KEY=VALUE, or empty
   StragglerOptions straggler;
   HangOptions hang;
 };
