@@ -12,7 +12,9 @@
 //   ARGUS_BENCH_WAIT_PROBED  wait up to this many seconds until ncclGroupStart
 //                            and ncclAllReduce are seen to be probed (a call
 //                            costs far more than a plain call); exit 3 if not
-//   ARGUS_BENCH_EXPECT_UNPROBED=1  exit 3 if they already look probed
+//   ARGUS_BENCH_EXPECT_UNPROBED=1  exit 3 if they look probed before the
+//                            benchmarks or after them (another tracer, e.g. a
+//                            node agent, found this process meanwhile)
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
 #include <sys/syscall.h>
@@ -229,6 +231,19 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("nccl_lib", g_nccl.path);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  // A tracer that attached while we ran (another node agent finding this
+  // process) would have made the "unprobed" figures wrong: say so, fail.
+  const char* expect_unprobed = std::getenv("ARGUS_BENCH_EXPECT_UNPROBED");
+  if (expect_unprobed != nullptr && std::string(expect_unprobed) == "1") {
+    const ProbeState s = probe_state();
+    if (s.group() || s.all_reduce()) {
+      std::fprintf(stderr,
+                   "probe_cost_bench: the shim was probed by the end of the run (ncclGroupStart %.0f ns, "
+                   "ncclAllReduce %.0f ns per call): another tracer attached meanwhile\n",
+                   s.group_ns, s.all_reduce_ns);
+      return 3;
+    }
+  }
   if (g_nccl.comm != nullptr) g_nccl.comm_destroy(g_nccl.comm);
   return 0;
 }

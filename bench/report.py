@@ -181,6 +181,15 @@ def main():
         facts.get("date", "?"), facts.get("kernel", "?"), facts.get("cpus", "?"), facts.get("virt", "?"),
         facts.get("loadavg_start", "?"), facts.get("loadavg_end", "?")))
     p("results: %s" % work)
+    others = {k[len("other_tracers_"):]: v for k, v in facts.items() if k.startswith("other_tracers_") and v.strip()}
+    if others:
+        res["other_tracers"] = others
+        p("WARNING: other argus-agent/bpftrace processes ran during %s (pids %s): they probe the bench and the "
+          "sim too, so these figures include their cost" % (", ".join(sorted(others)),
+                                                         " ".join(sorted(set(" ".join(others.values()).split())))))
+    if facts.get("unprobed_run_was_probed"):
+        res["unprobed_run_was_probed"] = True
+        p("WARNING: the 'unprobed' run found itself probed by another tracer: its figures are not unprobed")
 
     # ---- a. probe cost ----
     runs = {k: bench_times(os.path.join(work, "bench-%s.json" % k)) for k in ("unprobed", "argus", "bpftrace")}
@@ -236,14 +245,21 @@ def main():
         lost = msum(am, "argus_agent_events_lost_total")
         res["probe_cost"]["agent_events"] = ev
         res["probe_cost"]["agent_events_lost"] = lost
-        p("  while the probed bench ran (one call after another, no pause), argus-agent used %.0f%% of a core; "
-          "events received %d, lost %d" % (share, ev, lost))
+        ev_s = ev / float(ab_wall)
+        us_per_ev = ratio(share / 100 * 1e6, ev_s)
+        res["probe_cost"]["agent_events_per_s"] = ev_s
+        res["probe_cost"]["agent_us_cpu_per_event"] = us_per_ev
+        p("  while the probed bench ran (one call after another, no pause), argus-agent used %.0f%% of a core "
+          "for %.0f events/s (%s µs of agent CPU per event); lost %d" % (share, ev_s, fmt(us_per_ev, ".1f"), lost))
+    if facts.get("agent_bench_stop_s"):
+        p("  argus-agent stop (SIGTERM to exit) took %s s with %s probes attached" % (
+            facts["agent_bench_stop_s"], facts.get("agent_bench_probes_at_stop", "?")))
 
     # ---- b. agent cost ----
     p("")
     p("b. argus-agent at the sim's call rate (argus-sim --ranks 8 --steps 0 --step-ms 100 --init-ms 200)")
-    p("%-8s %10s %10s %10s %9s %9s %10s %12s %12s %10s %10s" % (
-        "probes", "CPU %core", "idle %", "net %", "RSS MiB", "peak MiB", "coll/s/rk", "launch/s/rk",
+    p("%-8s %10s %10s %8s %8s %9s %9s %10s %12s %12s %9s %10s" % (
+        "probes", "CPU %core", "schedstat", "idle %", "net %", "RSS MiB", "peak MiB", "coll/s/rk", "launch/s/rk",
         "hits/s node", "events/s", "net µs/ev"))
     tck = float(facts.get("clk_tck", "100"))
     pending_notes = []
@@ -256,7 +272,8 @@ def main():
         cpu_s = int(facts.get("load_%s_cpu_ticks" % probes, "0")) / tck
         cpu_ns = int(facts.get("load_%s_cpu_ns" % probes, "0"))
         idle_wall = float(facts.get("idle_%s_wall_s" % probes, "0") or 0)
-        idle_pct = (100 * int(facts.get("idle_%s_cpu_ticks" % probes, "0")) / tck / idle_wall) if idle_wall else None
+        # idle and net from the scheduler's ns (finer than 10 ms ticks over a few seconds)
+        idle_pct = (100 * int(facts.get("idle_%s_cpu_ns" % probes, "0")) / 1e9 / idle_wall) if idle_wall else None
         job = facts.get("sim_%s_job" % probes, "")
         t0 = rank_totals(os.path.join(work, "load-%s-t0.ranks.json" % probes), job)
         t1 = rank_totals(os.path.join(work, "load-%s-t1.ranks.json" % probes), job)
@@ -292,7 +309,8 @@ def main():
             if probes == "deep":
                 cover["launches"] = ratio(fin["launches"], truth["launches"])
         pct = 100 * cpu_s / wall
-        net_pct = None if idle_pct is None else pct - idle_pct
+        sched_pct = 100 * cpu_ns / 1e9 / wall
+        net_pct = None if idle_pct is None else sched_pct - idle_pct
         row = {
             "wall_s": wall, "agent_cpu_s": cpu_s, "agent_cpu_pct": pct,
             "agent_cpu_pct_schedstat": 100 * cpu_ns / 1e9 / wall,
@@ -327,12 +345,12 @@ def main():
         busy = sorted(((v[0] - th0.get(tid, (0, ""))[0], v[1], tid) for tid, v in th1.items()), reverse=True)
         row["threads"] = [{"tid": tid, "comm": comm, "cpu_pct": 100 * d / tck / wall} for d, comm, tid in busy]
         res["agent_load"][probes] = row
-        p("%-8s %10.2f %10s %10s %9.1f %9.1f %10.1f %12s %11.0f%s %10.0f %10s" % (
-            probes, pct, fmt(idle_pct, ".2f"), fmt(net_pct, ".2f"), row["rss_kib"] / 1024,
+        p("%-8s %10.2f %10.2f %8s %8s %9.1f %9.1f %10.1f %12s %11.0f%s %9.0f %10s" % (
+            probes, pct, sched_pct, fmt(idle_pct, ".2f"), fmt(net_pct, ".2f"), row["rss_kib"] / 1024,
             row["peak_rss_kib"] / 1024, row["coll_per_s_rank"], fmt(row["launch_per_s_rank"]), hits_s,
             "" if hits_exact else "+", events / wall, fmt(row["net_agent_us_per_event"], ".1f")))
-        notes = ["%s: schedstat CPU %.2f%%; ranks tracked %d after %.2f s" % (
-            probes, row["agent_cpu_pct_schedstat"], t1["ranks"], float(row["ranks_tracked_after_s"] or 0))]
+        notes = ["%s: all %d ranks tracked %.2f s after the sim started" % (
+            probes, t1["ranks"], float(row["ranks_tracked_after_s"] or 0))]
         notes.append("exec/proc events/s from the rest of the machine: %s idle, %.1f loaded" % (
             fmt(row["idle_proc_events_per_s"]), row["proc_events_per_s"]))
         if cover:
@@ -342,6 +360,18 @@ def main():
                 "%s %.2f%%" % (t["comm"], t["cpu_pct"]) for t in row["threads"][:3]))
         if lost or bpf_errors or attach_errors:
             notes.append("events lost %d, BPF errors %d, attach errors %d" % (lost, bpf_errors, attach_errors))
+        if facts.get("agent_%s_stop_s" % probes):
+            notes.append("agent stop (SIGTERM to exit): %s s with %s probes attached%s" % (
+                facts["agent_%s_stop_s" % probes], facts.get("agent_%s_probes_at_stop" % probes, "?"),
+                " - HUNG, killed" if facts.get("agent_%s_stop_hung" % probes) else ""))
+            row["stop_s"] = float(facts["agent_%s_stop_s" % probes])
+        if probes == "default" and facts.get("churn_wall_s"):
+            cw = float(facts["churn_wall_s"])
+            cpct = 100 * int(facts.get("churn_cpu_ns", "0")) / 1e9 / cw
+            rate = int(facts.get("churn_execs", "0") or 0) / cw
+            row["churn"] = {"execs_per_s": rate, "agent_cpu_pct": cpct, "idle_cpu_pct": idle_pct}
+            notes.append("discovery: with %.1f execs/s of 3-s-lived processes the agent used %.2f%% of a core (idle %s%%)" % (
+                rate, cpct, fmt(idle_pct, ".2f")))
         if row["agent_exit_code"] not in ("0", None):
             notes.append("agent exit status %s" % row["agent_exit_code"])
         if truth and truth["status"]:
@@ -369,6 +399,14 @@ def main():
             res["estimates"][label] = {"calls_per_s_rank": per_s, "pct_of_rank_time_here": share,
                                        "pct_of_rank_time_bare_metal_est": share / 10}
             p("  %-55s %7.2f%% of a rank's time here, ~%.3f%% on bare metal" % (label, share, share / 10))
+        us_ev = res["probe_cost"].get("agent_us_cpu_per_event")
+        if us_ev:
+            # One ring-buffer event per collective (and per group call); launches are counted in BPF maps.
+            ev_s = 8 * 200
+            agent = ev_s * us_ev / 1e6 * 100
+            res["estimates"]["agent_8_ranks_200_coll_s"] = {"events_per_s": ev_s, "agent_cpu_pct_here": agent}
+            p("  %-55s %7.2f%% of one core for argus-agent's event handling here" % (
+                "agent: 8 ranks x 200 collectives/s = %d events/s" % ev_s, agent))
 
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)
