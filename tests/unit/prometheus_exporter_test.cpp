@@ -142,6 +142,13 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_nccl_errors_total", "counter"},
       {"argus_collective_wait_ratio", "gauge"},
       {"argus_rank_exits_total", "counter"},
+      {"argus_nccl_arrival_lag_seconds", "gauge"},
+      {"argus_straggler", "gauge"},
+      {"argus_straggler_score", "gauge"},
+      {"argus_hang_missing_rank", "gauge"},
+      {"argus_step_seconds", "gauge"},
+      {"argus_nccl_last_seq", "gauge"},
+      {"argus_collective_stalled_seconds", "gauge"},
       {"argus_agent_events_total", "counter"},
       {"argus_agent_events_lost_total", "counter"},
       {"argus_agent_tracked_processes", "gauge"},
@@ -252,11 +259,39 @@ TEST(PrometheusExporter, RestartedRankSumsCountersAndUsesTheLiveProcess) {
   EXPECT_EQ(count_prefix(lines, "argus_rank_info{"), 1u);
 }
 
+TEST(PrometheusExporter, DetectionFigures) {
+  Snapshot s;
+  RankSnapshot r;
+  r.pid = 9;
+  r.job_id = "llm-7";
+  r.rank = 5;
+  r.straggler = true;
+  r.straggler_score = 1.5;
+  r.arrival_lag_seconds = 0.25;
+  r.hang_missing = true;
+  r.step_seconds = 0.5;
+  r.comm_seq["abc"] = 42;
+  s.ranks.push_back(r);
+  CommSnapshot c;
+  c.job_id = "llm-7";
+  c.comm = "abc";
+  c.stalled_seconds = 12.5;
+  s.comms.push_back(c);
+  auto lines = lines_of(render_metrics(s));
+  EXPECT_TRUE(has_line(lines, R"(argus_straggler{job_id="llm-7",rank="5"} 1)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_straggler_score{job_id="llm-7",rank="5"} 1.5)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_arrival_lag_seconds{job_id="llm-7",rank="5"} 0.25)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_hang_missing_rank{job_id="llm-7",rank="5"} 1)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_step_seconds{job_id="llm-7",rank="5"} 0.5)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_last_seq{job_id="llm-7",rank="5",comm="abc"} 42)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_collective_stalled_seconds{job_id="llm-7",comm="abc"} 12.5)"));
+}
+
 TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 19u);
+  EXPECT_EQ(types_of(lines).size(), 26u);
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
 }
