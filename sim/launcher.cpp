@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ib_fixture.h"
 #include "sim_shm.h"
 #include "truth.h"
 
@@ -26,6 +28,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr long long kStopGraceNs = 5'000'000'000LL; // SIGTERM -> SIGKILL
+constexpr int kInjectedExitStatus = 1;  // a rank's --exit (worker.h kWorkerInjectedExit)
+constexpr int kHangTimeoutStatus = 124; // the launcher stopped the job at --hang-timeout
 
 long long now_ns()
 {
@@ -93,6 +97,7 @@ struct RankProc {
 	int local_rank = 0;
 	pid_t pid = -1;
 	bool alive = false;
+	bool hung = false; // told us (SIGUSR1) that its --hang fired
 	int status = 0;
 };
 
@@ -104,8 +109,11 @@ std::vector<std::string> rank_env(const SimConfig &cfg, int rank, int local_rank
 		{"RANK", std::to_string(rank)},
 		{"LOCAL_RANK", std::to_string(local_rank)},
 		{"WORLD_SIZE", std::to_string(cfg.ranks)},
-		{"LOCAL_WORLD_SIZE", std::to_string(cfg.ranks)},
-		{"GROUP_RANK", "0"},
+		{"LOCAL_WORLD_SIZE", std::to_string(local_world_size_of(cfg, node_of(cfg, rank)))},
+		{"GROUP_RANK", std::to_string(node_of(cfg, rank))},
+		{"GROUP_WORLD_SIZE", std::to_string(cfg.nodes)},
+		{kNodeEnv, node_name(node_of(cfg, rank))},
+		{kLauncherPidEnv, std::to_string(getpid())},
 		{"ROLE_RANK", std::to_string(rank)},
 		{"ROLE_WORLD_SIZE", std::to_string(cfg.ranks)},
 		{"ROLE_NAME", "default"},
@@ -166,6 +174,9 @@ private:
 	void write_job_json();
 	void signal_alive(int sig);
 	int supervise();
+	void setup_ib_fixture();
+	void start_ib_runner();
+	int run_ib_only();
 
 	SimConfig cfg_;
 	std::string exe_;
@@ -174,7 +185,98 @@ private:
 	argus_sim_shm *shm_ = nullptr;
 	std::vector<RankProc> procs_;
 	sigset_t handled_{};
+	// --ib-fixture: the tree, the thread that evolves it, node-0's ranks' traffic.
+	std::unique_ptr<IbFixture> ib_;
+	std::unique_ptr<IbFixtureRunner> ib_runner_;
+	std::vector<CollectiveBytes> ib_bytes_;
 };
+
+void Launcher::setup_ib_fixture()
+{
+	if (cfg_.ib_fixture.empty())
+		return;
+	std::vector<DegradeSpec> specs;
+	for (const auto &d : cfg_.degrade) {
+		std::string err;
+		auto spec = parse_degrade(d, err);
+		if (!spec)
+			throw UsageError(err);
+		specs.push_back(*spec);
+	}
+	std::error_code ec;
+	const std::string dir = fs::absolute(cfg_.ib_fixture, ec).lexically_normal().string();
+	try {
+		ib_ = std::make_unique<IbFixture>(dir, IbLayout::standard(), specs);
+		ib_->lay_out();
+	} catch (const std::exception &e) {
+		throw UsageError(e.what());
+	}
+	// The fixture is node-0's: its ranks, by local rank (= GPU index).
+	const int local = local_world_size_of(cfg_, 0);
+	for (int l = 0; l < local; l++)
+		ib_bytes_.emplace_back(l, cfg_.ranks);
+	say("job " + cfg_.job_id + ": InfiniBand fixture in " + dir + " (" + std::to_string(specs.size()) +
+	    " fault(s) to inject)");
+}
+
+void Launcher::start_ib_runner()
+{
+	if (!ib_)
+		return;
+	ib_runner_ = std::make_unique<IbFixtureRunner>(*ib_, [this] {
+		std::vector<std::uint64_t> bytes(ib_bytes_.size(), 0);
+		for (std::size_t l = 0; l < ib_bytes_.size() && l < static_cast<std::size_t>(cfg_.ranks); l++) {
+			const std::uint64_t colls =
+				shm_ ? __atomic_load_n(&shm_->rank_colls[l], __ATOMIC_RELAXED) : 0;
+			bytes[l] = ib_bytes_[l].after(colls);
+		}
+		return bytes;
+	});
+	ib_runner_->start();
+}
+
+// --ib-only: no ranks; the traffic of cfg_.ranks ranks stepping every step_ms.
+int Launcher::run_ib_only()
+{
+	sigset_t mask, old_mask;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, &old_mask);
+	const long long start = now_ns();
+	auto steps_done = [&] {
+		std::int64_t steps = cfg_.step_ms > 0 ? (now_ns() - start) / (cfg_.step_ms * 1000000LL)
+						       : cfg_.steps;
+		if (cfg_.steps > 0 && steps > cfg_.steps)
+			steps = cfg_.steps;
+		return steps;
+	};
+	ib_runner_ = std::make_unique<IbFixtureRunner>(*ib_, [&] {
+		const std::int64_t steps = steps_done();
+		std::vector<std::uint64_t> bytes(ib_bytes_.size(), 0);
+		for (std::size_t l = 0; l < ib_bytes_.size(); l++)
+			bytes[l] = ib_bytes_[l].after_steps(steps);
+		return bytes;
+	});
+	ib_runner_->start();
+	while (true) {
+		if (cfg_.steps > 0 && steps_done() >= cfg_.steps)
+			break;
+		timespec slice{0, 100'000'000L};
+		siginfo_t info{};
+		int sig = sigtimedwait(&mask, &info, &slice);
+		if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+			say("job " + cfg_.job_id + ": stopping (" + strsignal(sig) + ")");
+			break;
+		}
+	}
+	ib_runner_->stop();
+	ib_runner_.reset();
+	sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+	say("job " + cfg_.job_id + ": InfiniBand fixture done (--ib-only)");
+	return 0;
+}
 
 void Launcher::create_comm_segment()
 {
@@ -229,10 +331,14 @@ void Launcher::write_job_json()
 		return;
 	nlohmann::json ranks = nlohmann::json::array();
 	for (const auto &p : procs_)
-		ranks.push_back({{"rank", p.rank}, {"local_rank", p.local_rank}, {"pid", p.pid}});
+		ranks.push_back({{"rank", p.rank},
+				 {"local_rank", p.local_rank},
+				 {"node", node_name(node_of(cfg_, p.rank))},
+				 {"pid", p.pid}});
 	nlohmann::json j = {
 		{"job_id", cfg_.job_id},
 		{"world_size", cfg_.ranks},
+		{"nodes", cfg_.nodes},
 		{"launcher_pid", static_cast<int>(getpid())},
 		{"nccl_lib", cfg_.nccl_lib},
 		{"cuda_lib", cfg_.cuda_lib},
@@ -260,22 +366,42 @@ int Launcher::supervise()
 	bool stopping = false;
 	bool aborted = false;
 	bool killed = false;
+	bool hang_timed_out = false;
 	long long kill_at = 0;
+	// --hang/--exit: when the first one fired (the peers block from then on, as
+	// with NCCL: the job only ends by a signal or --hang-timeout).
+	long long fault_at = 0;
 	std::size_t alive = 0;
 	for (const auto &p : procs_)
 		alive += p.alive ? 1 : 0;
+	auto begin_stop = [&](const std::string &why) {
+		stopping = true;
+		kill_at = now_ns() + kStopGraceNs;
+		say("job " + cfg_.job_id + ": stopping (" + why + ")");
+		signal_alive(SIGTERM);
+		argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_SHUTDOWN, -1);
+	};
 
 	while (alive > 0) {
 		timespec slice{0, 200'000'000L};
 		siginfo_t info{};
 		int sig = sigtimedwait(&handled_, &info, &slice);
+		if (sig == SIGUSR1) {
+			for (auto &p : procs_) {
+				if (p.pid != info.si_pid || !p.alive || p.hung || !cfg_.hangs.count(p.rank))
+					continue;
+				p.hung = true;
+				if (fault_at == 0)
+					fault_at = now_ns();
+				say("job " + cfg_.job_id + ": rank " + std::to_string(p.rank) + " hung at step " +
+				    std::to_string(cfg_.hangs.at(p.rank)) + " (--hang); its peers wait for it");
+				if (stopping || aborted)
+					kill(p.pid, SIGTERM); // the job is ending already
+			}
+		}
 		if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
 			if (!stopping) {
-				stopping = true;
-				kill_at = now_ns() + kStopGraceNs;
-				say("job " + cfg_.job_id + ": stopping (" + strsignal(sig) + ")");
-				signal_alive(SIGTERM);
-				argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_SHUTDOWN, -1);
+				begin_stop(strsignal(sig));
 			} else if (!killed) {
 				// A second signal: no more grace.
 				signal_alive(SIGKILL);
@@ -292,6 +418,16 @@ int Launcher::supervise()
 				p.status = st;
 				alive--;
 				bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+				if (!ok && WIFEXITED(st) && WEXITSTATUS(st) == kInjectedExitStatus &&
+				    cfg_.exits.count(p.rank)) {
+					// --exit: expected. The peers stay blocked, as after a hang.
+					if (fault_at == 0)
+						fault_at = now_ns();
+					say("job " + cfg_.job_id + ": rank " + std::to_string(p.rank) +
+					    " exited at step " + std::to_string(cfg_.exits.at(p.rank)) +
+					    " (--exit); its peers wait for it");
+					continue;
+				}
 				if (!ok) {
 					all_ok = false;
 					if (!killed)
@@ -302,9 +438,19 @@ int Launcher::supervise()
 						aborted = true;
 						warn("job " + cfg_.job_id + ": aborting the communicator");
 						argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_RANK_FAILED, -1);
+						// A hung rank is not in the communicator: stop it directly
+						// (every --hang rank: coalesced SIGUSR1s may hide one).
+						for (const auto &q : procs_)
+							if (q.alive && cfg_.hangs.count(q.rank))
+								kill(q.pid, SIGTERM);
 					}
 				}
 			}
+		}
+		if (!stopping && alive > 0 && fault_at != 0 && cfg_.hang_timeout_s > 0 &&
+		    now_ns() >= fault_at + static_cast<long long>(cfg_.hang_timeout_s * 1e9)) {
+			hang_timed_out = true;
+			begin_stop("--hang-timeout");
 		}
 		if (stopping && !killed && alive > 0 && now_ns() >= kill_at) {
 			warn("job " + cfg_.job_id + ": ranks still running after 5 s; killing them");
@@ -312,13 +458,19 @@ int Launcher::supervise()
 			killed = true;
 		}
 	}
-	return all_ok ? 0 : 1;
+	if (!all_ok)
+		return 1;
+	return hang_timed_out ? kHangTimeoutStatus : 0;
 }
 
 int Launcher::run()
 {
 	if (cfg_.job_id.empty())
 		cfg_.job_id = "sim-" + std::to_string(getpid());
+	if (cfg_.ib_only) {
+		setup_ib_fixture();
+		return run_ib_only();
+	}
 	exe_ = self_exe();
 	const fs::path libdir = fs::path(exe_).parent_path() / ".." / "lib";
 	cfg_.nccl_lib = resolve_lib("--nccl-lib", cfg_.nccl_lib, libdir / "libnccl.so.2");
@@ -334,26 +486,33 @@ int Launcher::run()
 		while (cfg_.out_dir.size() > 1 && cfg_.out_dir.back() == '/')
 			cfg_.out_dir.pop_back();
 	}
+	setup_ib_fixture();
 
 	create_comm_segment();
 	const std::string id_hex = to_hex(id_, sizeof id_);
 	const std::string cfg_json = to_json(cfg_).dump();
 
-	// Signals are taken synchronously (sigtimedwait); ranks get the old mask back.
+	// Signals are taken synchronously (sigtimedwait); ranks get child_mask below.
 	sigemptyset(&handled_);
 	sigaddset(&handled_, SIGINT);
 	sigaddset(&handled_, SIGTERM);
 	sigaddset(&handled_, SIGHUP);
 	sigaddset(&handled_, SIGCHLD);
+	sigaddset(&handled_, SIGUSR1); // a rank's --hang fired
 	sigset_t old_mask;
 	sigprocmask(SIG_BLOCK, &handled_, &old_mask);
+	// A rank starts with SIGTERM/SIGINT blocked and unblocks them once its
+	// handlers are in (worker_main): an early stop is then orderly, not a death.
+	sigset_t child_mask = old_mask;
+	sigaddset(&child_mask, SIGTERM);
+	sigaddset(&child_mask, SIGINT);
 
 	procs_.resize(static_cast<std::size_t>(cfg_.ranks));
 	for (int r = 0; r < cfg_.ranks; r++) {
 		RankProc &p = procs_[static_cast<std::size_t>(r)];
 		p.rank = r;
-		p.local_rank = r; // one simulated node
-		if (!spawn(p, id_hex, cfg_json, old_mask)) {
+		p.local_rank = local_rank_of(cfg_, r); // --nodes: contiguous blocks
+		if (!spawn(p, id_hex, cfg_json, child_mask)) {
 			warn(std::string("cannot start rank ") + std::to_string(r) + ": " + std::strerror(errno));
 			procs_.resize(static_cast<std::size_t>(r));
 			argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_SHUTDOWN, -1);
@@ -370,15 +529,23 @@ int Launcher::run()
 		    " started, pid " + std::to_string(p.pid));
 	}
 	write_job_json();
+	start_ib_runner();
 
 	int rc = supervise();
 
+	if (ib_runner_)
+		ib_runner_->stop(); // the last counters, while shm_ is still mapped
 	argus_sim_shm_close(shm_);
 	shm_ = nullptr;
 	shm_unlink(shm_name_);
 	sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-	if (rc == 0)
+	if (rc == 0 && cfg_.exits.empty())
 		say("job " + cfg_.job_id + ": all " + std::to_string(cfg_.ranks) + " ranks exited 0");
+	else if (rc == 0)
+		say("job " + cfg_.job_id + ": all " + std::to_string(cfg_.ranks) +
+		    " ranks ended as planned (status 0, or 1 for --exit)");
+	else if (rc == kHangTimeoutStatus)
+		say("job " + cfg_.job_id + ": stopped at --hang-timeout");
 	else
 		warn("job " + cfg_.job_id + ": some ranks failed");
 	return rc;

@@ -1,10 +1,13 @@
 #include "sim_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "ib_fixture.h"
 
 namespace argus::sim {
 
@@ -13,16 +16,63 @@ RankPlan plan_for(const SimConfig &cfg, int rank)
 	RankPlan p;
 	if (auto it = cfg.stragglers.find(rank); it != cfg.stragglers.end())
 		p.straggler_factor = it->second;
+	if (auto it = cfg.straggler_from.find(rank); it != cfg.straggler_from.end())
+		p.straggler_from_step = it->second;
 	if (auto it = cfg.cuda_errors.find(rank); it != cfg.cuda_errors.end())
 		p.cuda_errors = it->second;
+	if (auto it = cfg.hangs.find(rank); it != cfg.hangs.end())
+		p.hang_step = it->second;
+	if (auto it = cfg.exits.find(rank); it != cfg.exits.end())
+		p.exit_step = it->second;
 	return p;
+}
+
+int ranks_per_node(const SimConfig &cfg)
+{
+	const int nodes = cfg.nodes < 1 ? 1 : cfg.nodes;
+	return (cfg.ranks + nodes - 1) / nodes;
+}
+
+int node_of(const SimConfig &cfg, int rank)
+{
+	const int k = ranks_per_node(cfg);
+	return k > 0 ? rank / k : 0;
+}
+
+int local_rank_of(const SimConfig &cfg, int rank)
+{
+	const int k = ranks_per_node(cfg);
+	return k > 0 ? rank % k : rank;
+}
+
+int local_world_size_of(const SimConfig &cfg, int node)
+{
+	const int k = ranks_per_node(cfg);
+	const int first = node * k;
+	const int last = std::min(first + k, cfg.ranks);
+	return last > first ? last - first : 0;
+}
+
+std::string node_name(int node)
+{
+	return "node-" + std::to_string(node);
 }
 
 nlohmann::json to_json(const SimConfig &cfg)
 {
 	nlohmann::json stragglers = nlohmann::json::array();
-	for (const auto &[rank, factor] : cfg.stragglers)
-		stragglers.push_back({{"rank", rank}, {"factor", factor}});
+	for (const auto &[rank, factor] : cfg.stragglers) {
+		auto from = cfg.straggler_from.find(rank);
+		stragglers.push_back({{"rank", rank},
+				      {"factor", factor},
+				      {"from_step", from == cfg.straggler_from.end() ? 0 : from->second}});
+	}
+	nlohmann::json hangs = nlohmann::json::array();
+	for (const auto &[rank, step] : cfg.hangs)
+		hangs.push_back({{"rank", rank}, {"step", step}});
+	nlohmann::json exits = nlohmann::json::array();
+	for (const auto &[rank, step] : cfg.exits)
+		exits.push_back({{"rank", rank}, {"step", step}});
 	nlohmann::json cuda_errors = nlohmann::json::array();
 	for (const auto &[rank, n] : cfg.cuda_errors)
 		cuda_errors.push_back({{"rank", rank}, {"count", n}});
@@ -33,6 +83,10 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"job_id", cfg.job_id},
 		{"stragglers", stragglers},
 		{"cuda_errors", cuda_errors},
+		{"hangs", hangs},
+		{"exits", exits},
+		{"nodes", cfg.nodes},
+		{"hang_timeout_s", cfg.hang_timeout_s},
 		{"out_dir", cfg.out_dir},
 		{"nccl_lib", cfg.nccl_lib},
 		{"cuda_lib", cfg.cuda_lib},
@@ -40,6 +94,9 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"kernels_per_step", cfg.kernels_per_step},
 		{"master_port", cfg.master_port},
 		{"quiet", cfg.quiet},
+		{"ib_fixture", cfg.ib_fixture},
+		{"degrade", cfg.degrade},
+		{"ib_only", cfg.ib_only},
 	};
 }
 
@@ -50,8 +107,17 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.steps = j.at("steps").get<std::int64_t>();
 	c.step_ms = j.at("step_ms").get<int>();
 	c.job_id = j.at("job_id").get<std::string>();
-	for (const auto &s : j.at("stragglers"))
+	for (const auto &s : j.at("stragglers")) {
 		c.stragglers[s.at("rank").get<int>()] = s.at("factor").get<double>();
+		if (auto from = s.value("from_step", std::int64_t{0}); from > 0)
+			c.straggler_from[s.at("rank").get<int>()] = from;
+	}
+	for (const auto &h : j.value("hangs", nlohmann::json::array()))
+		c.hangs[h.at("rank").get<int>()] = h.at("step").get<std::int64_t>();
+	for (const auto &e : j.value("exits", nlohmann::json::array()))
+		c.exits[e.at("rank").get<int>()] = e.at("step").get<std::int64_t>();
+	c.nodes = j.value("nodes", 1);
+	c.hang_timeout_s = j.value("hang_timeout_s", 0.0);
 	for (const auto &e : j.at("cuda_errors"))
 		c.cuda_errors[e.at("rank").get<int>()] = e.at("count").get<int>();
 	c.out_dir = j.at("out_dir").get<std::string>();
@@ -61,6 +127,9 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.kernels_per_step = j.at("kernels_per_step").get<int>();
 	c.master_port = j.at("master_port").get<int>();
 	c.quiet = j.at("quiet").get<bool>();
+	c.ib_fixture = j.value("ib_fixture", std::string());
+	c.degrade = j.value("degrade", std::vector<std::string>());
+	c.ib_only = j.value("ib_only", false);
 	return c;
 }
 
@@ -89,6 +158,37 @@ std::pair<int, std::string> split_rank_spec(const std::string &flag, const std::
 	return {static_cast<int>(rank), spec.substr(colon + 1)};
 }
 
+// A step number of a fault spec: an integer >= 0, below --steps when that is not 0.
+std::int64_t parse_step(const std::string &flag, const std::string &spec, const std::string &text,
+			std::int64_t steps)
+{
+	std::size_t used = 0;
+	long long step = -1;
+	try {
+		step = std::stoll(text, &used);
+	} catch (const std::exception &) {
+		used = 0;
+	}
+	if (text.empty() || used != text.size() || step < 0)
+		throw UsageError(flag + ": STEP must be an integer >= 0, got '" + text + "' in '" + spec + "'");
+	if (steps > 0 && step >= steps)
+		throw UsageError(flag + ": step " + std::to_string(step) + " is never reached (--steps " +
+				 std::to_string(steps) + ")");
+	return step;
+}
+
+// --hang / --exit: RANK:STEP, one per rank.
+void parse_step_faults(const std::string &flag, const std::vector<std::string> &specs,
+		       const SimConfig &cfg, std::map<int, std::int64_t> &into)
+{
+	for (const auto &spec : specs) {
+		auto [rank, value] = split_rank_spec(flag, spec, cfg.ranks);
+		if (into.count(rank))
+			throw UsageError(flag + ": rank " + std::to_string(rank) + " given twice");
+		into[rank] = parse_step(flag, spec, value, cfg.steps);
+	}
+}
+
 } // namespace
 
 std::optional<SimConfig> parse_cli(int argc, char **argv)
@@ -96,6 +196,8 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 	SimConfig cfg;
 	std::vector<std::string> straggler_specs;
 	std::vector<std::string> cuda_error_specs;
+	std::vector<std::string> hang_specs;
+	std::vector<std::string> exit_specs;
 
 	CLI::App app{"argus-sim: a simulated multi-process GPU training job (shim libcuda/libnccl)",
 		     "argus-sim"};
@@ -107,7 +209,8 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(0, 3600 * 1000));
 	app.add_option("--job-id", cfg.job_id, "job id (TORCHELASTIC_RUN_ID); default sim-<pid>");
 	app.add_option("--straggler", straggler_specs,
-		       "RANK:FACTOR: multiply that rank's host compute time by FACTOR >= 1 (repeatable)")
+		       "RANK:FACTOR[@STEP]: multiply that rank's host compute time by FACTOR >= 1, "
+		       "from step STEP on (default 0) (repeatable)")
 		->expected(1)
 		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 	app.add_option("--cuda-errors", cuda_error_specs,
@@ -126,7 +229,36 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(0, 100000));
 	app.add_option("--master-port", cfg.master_port, "MASTER_PORT given to the ranks")
 		->check(CLI::Range(1, 65535));
+	app.add_option("--hang", hang_specs,
+		       "RANK:STEP: at step STEP that rank blocks forever right before its first "
+		       "collective; its peers block in it (repeatable, one per rank)")
+		->expected(1)
+		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+	app.add_option("--exit", exit_specs,
+		       "RANK:STEP: at step STEP that rank exits with status 1 right before its first "
+		       "collective; its peers block in it (repeatable, one per rank)")
+		->expected(1)
+		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+	app.add_option("--hang-timeout", cfg.hang_timeout_s,
+		       "seconds after the first --hang/--exit fires before the launcher stops the "
+		       "job; 0 = wait for SIGINT/SIGTERM (default)")
+		->check(CLI::Range(0.0, 1e9));
+	app.add_option("--nodes", cfg.nodes,
+		       "simulated nodes: ranks in contiguous blocks of ceil(ranks/nodes), the last "
+		       "node may have fewer; no node may be empty")
+		->check(CLI::Range(1, kMaxRanks));
 	app.add_flag("--quiet", cfg.quiet, "print nothing but errors");
+	app.add_option("--ib-fixture", cfg.ib_fixture,
+		       "lay out an InfiniBand/RoCE sysfs tree (class/infiniband, bus/pci/devices) in DIR "
+		       "and evolve its counters with the job's traffic");
+	app.add_option("--degrade", cfg.degrade,
+		       "DEV:PORT:KIND[@SECONDS]: inject a link fault into the --ib-fixture after SECONDS "
+		       "(default 3); KIND = errors|flap|width|speed|congestion|down|imbalance (repeatable)")
+		->expected(1)
+		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+	app.add_flag("--ib-only", cfg.ib_only,
+		     "with --ib-fixture: start no rank processes; synthesize the traffic of --ranks ranks "
+		     "doing --steps steps of --step-ms (--steps 0: until SIGINT/SIGTERM)");
 
 	try {
 		app.parse(argc, argv);
@@ -145,14 +277,28 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		auto [rank, value] = split_rank_spec("--straggler", spec, cfg.ranks);
 		std::size_t used = 0;
 		double factor = 0;
+		std::string from_text;
+		if (auto at = value.find('@'); at != std::string::npos) {
+			from_text = value.substr(at + 1);
+			value = value.substr(0, at);
+			if (from_text.empty())
+				throw UsageError("--straggler: expected RANK:FACTOR@STEP, got '" + spec + "'");
+		}
 		try {
 			factor = std::stod(value, &used);
 		} catch (const std::exception &) {
 			used = 0;
 		}
-		if (used != value.size() || !std::isfinite(factor) || factor < 1.0 || factor > 1e6)
+		if (value.empty() || used != value.size() || !std::isfinite(factor) || factor < 1.0 ||
+		    factor > 1e6)
 			throw UsageError("--straggler: FACTOR must be a number >= 1, got '" + value + "'");
+		if (cfg.stragglers.count(rank))
+			throw UsageError("--straggler: rank " + std::to_string(rank) + " given twice");
 		cfg.stragglers[rank] = factor;
+		if (!from_text.empty()) {
+			if (auto from = parse_step("--straggler", spec, from_text, cfg.steps); from > 0)
+				cfg.straggler_from[rank] = from;
+		}
 	}
 	for (const auto &spec : cuda_error_specs) {
 		auto [rank, value] = split_rank_spec("--cuda-errors", spec, cfg.ranks);
@@ -166,6 +312,29 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		if (used != value.size() || n < 0 || n > 1000000)
 			throw UsageError("--cuda-errors: N must be an integer 0..1000000, got '" + value + "'");
 		cfg.cuda_errors[rank] = static_cast<int>(n);
+	}
+	parse_step_faults("--hang", hang_specs, cfg, cfg.hangs);
+	parse_step_faults("--exit", exit_specs, cfg, cfg.exits);
+	for (const auto &[rank, step] : cfg.hangs)
+		if (cfg.exits.count(rank))
+			throw UsageError("--hang and --exit: rank " + std::to_string(rank) + " has both");
+	if (cfg.nodes > cfg.ranks)
+		throw UsageError("--nodes: " + std::to_string(cfg.nodes) + " nodes for " +
+				 std::to_string(cfg.ranks) + " ranks (at most one node per rank)");
+	if (local_world_size_of(cfg, cfg.nodes - 1) < 1)
+		throw UsageError("--nodes: " + std::to_string(cfg.ranks) + " ranks in blocks of " +
+				 std::to_string(ranks_per_node(cfg)) + " leave node " +
+				 std::to_string(cfg.nodes - 1) + " empty");
+	if (!cfg.degrade.empty() && cfg.ib_fixture.empty())
+		throw UsageError("--degrade: needs --ib-fixture DIR");
+	if (cfg.ib_only && cfg.ib_fixture.empty())
+		throw UsageError("--ib-only: needs --ib-fixture DIR");
+	if (app.count("--ib-fixture") && cfg.ib_fixture.empty())
+		throw UsageError("--ib-fixture: must not be empty");
+	for (const auto &spec : cfg.degrade) {
+		std::string err;
+		if (!parse_degrade(spec, err))
+			throw UsageError(err);
 	}
 	if (app.count("--job-id") && cfg.job_id.empty())
 		throw UsageError("--job-id: must not be empty");

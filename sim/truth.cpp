@@ -15,8 +15,11 @@ nlohmann::json Truth::to_json() const
 	j["pid"] = pid;
 	j["local_rank"] = local_rank;
 	j["world_size"] = world_size;
+	j["local_world_size"] = local_world_size;
+	j["node"] = node;
 	j["steps_completed"] = steps_completed;
 	j["status"] = status;
+	j["faults"] = faults;
 	nlohmann::json ops = nlohmann::json::object();
 	for (const auto &[op, c] : nccl)
 		ops[op] = {{"calls", c.calls}, {"bytes", c.bytes}};

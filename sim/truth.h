@@ -22,10 +22,17 @@ struct Truth {
 	int pid = 0;
 	int local_rank = 0;
 	int world_size = 1;
+	int local_world_size = 1;
+	std::string node = "node-0"; // simulated node (--nodes), as in ARGUS_SIM_NODE
 	std::int64_t steps_completed = 0;
 	// "completed" (all steps), "stopped" (SIGTERM/SIGINT), "aborted" (a NCCL wait
-	// was aborted or timed out), "failed" (setup failed).
+	// was aborted or timed out), "failed" (setup failed), "hung" (--hang: blocked,
+	// later stopped), "exited" (--exit: exited with status 1). "running" in a file
+	// written while the rank runs (at a straggler's onset).
 	std::string status = "running";
+	// Injected faults, as they fire: {"kind": "straggler"|"hang"|"exit", ...,
+	// "injected_at": CLOCK_REALTIME unix seconds}.
+	nlohmann::json faults = nlohmann::json::array();
 
 	std::map<std::string, OpCount> nccl;                                  // op label
 	std::map<std::string, std::map<std::string, std::uint64_t>> nccl_errors; // op -> ncclResult name

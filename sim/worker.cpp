@@ -123,20 +123,30 @@ const char *nccl_result_name(int r)
 // ---- signals: stop at the next safe point ----
 
 volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_stop_sender = 0; // pid that sent the stop signal (kill), else 0
 
-extern "C" void on_stop_signal(int)
+extern "C" void on_stop_signal(int, siginfo_t *si, void *)
 {
 	g_stop = 1;
+	if (si && si->si_code == SI_USER)
+		g_stop_sender = si->si_pid;
 }
 
 void install_signal_handlers()
 {
 	struct sigaction sa {};
-	sa.sa_handler = on_stop_signal;
+	sa.sa_sigaction = on_stop_signal;
 	sigemptyset(&sa.sa_mask);
-	sa.sa_flags = 0; // no SA_RESTART: sleeps are cut short and re-checked
+	sa.sa_flags = SA_SIGINFO; // no SA_RESTART: sleeps are cut short and re-checked
 	sigaction(SIGTERM, &sa, nullptr);
 	sigaction(SIGINT, &sa, nullptr);
+	// The launcher starts ranks with them blocked (a stop before this point stays
+	// pending and is taken now).
+	sigset_t stop_sigs;
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	sigprocmask(SIG_UNBLOCK, &stop_sigs, nullptr);
 }
 
 long long now_ns()
@@ -144,6 +154,30 @@ long long now_ns()
 	timespec ts{};
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// CLOCK_REALTIME in unix seconds: the injection times of the truth's faults.
+double realtime_s()
+{
+	timespec ts{};
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// --hang: sleeps (no CPU, no library call) until SIGTERM/SIGINT.
+void block_until_stopped()
+{
+	sigset_t stop_sigs, old;
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	sigprocmask(SIG_BLOCK, &stop_sigs, &old);
+	sigset_t wait_mask = old;
+	sigdelset(&wait_mask, SIGTERM);
+	sigdelset(&wait_mask, SIGINT);
+	while (!g_stop)
+		sigsuspend(&wait_mask); // no lost wake-up: the signals are blocked until here
+	sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
 // Sleeps until CLOCK_MONOTONIC `t`; false if a stop was requested meanwhile.
@@ -213,7 +247,7 @@ template <typename Fn> bool load_sym(void *lib, const char *name, Fn &fn, std::s
 	return true;
 }
 
-enum class StepResult { Ok, Stopped, NcclFailed };
+enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit };
 
 class Rank {
 public:
@@ -226,6 +260,12 @@ public:
 		truth_.pid = static_cast<int>(getpid());
 		truth_.local_rank = local_rank;
 		truth_.world_size = world;
+		truth_.node = node_name(node_of(cfg_, rank));
+		truth_.local_world_size = local_world_size_of(cfg_, node_of(cfg_, rank));
+		if (const char *node = std::getenv(kNodeEnv); node && *node)
+			truth_.node = node;
+		if (int lws = 0; env_int("LOCAL_WORLD_SIZE", lws) && lws > 0)
+			truth_.local_world_size = lws;
 	}
 
 	int run();
@@ -237,11 +277,15 @@ private:
 	}
 
 	int finish(const char *status, int code);
+	void write_truth();
+	void add_fault(nlohmann::json fault);
+	int hang(std::int64_t s);
 	bool load_libraries();
 	bool setup_cuda();
 	StepResult step(std::int64_t s);
 	bool launch(int i);
 	void teardown(bool abort_comm);
+	bool stopped_by_launcher() const;
 
 	// Records a CUDA call (whatever it returned) and passes its result on.
 	CUresult cuda(const char *symbol, CUresult r)
@@ -459,9 +503,16 @@ bool Rank::launch(int i)
 
 StepResult Rank::step(std::int64_t s)
 {
-	// (a) host compute, spread between the kernel launches.
+	// (a) host compute, spread between the kernel launches (slower from the
+	// straggler's onset on).
+	const bool slow = plan_.straggler_factor > 1.0 && s >= plan_.straggler_from_step;
+	if (slow && s == plan_.straggler_from_step)
+		add_fault({{"kind", "straggler"},
+			   {"factor", plan_.straggler_factor},
+			   {"from_step", s},
+			   {"injected_at", realtime_s()}});
 	const long long host_ns = static_cast<long long>(
-		static_cast<double>(cfg_.step_ms) * 1e6 * plan_.straggler_factor);
+		static_cast<double>(cfg_.step_ms) * 1e6 * (slow ? plan_.straggler_factor : 1.0));
 	const int k = cfg_.kernels_per_step;
 	const long long t0 = now_ns();
 	if (k == 0) {
@@ -473,6 +524,12 @@ StepResult Rank::step(std::int64_t s)
 			return StepResult::Stopped;
 		launch(i);
 	}
+
+	// --hang / --exit fire here, right before the step's first collective.
+	if (s == plan_.hang_step)
+		return StepResult::Hang;
+	if (s == plan_.exit_step)
+		return StepResult::Exit;
 
 	// (b) gradient sync and the rest of the step's communication.
 	void *send = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
@@ -542,6 +599,18 @@ StepResult Rank::step(std::int64_t s)
 	return StepResult::Ok;
 }
 
+// True when the stop signal came from our (live) launcher, which is stopping the
+// whole job: it signals every rank and then aborts the communicator itself, so an
+// ncclCommAbort here would only race its signals and fail a peer not yet told to
+// stop. Any other stop (a signal to this rank alone, the launcher's death)
+// aborts the communicator, releasing the peers (as PyTorch's watchdog does).
+bool Rank::stopped_by_launcher() const
+{
+	int launcher = 0;
+	return g_stop && env_int(kLauncherPidEnv, launcher) && launcher > 1 &&
+	       g_stop_sender == launcher && getppid() == static_cast<pid_t>(launcher);
+}
+
 void Rank::teardown(bool abort_comm)
 {
 	if (comm_) {
@@ -571,14 +640,43 @@ void Rank::teardown(bool abort_comm)
 	ctx_ = nullptr;
 }
 
+void Rank::write_truth()
+{
+	if (cfg_.out_dir.empty())
+		return;
+	std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
+	if (!write_json_atomic(path, truth_.to_json()))
+		log("cannot write " + path + ": " + std::strerror(errno));
+}
+
+// Records a fault as it fires; the truth file is written at once (status
+// "running"), so a benchmark can read the injection time while the job runs.
+void Rank::add_fault(nlohmann::json fault)
+{
+	truth_.faults.push_back(std::move(fault));
+	write_truth();
+}
+
+// --hang at step s: the truth is written as the hang starts (the process may be
+// killed later), the launcher is told (SIGUSR1), then the rank sleeps until
+// SIGTERM/SIGINT, never entering the collective its peers wait in.
+int Rank::hang(std::int64_t s)
+{
+	truth_.status = "hung";
+	truth_.faults.push_back({{"kind", "hang"}, {"step", s}, {"injected_at", realtime_s()}});
+	write_truth();
+	int launcher = 0;
+	if (env_int(kLauncherPidEnv, launcher) && launcher > 1 && launcher == static_cast<int>(getppid()))
+		kill(static_cast<pid_t>(launcher), SIGUSR1);
+	block_until_stopped();
+	teardown(!stopped_by_launcher());
+	return finish("hung", kWorkerOk);
+}
+
 int Rank::finish(const char *status, int code)
 {
 	truth_.status = status;
-	if (!cfg_.out_dir.empty()) {
-		std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
-		if (!write_json_atomic(path, truth_.to_json()))
-			log("cannot write " + path + ": " + std::strerror(errno));
-	}
+	write_truth();
 	return code;
 }
 
@@ -605,13 +703,13 @@ int Rank::run()
 		bool stopped = g_stop;
 		if (!stopped)
 			log(nccl_error_);
-		teardown(true);
+		teardown(!stopped || !stopped_by_launcher());
 		return stopped ? finish("stopped", kWorkerOk) : finish("aborted", kWorkerNcclFailed);
 	}
 
 	for (std::int64_t s = 0; cfg_.steps == 0 || s < cfg_.steps; s++) {
 		if (g_stop) {
-			teardown(true);
+			teardown(!stopped_by_launcher());
 			return finish("stopped", kWorkerOk);
 		}
 		switch (step(s)) {
@@ -619,14 +717,20 @@ int Rank::run()
 			truth_.steps_completed++;
 			break;
 		case StepResult::Stopped:
-			teardown(true);
+			teardown(!stopped_by_launcher());
 			return finish("stopped", kWorkerOk);
+		case StepResult::Hang:
+			return hang(s);
+		case StepResult::Exit:
+			// A crash: no teardown, no ncclCommAbort (the peers stay blocked).
+			truth_.faults.push_back({{"kind", "exit"}, {"step", s}, {"injected_at", realtime_s()}});
+			return finish("exited", kWorkerInjectedExit);
 		case StepResult::NcclFailed: {
 			// An aborted wait during shutdown is an orderly stop.
 			bool stopped = g_stop;
 			if (!stopped)
 				log(nccl_error_);
-			teardown(true);
+			teardown(!stopped || !stopped_by_launcher());
 			return stopped ? finish("stopped", kWorkerOk) : finish("aborted", kWorkerNcclFailed);
 		}
 		}

@@ -18,7 +18,7 @@ constexpr uint64_t kMs = 1'000'000;
 // step_ms (times its slowness), then enters `per_step` collectives; the first
 // waits for the slowest rank, the rest follow together.
 struct Replay {
-  CollectiveTracker tracker{TrackerOptions{10, 512, 0.001}};
+  CollectiveTracker tracker{TrackerOptions{10, 512, 0.001, 10}};
   std::map<int, double> slowness;  // pid -> factor
   int ranks = 8;
   uint64_t now = 1'000 * kMs;
@@ -215,7 +215,7 @@ TEST(Detectors, SequenceNumbersThatWrap) {
 }
 
 TEST(Detectors, DifferentWorldSizesAndRestartedRanksDoNotBreakIt) {
-  CollectiveTracker t({10, 64, 0.001});
+  CollectiveTracker t({10, 64, 0.001, 10});
   t.add_member("c", 1, 4);
   t.add_member("c", 2, 8);  // a rank that reports another world size
   EXPECT_EQ(t.comms().at(0).nranks, 8);

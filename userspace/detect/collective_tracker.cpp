@@ -124,15 +124,22 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
   const uint64_t cutoff = now_ns > window ? now_ns - window : 0;
   if (auto it = lags_.find(pid); it != lags_.end()) {
     double sum = 0;
-    std::vector<double> spread_lags;
-    size_t late = 0;
+    std::vector<const LagSample*> spread;
     for (const auto& s : it->second) {
       if (s.ts_ns < cutoff) continue;
       ++out.samples;
       sum += s.lag_s;
-      if (!s.spread) continue;
-      spread_lags.push_back(s.lag_s);
-      late += s.late;
+      if (s.spread) spread.push_back(&s);
+    }
+    // Lateness from the most recent spread-out collectives only: a straggler
+    // that just turned slow is judged on its last steps, not diluted by the
+    // window's older ones (slower steps give fewer samples in a window).
+    if (spread.size() > opts_.recent_spread) spread.erase(spread.begin(), spread.end() - opts_.recent_spread);
+    std::vector<double> spread_lags;
+    size_t late = 0;
+    for (const auto* s : spread) {
+      spread_lags.push_back(s->lag_s);
+      late += s->late;
     }
     if (out.samples > 0) out.mean_lag_s = sum / static_cast<double>(out.samples);
     out.spread_samples = spread_lags.size();

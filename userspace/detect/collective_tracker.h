@@ -16,12 +16,13 @@ struct TrackerOptions {
   double window_seconds = 10;
   size_t max_open_seqs = 512;     // incomplete collectives kept per communicator
   double late_threshold_s = 0.001;  // a rank "arrives late" at a seq when its lag exceeds this
+  size_t recent_spread = 10;        // lateness is judged on this many latest spread-out collectives
 };
 
 struct RankLagStats {
   size_t samples = 0;          // completed collectives in the window
   double mean_lag_s = 0;       // over all of them
-  size_t spread_samples = 0;   // those where the ranks arrived more than late_threshold apart
+  size_t spread_samples = 0;   // the latest (up to recent_spread) where the ranks arrived more than late_threshold apart
   double median_lag_s = 0;     // over those
   double late_fraction = 0;    // share of those where it arrived late (behind the median rank)
   double step_seconds = 0;     // 0 when no period is seen

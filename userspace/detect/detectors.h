@@ -38,7 +38,7 @@ struct StragglerOptions {
   double mad_k = 4.0;          // ... and more than k robust deviations below it
   double min_late_fraction = 0.5;  // on one node: last to arrive at most collectives
   double min_lag_s = 0.002;        // ... by more than this
-  double min_coverage = 0.5;
+  double min_coverage = 0.3;
   int raise_after = 2;  // consecutive evaluations before the flag rises
   int clear_after = 3;  // ... and before it falls
 };

@@ -40,7 +40,7 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
       loader_(std::move(loader)),
       registry_(clock, RegistryOptions{opts.node, opts.exit_grace_seconds, opts.window_seconds,
                                        opts.probes == ProbeSet::Deep}),
-      tracker_(TrackerOptions{opts.window_seconds, 512, 0.001}),
+      tracker_(TrackerOptions{opts.window_seconds, 512, 0.001, 10}),
       stragglers_(opts.straggler, opts.window_seconds),
       hangs_(opts.hang) {
   probes_ = std::make_unique<ProbeManager>(*loader_, opts_.proc_root, opts_.probes);

@@ -1,0 +1,141 @@
+#include "exporters/rdma_metrics.h"
+
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <set>
+
+namespace argus {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+MetricFamily family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void add(MetricFamily& f, Labels labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f.type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+std::string rfc3339_utc(double unix_seconds) {
+  if (!std::isfinite(unix_seconds) || unix_seconds < 0) unix_seconds = 0;
+  auto secs = static_cast<time_t>(unix_seconds);
+  int ms = static_cast<int>((unix_seconds - static_cast<double>(secs)) * 1000);
+  if (ms > 999) ms = 999;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  return buf;
+}
+
+std::vector<MetricFamily> collect_rdma_metrics(const rdma::LinkSnapshot& snap, const std::vector<rdma::RankGpu>& ranks) {
+  auto rx = family("argus_ib_port_receive_bytes_total",
+                   "Bytes received by the InfiniBand/RoCE port (port_rcv_data x 4).", MetricType::Counter);
+  auto tx = family("argus_ib_port_transmit_bytes_total",
+                   "Bytes transmitted by the InfiniBand/RoCE port (port_xmit_data x 4).", MetricType::Counter);
+  auto errors = family("argus_ib_port_errors_total", "Port error counters, by sysfs counter name.",
+                       MetricType::Counter);
+  auto wait = family("argus_ib_port_transmit_wait_total",
+                     "Ticks the port had data to send but could not (port_xmit_wait).", MetricType::Counter);
+  auto rate = family("argus_ib_link_rate_bytes_per_second", "Signalling rate of the link (the port's rate).",
+                     MetricType::Gauge);
+  auto up = family("argus_ib_link_up", "1 when the port is ACTIVE.", MetricType::Gauge);
+  auto degraded = family("argus_ib_link_degraded",
+                         "1 while the link is degraded for that reason (errors, flapping, down, rate, width, "
+                         "congestion, imbalance).",
+                         MetricType::Gauge);
+  auto nic_info = family("argus_rank_nic_info", "A rank whose GPU sits next to this NIC port (value 1).",
+                         MetricType::Gauge);
+
+  for (const auto& p : snap.ports) {
+    const Labels base{{"device", p.device}, {"port", std::to_string(p.port)}};
+    auto with = [&](const char* k, const std::string& v) {
+      Labels l = base;
+      l.push_back({k, v});
+      return l;
+    };
+    if (p.has_receive_bytes) add(rx, base, static_cast<double>(p.receive_bytes));
+    if (p.has_transmit_bytes) add(tx, base, static_cast<double>(p.transmit_bytes));
+    for (const auto& [name, v] : p.errors) add(errors, with("counter", name), static_cast<double>(v));
+    if (p.has_transmit_wait) add(wait, base, static_cast<double>(p.transmit_wait));
+    if (p.rate_bytes_per_second > 0) add(rate, base, static_cast<double>(p.rate_bytes_per_second));
+    add(up, base, p.up ? 1 : 0);
+    for (auto reason : rdma::kDegradeReasons) {
+      const std::string r(reason);
+      add(degraded, with("reason", r), p.degraded.count(r) ? 1 : 0);
+    }
+  }
+  for (const auto& rn : rdma::rank_nics(snap, ranks)) {
+    add(nic_info,
+        {{"job_id", rn.job_id}, {"rank", std::to_string(rn.rank)}, {"device", rn.device}, {"port", std::to_string(rn.port)}},
+        1);
+  }
+
+  std::vector<MetricFamily> out;
+  out.reserve(8);
+  for (auto* f : {&rx, &tx, &errors, &wait, &rate, &up, &degraded, &nic_info}) out.push_back(std::move(*f));
+  return out;
+}
+
+std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
+                                                 const std::vector<rdma::RankGpu>& ranks) {
+  std::vector<nlohmann::json> out;
+  if (!event.raised) return out;
+  std::map<std::string, std::set<int>> by_job;
+  std::map<std::string, std::string> kind_by_job;
+  for (const auto& rn : rdma::rank_nics(snap, ranks)) {
+    if (rn.device != event.device || rn.port != event.port) continue;
+    by_job[rn.job_id].insert(rn.rank);
+    kind_by_job[rn.job_id] = rn.kind;
+  }
+  const std::string where = event.device + " port " + std::to_string(event.port);
+  const std::string head = where + " degraded (" + event.reason + ")" + (event.detail.empty() ? "" : ": " + event.detail);
+  auto make = [&](const nlohmann::json& job, const nlohmann::json& rank, const std::set<int>& rank_set,
+                  const std::string& affinity, const std::string& tail) {
+    nlohmann::json evidence = {{"reason", event.reason},
+                               {"detail", event.detail},
+                               {"ranks", nlohmann::json(std::vector<int>(rank_set.begin(), rank_set.end()))},
+                               {"rate", event.rate_text},
+                               {"link_layer", event.link_layer}};
+    if (!affinity.empty()) evidence["affinity"] = affinity;
+    for (const auto& [k, v] : event.evidence) evidence[k] = v;
+    return nlohmann::json{{"time", rfc3339_utc(event.time_unix)},
+                          {"kind", "link_degraded"},
+                          {"job_id", job},
+                          {"rank", rank},
+                          {"device", event.device},
+                          {"port", event.port},
+                          {"summary", head + "; " + tail},
+                          {"evidence", evidence}};
+  };
+  for (const auto& [job, rset] : by_job) {
+    std::string list;
+    for (int r : rset) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    const std::string tail = std::string(rset.size() == 1 ? "carries rank " : "carries ranks ") + list + " of job " + job;
+    out.push_back(make(job, *rset.begin(), rset, kind_by_job[job], tail));
+  }
+  if (out.empty()) out.push_back(make(nullptr, nullptr, {}, "", "no tracked rank's GPU sits next to it"));
+  return out;
+}
+
+}  // namespace argus
