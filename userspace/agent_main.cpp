@@ -15,12 +15,17 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/clock.h"
 #include "exporters/http_server.h"
 #include "exporters/json_api.h"
 #include "exporters/prometheus_exporter.h"
+#include "exporters/rdma_metrics.h"
+#include "rdma/rdma_monitor.h"
+#include "rdma/topology.h"
 #include "probes/agent_runtime.h"
 #include "procfs/procfs.h"
 
@@ -153,11 +158,46 @@ int main(int argc, char** argv) {
   if (!runtime.ok()) return fail(runtime.error());
   auto& rt = **runtime;
 
+  // The RDMA layer: link health of every InfiniBand/RoCE port under --sysfs-root,
+  // polled once a second on its own thread, mapped to the ranks next to each NIC.
+  argus::rdma::RdmaMonitor rdma(sysfs_root, argus::rdma::MonitorOptions{}, clock);
+  std::mutex rdma_mu;
+  std::vector<std::pair<double, nlohmann::json>> rdma_events;  // (unix time, event)
+  auto rank_gpus = [&](const argus::Snapshot& snap) {
+    std::vector<argus::rdma::RankGpu> out;
+    for (const auto& r : snap.ranks) {
+      if (!r.identified() || r.exited) continue;
+      const auto local = r.local_rank >= 0 ? std::optional<std::string>(std::to_string(r.local_rank)) : std::nullopt;
+      out.push_back({r.job_id, r.rank, argus::rdma::gpu_index_from_env(std::nullopt, local), ""});
+    }
+    return out;
+  };
+  std::atomic<bool> rdma_stop{false};
+  std::thread rdma_thread([&] {
+    while (!rdma_stop) {
+      const auto ranks = rank_gpus(rt.snapshot());
+      rdma.set_ranks(ranks);
+      rdma.poll();
+      const auto snap = rdma.snapshot();
+      for (const auto& ev : rdma.drain_events()) {
+        if (!ev.raised) continue;
+        spdlog::warn("link {}:{} degraded ({}): {}", ev.device, ev.port, ev.reason, ev.detail);
+        std::lock_guard lock(rdma_mu);
+        for (auto& j : argus::link_degraded_events(ev, snap, ranks)) rdma_events.emplace_back(ev.time_unix, std::move(j));
+        while (rdma_events.size() > 10000) rdma_events.erase(rdma_events.begin());
+      }
+      for (int i = 0; i < 10 && !rdma_stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
   argus::HttpServer http;
   http.route("GET", "/metrics", [&](const argus::HttpRequest&) {
     argus::HttpResponse r;
     r.content_type = argus::kPrometheusContentType;
-    r.body = argus::render_metrics(rt.snapshot());
+    const auto snap = rt.snapshot();
+    auto families = argus::collect_metrics(snap);
+    for (auto& f : argus::collect_rdma_metrics(rdma.snapshot(), rank_gpus(snap))) families.push_back(std::move(f));
+    r.body = argus::serialize_metrics(families);
     return r;
   });
   http.route("GET", "/api/v1/ranks", [&](const argus::HttpRequest&) {
@@ -171,8 +211,16 @@ int main(int argc, char** argv) {
       if (it->second.empty() || end == nullptr || *end != '\0' || !std::isfinite(since))
         return argus::HttpResponse::json(400, R"({"error":"since must be UNIX seconds"})");
     }
+    std::vector<std::pair<double, nlohmann::json>> merged;
+    for (const auto& ev : rt.events_since(since)) merged.emplace_back(ev.time, argus::event_to_json(ev));
+    {
+      std::lock_guard lock(rdma_mu);
+      for (const auto& [t, j] : rdma_events)
+        if (t >= since) merged.emplace_back(t, j);
+    }
+    std::stable_sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& ev : rt.events_since(since)) list.push_back(argus::event_to_json(ev));
+    for (auto& [t, j] : merged) list.push_back(std::move(j));
     return argus::HttpResponse::json(200, argus::dump_json({{"events", list}}));
   });
   http.route("GET", "/api/v1/comms", [&](const argus::HttpRequest&) {
@@ -198,6 +246,8 @@ int main(int argc, char** argv) {
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   spdlog::info("stopping");
   http.stop();
+  rdma_stop = true;
+  rdma_thread.join();
   rt.stop();
   return 0;
 }
