@@ -1,0 +1,398 @@
+// Across nodes, end to end: two agents act as two nodes (each tracks only the
+// ranks whose environment says ARGUS_SIM_NODE=node-<i>), a real Prometheus
+// server (the Debian package's /usr/bin/prometheus, listening on 127.0.0.1
+// only) scrapes both every second and evaluates helm/argus/rules/argus-rules.yaml
+// every second, and a simulated job runs 8 ranks over the two nodes (ranks 0-3
+// on node-0, 4-7 on node-1). Neither agent sees the whole job: only the rules
+// compare all its ranks.
+//
+// The straggler test loads the shipped rules file unchanged. The hang test
+// loads a copy in which the 60 s stall threshold is 5 s (it substitutes the
+// text `job_id:argus_collective_stalled_seconds:max > 60`, which the rules
+// file keeps in exactly that form), so that it runs in seconds.
+//
+// Set ARGUS_PROMETHEUS to use another prometheus binary.
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <set>
+
+#include "harness.h"
+
+namespace argus::itest {
+namespace {
+
+const fs::path kRules = fs::path(ARGUS_SOURCE_DIR) / "helm/argus/rules/argus-rules.yaml";
+
+std::string prometheus_binary() {
+  const char* env = std::getenv("ARGUS_PROMETHEUS");
+  return env != nullptr && *env != '\0' ? env : "/usr/bin/prometheus";
+}
+
+std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// "127.0.0.1:PORT" of an agent.
+std::string address_of(const Agent& a) {
+  std::string u = a.url("");
+  return u.substr(std::string("http://").size());
+}
+
+std::string set_text(const std::set<std::string>& s) {
+  std::string out = "{";
+  for (const auto& v : s) out += (out.size() > 1 ? "," : "") + v;
+  return out + "}";
+}
+
+// A Prometheus server on a private loopback port with its own TSDB, scraping
+// `targets` and evaluating `rules` every second; killed (TERM, then KILL) with
+// its data removed on destruction.
+class Prometheus {
+ public:
+  Prometheus(const fs::path& dir, const std::vector<std::string>& targets, const fs::path& rules)
+      : port_(free_port()), data_(dir / "prometheus-data") {
+    std::ofstream cfg(dir / "prometheus.yml");
+    cfg << "global:\n"
+           "  scrape_interval: 1s\n"
+           "  scrape_timeout: 1s\n"
+           "  evaluation_interval: 1s\n"
+           "rule_files:\n"
+           "  - '"
+        << rules.string()
+        << "'\n"
+           "scrape_configs:\n"
+           "  - job_name: argus\n"
+           "    static_configs:\n"
+           "      - targets: [";
+    for (size_t i = 0; i < targets.size(); ++i) cfg << (i ? ", " : "") << "'" << targets[i] << "'";
+    cfg << "]\n";
+    cfg.close();
+    log_ = dir / "prometheus.log";
+    child_ = std::make_unique<Child>(
+        std::vector<std::string>{prometheus_binary(), "--config.file=" + (dir / "prometheus.yml").string(),
+                                 "--storage.tsdb.path=" + data_.string(),
+                                 "--web.listen-address=127.0.0.1:" + std::to_string(port_),
+                                 "--storage.tsdb.retention.time=1h", "--log.level=warn"},
+        log_);
+  }
+  ~Prometheus() {
+    child_->terminate();
+    std::error_code ec;
+    fs::remove_all(data_, ec);
+  }
+  Prometheus(const Prometheus&) = delete;
+  Prometheus& operator=(const Prometheus&) = delete;
+
+  bool wait_ready(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!child_->running()) return false;
+      auto r = cli::http_get(url("/-/ready"), 1s);
+      if (r.ok() && r->status == 200) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string log() const { return read_text(log_); }
+
+  // GET /api/v1/<path>: the "data" member, or null on any failure.
+  json api(const std::string& path) const {
+    auto r = cli::http_get(url("/api/v1/" + path), 5s);
+    if (!r.ok() || r->status != 200) return json();
+    json doc = json::parse(r->body, nullptr, false);
+    if (doc.is_discarded() || doc.value("status", "") != "success") return json();
+    return doc.value("data", json());
+  }
+  // An instant query's vector, [] when empty or on failure.
+  json query(const std::string& promql) const {
+    json d = api("query?query=" + url_encode(promql));
+    if (!d.is_object() || !d.contains("result") || !d["result"].is_array()) return json::array();
+    return d["result"];
+  }
+  // The values of `label` among the series an instant query returns.
+  std::set<std::string> label_values(const std::string& promql, const std::string& label) const {
+    std::set<std::string> out;
+    for (const auto& s : query(promql)) out.insert(s.at("metric").value(label, ""));
+    return out;
+  }
+  // Rule evaluation errors (a broken rule would silently record nothing).
+  std::string rule_health() const {
+    std::string bad;
+    json d = api("rules");
+    if (!d.is_object()) return "no /api/v1/rules answer";
+    for (const auto& g : d.value("groups", json::array()))
+      for (const auto& r : g.value("rules", json::array()))
+        if (r.value("health", "") == "err") bad += r.value("name", "") + ": " + r.value("lastError", "") + "\n";
+    return bad;
+  }
+
+ private:
+  uint16_t port_;
+  fs::path data_;
+  fs::path log_;
+  std::unique_ptr<Child> child_;
+};
+
+// A rules file with the hang threshold `job_id:argus_collective_stalled_seconds:max > 60`
+// replaced by `> seconds` in every expression (comment lines left alone); the count
+// of replacements, which must be 4 (the missing-rank recording three times, the
+// alert once).
+int write_rules_with_stall_threshold(const fs::path& out, int seconds) {
+  const std::string from = "job_id:argus_collective_stalled_seconds:max > 60";
+  const std::string to = "job_id:argus_collective_stalled_seconds:max > " + std::to_string(seconds);
+  std::istringstream in(read_text(kRules));
+  std::ofstream o(out);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const auto first = line.find_first_not_of(' ');
+    if (first == std::string::npos || line[first] != '#') {
+      for (size_t p = line.find(from); p != std::string::npos; p = line.find(from, p + to.size())) {
+        line.replace(p, from.size(), to);
+        ++n;
+      }
+    }
+    o << line << "\n";
+  }
+  return n;
+}
+
+// Everything one test runs, declared in the order it is torn down in reverse:
+// the job stops first, then Prometheus, then the agents.
+struct CrossNodeRig {
+  fs::path dir;
+  std::unique_ptr<Agent> node0, node1;
+  std::unique_ptr<Prometheus> prom;
+  std::unique_ptr<Child> sim;
+  std::string job;
+
+  ~CrossNodeRig() {
+    const auto t = std::chrono::steady_clock::now();
+    sim.reset();
+    const auto t_sim = std::chrono::steady_clock::now();
+    prom.reset();
+    const auto t_prom = std::chrono::steady_clock::now();
+    // (An agent takes about 10 s to stop here, detaching its probes.)
+    node0.reset();
+    node1.reset();
+    using secs = std::chrono::duration<double>;
+    std::printf("[ cross-node ] teardown: job %.1f s, prometheus %.1f s, agents %.1f s\n",
+                secs(t_sim - t).count(), secs(t_prom - t_sim).count(),
+                secs(std::chrono::steady_clock::now() - t_prom).count());
+    // Logs stay for a failed test (diagnostics() names the folder).
+    std::error_code ec;
+    if (!dir.empty() && !::testing::Test::HasFailure()) fs::remove_all(dir, ec);
+  }
+
+  // Two agents, one per simulated node, then Prometheus on them with the
+  // shipped rules, or (stall_threshold_s > 0) a copy of them with that hang
+  // threshold. Returns "" or what went wrong.
+  std::string start(const std::string& tag, int stall_threshold_s = 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    dir = make_temp_dir(tag);
+    job = tag + "-" + std::to_string(getpid());
+    fs::path rules = kRules;
+    if (stall_threshold_s > 0) {
+      rules = dir / "argus-rules-test-copy.yaml";
+      const int n = write_rules_with_stall_threshold(rules, stall_threshold_s);
+      if (n != 4)
+        return "the hang threshold no longer reads `job_id:argus_collective_stalled_seconds:max > 60` 4 times in " +
+               kRules.string() + " (" + std::to_string(n) + ")";
+    }
+    fs::create_directories(dir / "node-0");
+    fs::create_directories(dir / "node-1");
+    node0 = std::make_unique<Agent>(dir / "node-0", std::vector<std::string>{"--only-env", "ARGUS_SIM_NODE=node-0",
+                                                                             "--node", "node-0", "--window", "5"});
+    node1 = std::make_unique<Agent>(dir / "node-1", std::vector<std::string>{"--only-env", "ARGUS_SIM_NODE=node-1",
+                                                                             "--node", "node-1", "--window", "5"});
+    if (!node0->wait_ready()) return "agent node-0 not ready:\n" + node0->log();
+    if (!node1->wait_ready()) return "agent node-1 not ready:\n" + node1->log();
+    prom = std::make_unique<Prometheus>(dir, std::vector<std::string>{address_of(*node0), address_of(*node1)}, rules);
+    if (!prom->wait_ready()) return "prometheus not ready:\n" + prom->log();
+    std::printf("[ cross-node ] agents and prometheus ready in %.1f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return "";
+  }
+
+  void start_job(const std::vector<std::string>& faults) {
+    std::vector<std::string> extra = {"--nodes", "2"};
+    extra.insert(extra.end(), faults.begin(), faults.end());
+    auto args = sim_args(dir / "truth", job, 8, 0, extra);
+    sim = std::make_unique<Child>(args, dir / "sim.log");
+  }
+
+  // What to print when a check fails: both nodes' verdicts and every figure the rules used.
+  std::string diagnostics() const {
+    std::ostringstream d;
+    d << "job " << job << ", files in " << dir.string() << "\n";
+    const std::string sel = "{job_id=\"" + job + "\"}";
+    for (const char* q : {"argus_collective_wait_ratio", "job_id:argus_collective_wait_ratio:median",
+                          "job_id:argus_collective_wait_ratio:straggler_threshold", "argus:rank_slowness",
+                          "argus:straggler", "argus_straggler", "argus_nccl_last_seq",
+                          "instance_job_id:argus_nccl_last_seq:max", "argus_collective_stalled_seconds",
+                          "job_id:argus_collective_stalled_seconds:max", "argus:hang_missing_rank",
+                          "argus_hang_missing_rank", "ALERTS"}) {
+      d << q << ":";
+      for (const auto& s : prom->query(std::string(q) + sel)) {
+        const auto& m = s.at("metric");
+        d << " [";
+        for (const char* l : {"instance", "rank", "comm", "alertname", "alertstate"})
+          if (m.contains(l)) d << l << "=" << m.at(l).get<std::string>() << " ";
+        d << s.at("value").at(1).get<std::string>() << "]";
+      }
+      d << "\n";
+    }
+    d << "rule errors: " << prom->rule_health() << "\n";
+    d << "sim log:\n" << read_text(dir / "sim.log") << "\nprometheus log:\n" << prom->log();
+    return d.str();
+  }
+};
+
+void require_prometheus() {
+  if (access(prometheus_binary().c_str(), X_OK) == 0) return;
+  const char* ci = std::getenv("CI");
+  if (ci != nullptr && std::string(ci) == "true") FAIL() << "CI=true and no " << prometheus_binary();
+  GTEST_SKIP() << "no " << prometheus_binary() << " (Debian package prometheus)";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One slow rank (6, 3x host compute) on node-1; node-0 holds only healthy
+// ranks, and the median is shared by both nodes. The rules, over both agents'
+// series, must name rank 6 and nobody else: the recorded verdict
+// argus:straggler within seconds, and the ArgusStraggler alert once its
+// `for: 30s` has passed.
+TEST(CrossNode, PrometheusRulesNameStragglerOnOtherNode) {
+  ARGUS_REQUIRE_ROOT();
+  require_prometheus();
+  if (HasFatalFailure() || IsSkipped()) return;
+  CrossNodeRig rig;
+  const std::string err = rig.start("xstraggler");
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(rig.prom->rule_health(), "");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  rig.start_job({"--straggler", "6:3"});
+  const std::string sel = "{job_id=\"" + rig.job + "\"}";
+
+  // The recording names rank 6 alone, and keeps naming it alone: no other rank
+  // is named once every rank has been judged for a full window (5 s), nor ever
+  // alerted on (firing; a pending alert is the recording itself). Then
+  // ArgusStraggler fires (after its `for: 30s`) for rank 6 alone, with a
+  // summary naming the rank and the job.
+  std::set<std::string> named, firing, ever_named, wrongly_named, wrongly_alerted;
+  std::string summary;
+  double all_judged_at = -1, named_alone_at = -1, firing_at = -1;
+  // (Bounded so that the test, with the agents' ~10-30 s teardown, stays under 90 s.)
+  while (seconds_since(t0) < 55 && firing_at < 0) {
+    std::this_thread::sleep_for(1s);
+    ASSERT_TRUE(rig.sim->running()) << read_text(rig.dir / "sim.log");
+    const auto judged = rig.prom->query("job_id:argus_collective_wait_ratio:count" + sel);
+    if (!judged.empty() && judged[0].at("value").at(1).get<std::string>() == "8" && all_judged_at < 0)
+      all_judged_at = seconds_since(t0);
+    named = rig.prom->label_values("argus:straggler" + sel, "rank");
+    firing = rig.prom->label_values(
+        "ALERTS{alertname=\"ArgusStraggler\",alertstate=\"firing\",job_id=\"" + rig.job + "\"}", "rank");
+    ever_named.insert(named.begin(), named.end());
+    if (all_judged_at >= 0 && seconds_since(t0) > all_judged_at + 5)
+      for (const auto& r : named)
+        if (r != "6") wrongly_named.insert(r);
+    for (const auto& r : firing)
+      if (r != "6") wrongly_alerted.insert(r);
+    if (named_alone_at < 0 && named == std::set<std::string>{"6"}) named_alone_at = seconds_since(t0);
+    if (firing == std::set<std::string>{"6"}) {
+      firing_at = seconds_since(t0);
+      json doc = rig.prom->api("alerts");
+      if (doc.is_object())
+        for (const auto& a : doc.value("alerts", json::array()))
+          if (a.at("labels").value("alertname", "") == "ArgusStraggler" && a.at("labels").value("job_id", "") == rig.job)
+            summary = a.at("annotations").value("summary", "");
+    }
+  }
+  std::printf("[ cross-node ] all 8 ranks judged at %.1f s, rank 6 named alone at %.1f s, ArgusStraggler firing at "
+              "%.1f s; ever named %s\n",
+              all_judged_at, named_alone_at, firing_at, set_text(ever_named).c_str());
+  EXPECT_GE(named_alone_at, 0) << "named " << set_text(named) << "\n" << rig.diagnostics();
+  EXPECT_LE(named_alone_at, 60) << rig.diagnostics();
+  EXPECT_GE(firing_at, 0) << "firing for " << set_text(firing) << "\n" << rig.diagnostics();
+  EXPECT_EQ(named, std::set<std::string>{"6"}) << rig.diagnostics();
+  EXPECT_TRUE(wrongly_named.empty()) << "also named " << set_text(wrongly_named) << "\n" << rig.diagnostics();
+  EXPECT_TRUE(wrongly_alerted.empty()) << "also firing for " << set_text(wrongly_alerted) << "\n" << rig.diagnostics();
+  EXPECT_NE(summary.find("Rank 6 of job " + rig.job + " is "), std::string::npos) << summary;
+
+  // The rank is on the other node: node-1's agent exports it, node-0's does not.
+  const auto where = rig.prom->label_values("argus_rank_info{job_id=\"" + rig.job + "\",rank=\"6\"}", "instance");
+  EXPECT_EQ(where, std::set<std::string>{address_of(*rig.node1)}) << rig.diagnostics();
+  // Its slowness is recorded with it: a 3x host slowdown reads clearly above 1.5x.
+  const auto slow = rig.prom->query("argus:straggler" + sel);
+  ASSERT_EQ(slow.size(), 1u) << rig.diagnostics();
+  EXPECT_GT(std::stod(slow[0].at("value").at(1).get<std::string>()), 1.5) << rig.diagnostics();
+  EXPECT_EQ(rig.prom->rule_health(), "");
+}
+
+// Rank 5 on node-1 stops before a collective (--hang 5:STEP); every other rank,
+// on both nodes, sits in it. With the stall threshold at 5 s (a test copy of
+// the rules), argus:hang_missing_rank must name rank 5 alone and
+// ArgusCollectiveHang must fire naming it.
+TEST(CrossNode, PrometheusRulesNameHungRankOnOtherNode) {
+  ARGUS_REQUIRE_ROOT();
+  require_prometheus();
+  if (HasFatalFailure() || IsSkipped()) return;
+  CrossNodeRig rig;
+  const std::string err = rig.start("xhang", 5);
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(rig.prom->rule_health(), "");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  rig.start_job({"--hang", "5:100"});
+  const std::string sel = "{job_id=\"" + rig.job + "\"}";
+
+  std::set<std::string> missing, firing, stragglers;
+  std::string summary;
+  int stable = 0;
+  while (seconds_since(t0) < 45 && stable < 3) {
+    std::this_thread::sleep_for(1s);
+    missing = rig.prom->label_values("argus:hang_missing_rank" + sel, "rank");
+    for (const auto& r : rig.prom->label_values("argus:straggler" + sel, "rank")) stragglers.insert(r);
+    firing = rig.prom->label_values(
+        "ALERTS{alertname=\"ArgusCollectiveHang\",alertstate=\"firing\",job_id=\"" + rig.job + "\"}", "job_id");
+    summary.clear();
+    json alerts = rig.prom->api("alerts");
+    if (alerts.is_object())
+      for (const auto& a : alerts.value("alerts", json::array()))
+        if (a.at("labels").value("alertname", "") == "ArgusCollectiveHang" &&
+            a.at("labels").value("job_id", "") == rig.job)
+          summary = a.at("annotations").value("summary", "");
+    const bool ok = missing == std::set<std::string>{"5"} && !firing.empty() &&
+                    summary.size() >= 8 && summary.substr(summary.size() - 8) == ": rank 5";
+    stable = ok ? stable + 1 : 0;
+  }
+  const double took = seconds_since(t0);
+  std::printf("[ cross-node ] hung rank named alone after %.1f s (stall threshold 5 s); stragglers named meanwhile %s\n",
+              took, set_text(stragglers).c_str());
+  EXPECT_EQ(stable, 3) << "missing " << set_text(missing) << ", firing for " << set_text(firing) << ", summary '"
+                       << summary << "'\n"
+                       << rig.diagnostics();
+  const auto where = rig.prom->label_values("argus_rank_info{job_id=\"" + rig.job + "\",rank=\"5\"}", "instance");
+  EXPECT_EQ(where, std::set<std::string>{address_of(*rig.node1)}) << rig.diagnostics();
+  EXPECT_EQ(rig.prom->rule_health(), "");
+}
+
+}  // namespace
+}  // namespace argus::itest
