@@ -1,5 +1,7 @@
 #include "exporters/rdma_metrics.h"
 
+#include "exporters/metric_family.h"
+
 #include <cmath>
 #include <ctime>
 #include <map>
@@ -15,23 +17,10 @@ using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
 MetricFamily family(std::string name, std::string help, MetricType type) {
-  MetricFamily f;
-  f.name = std::move(name);
-  f.help = std::move(help);
-  f.type = type;
-  return f;
+  return metric_family(std::move(name), std::move(help), type);
 }
 
-void add(MetricFamily& f, Labels labels, double value) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  if (f.type == MetricType::Counter) {
-    m.counter.value = value;
-  } else {
-    m.gauge.value = value;
-  }
-  f.metric.push_back(std::move(m));
-}
+void add(MetricFamily& f, Labels labels, double value) { add_sample(f, std::move(labels), value); }
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -325,13 +326,14 @@ const std::map<std::string, std::string> kNodeErrorNames = {
 };
 
 // Argus (rendered /metrics text) against node_exporter on the same tree, every device/port.
-void peer_check(const std::string& sysfs, std::size_t expect_ports) {
+// `agent_text`: an argus-agent's /metrics on that tree; empty = rendered here.
+void peer_check(const std::string& sysfs, std::size_t expect_ports, const std::string& agent_text = "") {
   ManualClock clock;
   RdmaMonitor m(sysfs, options(), clock);
   m.poll();
   std::ostringstream text;
   prometheus::TextSerializer().Serialize(text, collect_rdma_metrics(m.snapshot(), {}));
-  const auto ours = parse_exposition(text.str());
+  const auto ours = parse_exposition(agent_text.empty() ? text.str() : agent_text);
 
   std::string err;
   const std::string node_text = scrape_node_exporter(sysfs, err);
@@ -402,6 +404,47 @@ TEST(IbFixturePeerCheck, CountersEqualNodeExporterOnTheStandardFixture) {
   for (int i = 0; i < 4; i++) fx.advance(1.0, traffic());
   fx.write();
   peer_check(t.path, 8);
+}
+
+// The whole agent, not only the library: argus-agent --sysfs-root on the fixture.
+TEST(IbFixturePeerCheck, AgentMetricsEqualNodeExporter) {
+  if (::access(kNodeExporter, X_OK) != 0) GTEST_SKIP() << "prometheus-node-exporter not installed";
+  if (geteuid() != 0) {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") FAIL() << "CI=true and not root";
+    GTEST_SKIP() << "the agent needs root to load eBPF";
+  }
+  TempDir t;
+  IbFixture fx(t.path, IbLayout::standard(), {{"mlx5_1", 1, DegradeKind::Errors, 1}});
+  fx.lay_out();
+  for (int i = 0; i < 3; i++) fx.advance(1.0, traffic());
+  fx.write();
+  const std::string listen = "127.0.0.1:" + std::to_string(free_port());
+  const std::string agent = std::string(ARGUS_BUILD_DIR) + "/bin/argus-agent";
+  std::vector<std::string> args = {agent, "--listen", listen, "--sysfs-root", t.path, "--log-level", "warn"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, agent.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  std::string body;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = cli::http_get("http://" + listen + "/metrics", std::chrono::milliseconds(2000));
+    if (r.ok() && r->status == 200 && r->body.find("argus_ib_port_receive_bytes_total{") != std::string::npos) {
+      body = r->body;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGKILL);  // nothing is probed: no clean detach needed
+  ::waitpid(pid, nullptr, 0);
+  ASSERT_FALSE(body.empty()) << "the agent never served RDMA metrics";
+  peer_check(t.path, 8, body);
 }
 
 TEST(IbFixturePeerCheck, CountersEqualNodeExporterOnAnotherLayout) {
