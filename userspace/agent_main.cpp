@@ -172,24 +172,6 @@ int main(int argc, char** argv) {
     }
     return out;
   };
-  std::atomic<bool> rdma_stop{false};
-  std::thread rdma_thread([&] {
-    while (!rdma_stop) {
-      const auto ranks = rank_gpus(rt.snapshot());
-      rdma.set_ranks(ranks);
-      rdma.poll();
-      const auto snap = rdma.snapshot();
-      for (const auto& ev : rdma.drain_events()) {
-        if (!ev.raised) continue;
-        spdlog::warn("link {}:{} degraded ({}): {}", ev.device, ev.port, ev.reason, ev.detail);
-        std::lock_guard lock(rdma_mu);
-        for (auto& j : argus::link_degraded_events(ev, snap, ranks)) rdma_events.emplace_back(ev.time_unix, std::move(j));
-        while (rdma_events.size() > 10000) rdma_events.erase(rdma_events.begin());
-      }
-      for (int i = 0; i < 10 && !rdma_stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  });
-
   argus::HttpServer http;
   http.route("GET", "/metrics", [&](const argus::HttpRequest&) {
     argus::HttpResponse r;
@@ -233,6 +215,25 @@ int main(int argc, char** argv) {
   });
   auto port = http.start(listen);
   if (!port.ok()) return fail(port.error());
+
+  std::atomic<bool> rdma_stop{false};
+  std::thread rdma_thread([&] {
+    while (!rdma_stop) {
+      const auto ranks = rank_gpus(rt.snapshot());
+      rdma.set_ranks(ranks);
+      rdma.poll();
+      const auto snap = rdma.snapshot();
+      for (const auto& ev : rdma.drain_events()) {
+        if (!ev.raised) continue;
+        spdlog::warn("link {}:{} degraded ({}): {}", ev.device, ev.port, ev.reason, ev.detail);
+        std::lock_guard lock(rdma_mu);
+        for (auto& j : argus::link_degraded_events(ev, snap, ranks)) rdma_events.emplace_back(ev.time_unix, std::move(j));
+        while (rdma_events.size() > 10000) rdma_events.erase(rdma_events.begin());
+      }
+      for (int i = 0; i < 10 && !rdma_stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+
 
   struct sigaction sa{};
   sa.sa_handler = on_signal;
