@@ -81,7 +81,7 @@ TEST(Detection, HungRankNamedAlone) {
   const int hung = random_rank(4);
   const std::string job = "hang-" + std::to_string(hung);
   Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
-             "--hang", std::to_string(hung) + ":20", "--quiet"},
+             "--hang", std::to_string(hung) + ":60", "--quiet"},
             dir / "sim.log");
   auto [now, ever] = wait_flag(agent, job, "hang_missing", 45s);
   EXPECT_EQ(now, std::set<int>{hung}) << agent.log();
@@ -105,7 +105,7 @@ TEST(Detection, ExitedRankCountsAsMissingAndSaysSo) {
   const int gone = random_rank(4);
   const std::string job = "exit-" + std::to_string(gone);
   Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
-             "--exit", std::to_string(gone) + ":20", "--quiet"},
+             "--exit", std::to_string(gone) + ":60", "--quiet"},
             dir / "sim.log");
   auto [now, ever] = wait_flag(agent, job, "hang_missing", 45s);
   EXPECT_EQ(now, std::set<int>{gone}) << agent.log();
