@@ -110,7 +110,10 @@ class Child {
     if (!wait_for(10s)) {
       kill(-pid_, SIGKILL);
       kill(pid_, SIGKILL);
-      wait_for(5s);
+      // An agent releases each uprobe after an RCU grace period, even when
+      // killed; while it does, new attaches by the next test's agent stall.
+      // So the next test starts only once this one is really gone.
+      wait_for(120s);
     }
   }
 
@@ -266,7 +269,7 @@ inline std::string wait_for_match(const Agent& agent, const std::map<int, json>&
 inline std::vector<std::string> sim_args(const fs::path& out, const std::string& job, int ranks, int steps,
                                          std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {bin("argus-sim"), "--ranks", std::to_string(ranks), "--steps", std::to_string(steps),
-                                "--step-ms", "20", "--init-ms", "500", "--job-id", job, "--out", out.string(),
+                                "--step-ms", "20", "--init-ms", "1500", "--job-id", job, "--out", out.string(),
                                 "--quiet"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
