@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/unit/promtool_check.h"
+
 #include "exporters/prometheus_exporter.h"
 
 namespace argus {
@@ -314,23 +316,8 @@ TEST(PrometheusExporter, PromtoolFindsNoProblems) {
   const char* promtool = "/usr/bin/promtool";
   if (::access(promtool, X_OK) != 0) GTEST_SKIP() << "promtool not installed";
   for (const Snapshot& snap : {make_snapshot(), Snapshot{}}) {
-    char path[] = "/tmp/argus-metrics-XXXXXX";
-    int fd = ::mkstemp(path);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-    {
-      std::ofstream out(path);
-      out << render_metrics(snap);
-    }
-    std::string cmd = std::string(promtool) + " check metrics < " + path + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string output;
-    char buf[512];
-    while (std::fgets(buf, sizeof(buf), p)) output += buf;
-    int status = ::pclose(p);
-    ::unlink(path);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+    auto [code, output] = argus::testing::promtool_check_metrics(promtool, render_metrics(snap));
+    EXPECT_EQ(code, 0) << output;
     EXPECT_EQ(output, "");
   }
 }

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/unit/promtool_check.h"
 #include <prometheus/text_serializer.h>
 
 #include "exporters/rdma_metrics.h"
@@ -183,20 +185,8 @@ TEST(RdmaMetrics, PromtoolFindsNoProblems) {
   for (const auto& snap : {make_snapshot(), rdma::LinkSnapshot{}}) {
     std::ostringstream text;
     prometheus::TextSerializer().Serialize(text, collect_rdma_metrics(snap, ranks()));
-    char path[] = "/tmp/argus-rdma-metrics-XXXXXX";
-    int fd = ::mkstemp(path);
-    ASSERT_GE(fd, 0);
-    ::close(fd);
-    std::ofstream(path) << text.str();
-    std::string cmd = std::string(promtool) + " check metrics < " + path + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string output;
-    char buf[512];
-    while (std::fgets(buf, sizeof(buf), p)) output += buf;
-    int status = ::pclose(p);
-    ::unlink(path);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
+    auto [code, output] = argus::testing::promtool_check_metrics(promtool, text.str());
+    EXPECT_EQ(code, 0) << output;
     EXPECT_EQ(output, "") << text.str();
   }
 }
