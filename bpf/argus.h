@@ -8,6 +8,10 @@
 #else
 #include <linux/types.h> /* the same __u64 that libbpf's headers use */
 #endif
+#include "argus_gpu_wire.h"
+
+#define ARGUS_CLS_NCCL 1 /* in-flight slot classes: one per library */
+#define ARGUS_CLS_CUDA 2
 
 /* Values of the tracked-tgid map. A tgid absent from the map that calls into a
  * probed library is auto-tracked (ARGUS_TGID_AUTO) and reported once. */
@@ -25,6 +29,9 @@ enum argus_event_type {
 	ARGUS_EV_NCCL_COLL = 4,  /* a collective or p2p call entered */
 	ARGUS_EV_NCCL_INIT = 5,  /* ncclCommInitRank* returned */
 	ARGUS_EV_NCCL_GROUP = 6, /* ncclGroupStart / ncclGroupEnd */
+	ARGUS_EV_GPU_BATCH = 7,  /* argus:gpu_batch USDT: completed GPU activity records */
+	ARGUS_EV_GPU_NAME = 8,   /* argus:gpu_name USDT: a kernel-name id announced */
+	ARGUS_EV_CALL_DONE = 9,  /* a timed call (collective, synchronize) returned */
 };
 
 /* Event sources, for argus_agent_events_total{source} and ..._lost_total{source}. */
@@ -32,7 +39,8 @@ enum argus_source {
 	ARGUS_SRC_PROC = 0,
 	ARGUS_SRC_NCCL = 1,
 	ARGUS_SRC_CUDA = 2,
-	ARGUS_SRC_MAX = 3,
+	ARGUS_SRC_GPU = 3, /* GPU activity from the USDT producers (CUPTI, sim) */
+	ARGUS_SRC_MAX = 4,
 };
 
 /* NCCL operations: the contract's `op` label values, in this order. */
@@ -71,7 +79,10 @@ enum argus_bpf_error {
 	ARGUS_ERR_TRACKED_FULL = 5,   /* tracked-tgid map full: a process not auto-tracked */
 	ARGUS_ERR_READ_USER = 6,      /* bpf_probe_read_user failed */
 	ARGUS_ERR_RETURN_UNMATCHED = 7, /* a return probe without its entry (attached mid-call) */
-	ARGUS_ERR_MAX = 8,
+	ARGUS_ERR_RINGBUF_GPU = 8,    /* ring buffer full: GPU activity batches lost */
+	ARGUS_ERR_GPU_BATCH_TRUNCATED = 9, /* a producer sent more than ARGUS_GPU_BATCH_MAX records */
+	ARGUS_ERR_GPU_READ = 10,      /* a GPU batch or name could not be read from the producer */
+	ARGUS_ERR_MAX = 11,
 };
 
 /* CUDA driver APIs the agent probes. Variants (_v2, _ptsz, _ptds) share the id of
@@ -206,6 +217,35 @@ struct argus_nccl_group_event {
 	__u32 pad;
 };
 
+/* argus:gpu_batch, copied whole: the header, then `n` wire records. Only
+ * offsetof(recs) + n * sizeof(rec) bytes are sent. */
+struct argus_gpu_batch_event {
+	struct argus_event_header hdr;
+	__u32 n;         /* records that follow */
+	__u32 sent;      /* records the producer passed (> n when truncated) */
+	__u64 dropped;   /* records the producer lost before this batch */
+	struct argus_gpu_rec recs[ARGUS_GPU_BATCH_MAX];
+};
+
+struct argus_gpu_name_event {
+	struct argus_event_header hdr;
+	__u32 name_id;
+	__u32 pad;
+	char name[ARGUS_GPU_NAME_MAX]; /* NUL-terminated, truncated */
+};
+
+/* A timed call returned: its span, for the trace (rare calls only: collectives
+ * and synchronize waits, never launches). */
+struct argus_call_done_event {
+	struct argus_event_header hdr; /* ts_ns = return time */
+	__u64 start_ns;
+	__u32 cls;  /* ARGUS_CLS_NCCL or ARGUS_CLS_CUDA */
+	__u32 kind; /* enum argus_stat_kind of the duration */
+	__u32 id;   /* op or api id */
+	__s32 ret;  /* return code */
+	__u64 ptr;  /* collectives: the communicator */
+};
+
 /* Both compilers check the layout: BPF (clang -target bpf) and the agent (g++). */
 #ifdef __cplusplus
 #define ARGUS_ASSERT_SIZE(type, size) static_assert(sizeof(struct type) == (size), #type " layout")
@@ -224,5 +264,8 @@ ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 64);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
 ARGUS_ASSERT_SIZE(argus_nccl_group_event, 32);
+ARGUS_ASSERT_SIZE(argus_gpu_batch_event, 40 + 40 * ARGUS_GPU_BATCH_MAX);
+ARGUS_ASSERT_SIZE(argus_gpu_name_event, 32 + ARGUS_GPU_NAME_MAX);
+ARGUS_ASSERT_SIZE(argus_call_done_event, 56);
 
 #endif /* ARGUS_BPF_ARGUS_H */

@@ -7,8 +7,6 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
-#define ARGUS_CLS_NCCL 1
-#define ARGUS_CLS_CUDA 2
 
 static __always_inline void argus_count_error(__u32 err)
 {
@@ -24,6 +22,8 @@ static __always_inline __u32 argus_ringbuf_error(__u32 source)
 		return ARGUS_ERR_RINGBUF_NCCL;
 	case ARGUS_SRC_CUDA:
 		return ARGUS_ERR_RINGBUF_CUDA;
+	case ARGUS_SRC_GPU:
+		return ARGUS_ERR_RINGBUF_GPU;
 	default:
 		return ARGUS_ERR_RINGBUF_PROC;
 	}

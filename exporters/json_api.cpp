@@ -49,7 +49,27 @@ json rank_json(const RankSnapshot& r) {
   j["step_seconds"] = r.step_seconds;
   j["straggler"] = r.straggler;
   j["straggler_score"] = r.straggler_score;
+  j["straggler_reason"] = r.straggler ? str_or_null(r.straggler_reason) : json(nullptr);
+  j["pipeline_bubble"] = r.pipeline_bubble;
   j["hang_missing"] = r.hang_missing;
+  if (r.gpu.seen) {
+    const auto& g = r.gpu;
+    j["gpu"] = {{"busy_ratio", g.window_valid ? json(g.busy_ratio) : json(nullptr)},
+                {"nccl_kernel_ratio", g.window_valid ? json(g.nccl_ratio) : json(nullptr)},
+                {"bubble_ratio", g.window_valid ? json(g.bubble_ratio) : json(nullptr)},
+                {"records", g.records},
+                {"kernels", g.kernels},
+                {"kernel_seconds", static_cast<double>(g.kernel_ns) / 1e9},
+                {"nccl_kernel_seconds", static_cast<double>(g.nccl_kernel_ns) / 1e9},
+                {"idle_seconds", static_cast<double>(g.idle_ns) / 1e9},
+                {"bubble_seconds", static_cast<double>(g.bubble_ns) / 1e9},
+                {"records_lost", g.lost},
+                {"memcpy_bytes", g.memcpy_bytes},
+                {"step_summary_bytes", g.step_summary_bytes},
+                {"steps_summarized", g.steps_summarized}};
+  } else {
+    j["gpu"] = nullptr;
+  }
   j["comm_seq"] = r.comm_seq;
   j["nccl"] = std::move(nccl);
   j["cuda"] = {{"sync", std::move(sync)},

@@ -88,11 +88,75 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                         "How long the communicator's newest collective has waited for missing ranks (0 when moving).",
                         MetricType::Gauge);
 
+  auto gpu_busy = family("argus_gpu_busy_ratio", "Share of the last window with a kernel running on the rank's GPU.",
+                         MetricType::Gauge);
+  auto gpu_idle = family("argus_gpu_idle_seconds_total", "GPU idle time between kernels inside steps.",
+                         MetricType::Counter);
+  auto bubble = family("argus_pipeline_bubble_ratio",
+                       "Share of the last window the GPU sat idle before a pipeline P2P receive.", MetricType::Gauge);
+  auto bubble_s = family("argus_pipeline_bubble_seconds_total",
+                         "GPU idle time that ended at a pipeline P2P kernel.", MetricType::Counter);
+  auto nccl_kernel = family("argus_nccl_kernel_seconds_total", "GPU time in NCCL kernels.", MetricType::Counter);
+  auto nccl_kernel_ratio = family("argus_gpu_nccl_kernel_ratio",
+                                  "Share of the last window with an NCCL kernel running (long while waiting for a "
+                                  "late peer).",
+                                  MetricType::Gauge);
+  auto gpu_kernel = family("argus_gpu_kernel_seconds_total", "GPU time in kernels (all kernels).",
+                           MetricType::Counter);
+  auto gpu_records = family("argus_gpu_records_total", "GPU activity records received, by kind.",
+                            MetricType::Counter);
+  auto gpu_lost = family("argus_gpu_records_lost_total",
+                         "GPU activity records lost before the agent (producer buffer full, truncated batch).",
+                         MetricType::Counter);
+  auto gpu_copy = family("argus_gpu_memcpy_bytes_total", "Bytes the GPU copied, by direction.", MetricType::Counter);
+  auto sketch = family("argus_gpu_step_summary_bytes",
+                       "Bytes of the per-step kernel-duration summary kept per step (mean of the last 100 steps).",
+                       MetricType::Gauge);
+  auto bubble_flag = family("argus_pipeline_bubble", "1 while this rank's pipeline bubbles stand out.",
+                            MetricType::Gauge);
+
   // Identified ranks grouped by (job_id, rank), in that order.
   std::map<std::pair<std::string, int>, std::vector<const RankSnapshot*>> groups;
   for (const auto& r : snap.ranks) {
     if (r.identified()) groups[{r.job_id, r.rank}].push_back(&r);
   }
+
+  // GPU counters sum over the processes of a (job_id, rank); gauges come from the lead.
+  auto add_gpu = [&](const std::vector<const RankSnapshot*>& members, const RankSnapshot& lead, const Labels& base) {
+    GpuRankView sum;
+    for (const auto* r : members) {
+      const auto& g = r->gpu;
+      if (!g.seen) continue;
+      sum.seen = true;
+      sum.idle_ns += g.idle_ns;
+      sum.bubble_ns += g.bubble_ns;
+      sum.nccl_kernel_ns += g.nccl_kernel_ns;
+      sum.kernel_ns += g.kernel_ns;
+      sum.kernels += g.kernels;
+      sum.memcpys += g.memcpys;
+      sum.memsets += g.memsets;
+      sum.lost += g.lost;
+      for (const auto& [dir, b] : g.memcpy_bytes) sum.memcpy_bytes[dir] += b;
+    }
+    if (!sum.seen) return;
+    add(gpu_idle, base, static_cast<double>(sum.idle_ns) / kNsPerSecond);
+    add(bubble_s, base, static_cast<double>(sum.bubble_ns) / kNsPerSecond);
+    add(nccl_kernel, base, static_cast<double>(sum.nccl_kernel_ns) / kNsPerSecond);
+    add(gpu_kernel, base, static_cast<double>(sum.kernel_ns) / kNsPerSecond);
+    add(gpu_records, with(base, {{"kind", "kernel"}}), static_cast<double>(sum.kernels));
+    add(gpu_records, with(base, {{"kind", "memcpy"}}), static_cast<double>(sum.memcpys));
+    add(gpu_records, with(base, {{"kind", "memset"}}), static_cast<double>(sum.memsets));
+    add(gpu_lost, base, static_cast<double>(sum.lost));
+    for (const auto& [dir, b] : sum.memcpy_bytes) add(gpu_copy, with(base, {{"direction", dir}}), static_cast<double>(b));
+    const auto& g = lead.gpu;
+    if (g.window_valid && !lead.exited) {
+      add(gpu_busy, base, g.busy_ratio);
+      add(bubble, base, g.bubble_ratio);
+      add(nccl_kernel_ratio, base, g.nccl_ratio);
+    }
+    if (g.steps_summarized > 0) add(sketch, base, g.step_summary_bytes);
+    add(bubble_flag, base, lead.pipeline_bubble ? 1 : 0);
+  };
 
   for (auto& [key, members] : groups) {
     std::sort(members.begin(), members.end(),
@@ -154,6 +218,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     add(step, base, lead->step_seconds);
     for (const auto& [comm, seq] : lead->comm_seq) add(last_seq, with(base, {{"comm", comm}}), static_cast<double>(seq));
     for (const auto& [reason, n] : exit_reasons) add(exits, with(base, {{"reason", reason}}), static_cast<double>(n));
+    add_gpu(members, *lead, base);
   }
 
   for (const auto& c : snap.comms) {
@@ -188,9 +253,12 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   add(build, {{"version", a.version}}, 1);
 
   std::vector<MetricFamily> out;
-  out.reserve(26);
+  out.reserve(40);
   for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &cuda_err, &nccl_err,
-                  &ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &events, &lost, &tracked, &attach_err, &attached, &bpf_err, &skips, &build}) {
+                  &ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
+                  &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
+                  &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
+                  &bpf_err, &skips, &build}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -15,9 +15,24 @@
  * nothing is ever read or written through them.
  *
  * Handles are encoded integers checked against tables, so garbage handles give
- * CUDA_ERROR_INVALID_HANDLE instead of a crash. */
+ * CUDA_ERROR_INVALID_HANDLE instead of a crash.
+ *
+ * GPU activity (bpf/argus_gpu_wire.h): every launch, synchronous copy and NCCL
+ * kernel (argus_sim_gpu_kernel, called by the NCCL shim) becomes a record on the
+ * emulated timeline, kept in a bounded pending buffer. Completed records (end <=
+ * now) cross the USDT probe argus:gpu_batch, sorted by start, at most
+ * ARGUS_GPU_BATCH_MAX at a time: after every synchronize call, when
+ * ARGUS_GPU_BATCH_MAX completed records are pending, and at
+ * argus_sim_gpu_flush_all. Each kernel-name id is announced once through
+ * argus:gpu_name before the first batch that uses it. ARGUS_SIM_GPU_ACTIVITY=0
+ * turns it off. The probes fire under g_mu, so batches never interleave. The
+ * sim-private functions are described in sim_gpu.h. */
 #define _GNU_SOURCE
 #include "cuda_codes.h"
+#include "sim_gpu.h"
+
+#include <argus_gpu_wire.h>
+#include <sys/sdt.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -101,7 +116,13 @@ struct func {
 	int live;
 	size_t module;
 	unsigned us;
+	unsigned name_id; /* wire name id (1-based), 0 = none */
 	char name[96];
+};
+/* Kernel names of the wire format: id = index + 1. */
+struct gpu_name {
+	int announced; /* argus:gpu_name fired */
+	char name[128];
 };
 struct alloc {
 	CUdeviceptr ptr;
@@ -130,6 +151,21 @@ static unsigned char *g_ctx_live;
 static size_t g_capctx;
 static unsigned char *g_mod_live;
 static size_t g_capmod;
+static int g_device_ord; /* device of the newest context: the records' device_id */
+
+/* GPU activity (see the top of the file). */
+#define GPU_PENDING_MAX 65536u
+#define GPU_RECHECK_NS 1000000LL /* a full-but-incomplete buffer is recounted after 1 ms */
+static int g_activity = -1;           /* -1: ARGUS_SIM_GPU_ACTIVITY not read yet */
+static struct argus_gpu_rec *g_pending; /* [GPU_PENDING_MAX], in enqueue order */
+static struct argus_gpu_rec *g_ready;   /* [GPU_PENDING_MAX]: scratch of a flush */
+static size_t g_npending;
+static unsigned long long g_dropped_unreported; /* lost since the previous batch */
+static unsigned g_next_corr = 1;
+static long long g_next_check_ns;
+static struct gpu_name *g_names;
+static size_t g_nnames, g_capnames;
+static struct argus_sim_gpu_totals g_totals; /* exactly what crossed argus:gpu_batch */
 
 /* Grow an array to hold one more element; returns 0 on failure. */
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -213,6 +249,179 @@ static long long device_busy_until(void)
 	return t;
 }
 
+/* ---- GPU activity records (all with g_mu held) ---- */
+
+static int activity_on(void)
+{
+	if (g_activity < 0) {
+		const char *v = getenv(ARGUS_SIM_GPU_ACTIVITY_ENV);
+		g_activity = !(v && (strcmp(v, "0") == 0 || strcmp(v, "false") == 0 ||
+				     strcmp(v, "off") == 0 || strcmp(v, "no") == 0));
+	}
+	return g_activity;
+}
+
+/* The wire id of a kernel name (registered on first sight), 0 if out of memory. */
+static unsigned name_id_for(const char *name)
+{
+	char buf[sizeof g_names[0].name];
+	snprintf(buf, sizeof buf, "%s", name);
+	for (size_t i = 0; i < g_nnames; i++)
+		if (strcmp(g_names[i].name, buf) == 0)
+			return (unsigned)(i + 1);
+	if (!grow((void **)&g_names, &g_capnames, g_nnames, sizeof *g_names))
+		return 0;
+	g_names[g_nnames].announced = 0;
+	memcpy(g_names[g_nnames].name, buf, sizeof buf);
+	return (unsigned)++g_nnames;
+}
+
+/* One copy of each probe site: noinline/noclone keep a single stapsdt note each. */
+static __attribute__((noinline, noclone)) void fire_gpu_name(unsigned id, const char *name)
+{
+	STAP_PROBE2(argus, gpu_name, id, name);
+}
+
+static __attribute__((noinline, noclone)) void fire_gpu_batch(const struct argus_gpu_rec *recs,
+							       unsigned n, unsigned long long dropped)
+{
+	STAP_PROBE3(argus, gpu_batch, recs, n, dropped);
+}
+
+static int rec_cmp(const void *a, const void *b)
+{
+	const struct argus_gpu_rec *x = a, *y = b;
+	if (x->start_ns != y->start_ns)
+		return x->start_ns < y->start_ns ? -1 : 1;
+	if (x->correlation_id != y->correlation_id)
+		return x->correlation_id < y->correlation_id ? -1 : 1;
+	return 0;
+}
+
+/* Hands `n` sorted records (and the drops not yet reported) to the agent in
+ * chunks of at most ARGUS_GPU_BATCH_MAX, announcing new names first, and adds
+ * them to the totals. */
+static void emit(const struct argus_gpu_rec *recs, size_t n)
+{
+	size_t off = 0;
+	do {
+		size_t m = n - off < ARGUS_GPU_BATCH_MAX ? n - off : ARGUS_GPU_BATCH_MAX;
+		for (size_t i = off; i < off + m; i++) {
+			unsigned id = recs[i].name_id;
+			if (id >= 1 && id <= g_nnames && !g_names[id - 1].announced) {
+				g_names[id - 1].announced = 1;
+				fire_gpu_name(id, g_names[id - 1].name);
+				g_totals.names++;
+			}
+		}
+		unsigned long long dropped = g_dropped_unreported;
+		g_dropped_unreported = 0;
+		fire_gpu_batch(recs + off, (unsigned)m, dropped);
+		g_totals.batches++;
+		g_totals.dropped += dropped;
+		for (size_t i = off; i < off + m; i++) {
+			const struct argus_gpu_rec *r = &recs[i];
+			const uint64_t ns = r->end_ns - r->start_ns;
+			g_totals.records++;
+			if (r->kind == ARGUS_GPU_KERNEL) {
+				g_totals.kernels++;
+				g_totals.kernel_ns += ns;
+				if (r->flags & ARGUS_GPU_F_NCCL) {
+					g_totals.nccl_kernels++;
+					g_totals.nccl_kernel_ns += ns;
+				}
+				if ((r->flags & (ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV)) ==
+				    (ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV))
+					g_totals.recv_kernels++;
+			} else if (r->kind == ARGUS_GPU_MEMCPY) {
+				g_totals.memcpy++;
+				unsigned dir = (unsigned)r->flags >> ARGUS_GPU_COPY_SHIFT;
+				if (dir == ARGUS_GPU_COPY_HTOD)
+					g_totals.memcpy_bytes_htod += r->bytes;
+				else if (dir == ARGUS_GPU_COPY_DTOH)
+					g_totals.memcpy_bytes_dtoh += r->bytes;
+			}
+		}
+		off += m;
+	} while (off < n);
+}
+
+/* Emits every pending record that has completed by `now`. */
+static void flush_completed(long long now)
+{
+	size_t n = 0, keep = 0;
+	for (size_t i = 0; i < g_npending; i++) {
+		if ((long long)g_pending[i].end_ns <= now)
+			g_ready[n++] = g_pending[i];
+		else
+			g_pending[keep++] = g_pending[i];
+	}
+	g_npending = keep;
+	if (n == 0 && g_dropped_unreported == 0)
+		return;
+	qsort(g_ready, n, sizeof *g_ready, rec_cmp);
+	emit(g_ready, n);
+}
+
+/* Flushes once ARGUS_GPU_BATCH_MAX pending records have completed. */
+static void maybe_flush_full(long long now)
+{
+	if (g_npending < ARGUS_GPU_BATCH_MAX || now < g_next_check_ns)
+		return;
+	size_t done = 0;
+	for (size_t i = 0; i < g_npending; i++)
+		done += (long long)g_pending[i].end_ns <= now;
+	if (done >= ARGUS_GPU_BATCH_MAX)
+		flush_completed(now);
+	else
+		g_next_check_ns = now + GPU_RECHECK_NS;
+}
+
+static void enqueue(long long start, long long end, unsigned long long bytes, unsigned name_id,
+		    size_t stream_idx, unsigned kind, unsigned flags)
+{
+	if (!activity_on())
+		return;
+	if (!g_pending) {
+		g_pending = calloc(GPU_PENDING_MAX, sizeof *g_pending);
+		g_ready = calloc(GPU_PENDING_MAX, sizeof *g_ready);
+		if (!g_pending || !g_ready) {
+			free(g_pending);
+			free(g_ready);
+			g_pending = g_ready = NULL;
+			g_dropped_unreported++;
+			return;
+		}
+	}
+	long long now = now_ns();
+	if (g_npending == GPU_PENDING_MAX)
+		flush_completed(now);
+	if (g_npending == GPU_PENDING_MAX) {
+		g_dropped_unreported++;
+		return;
+	}
+	struct argus_gpu_rec *r = &g_pending[g_npending++];
+	memset(r, 0, sizeof *r);
+	r->start_ns = (uint64_t)start;
+	r->end_ns = (uint64_t)end;
+	r->bytes = bytes;
+	r->correlation_id = g_next_corr++;
+	r->name_id = name_id;
+	r->stream_id = (uint32_t)stream_idx;
+	r->device_id = (uint16_t)g_device_ord;
+	r->kind = (uint8_t)kind;
+	r->flags = (uint8_t)flags;
+	maybe_flush_full(now);
+}
+
+/* After a synchronize call returned: hand over what has completed. */
+static void after_sync(void)
+{
+	pthread_mutex_lock(&g_mu);
+	flush_completed(now_ns());
+	pthread_mutex_unlock(&g_mu);
+}
+
 /* ---- helpers behind the exported functions ---- */
 
 static CUresult do_init(unsigned int flags)
@@ -253,6 +462,7 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 	CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
 	if (grow((void **)&g_ctx_live, &g_capctx, g_ncontexts, 1)) {
 		g_ctx_live[g_ncontexts] = 1;
+		g_device_ord = dev;
 		*pctx = (CUcontext)h_encode(H_CTX_BASE, g_ncontexts++);
 		r = CUDA_SUCCESS;
 	}
@@ -324,7 +534,7 @@ static int dptr_valid(CUdeviceptr p, size_t n)
 }
 
 /* Synchronous copy: waits for the device, then for the transfer. */
-static CUresult memcpy_sync(CUdeviceptr dptr, const void *host, size_t n)
+static CUresult memcpy_sync(CUdeviceptr dptr, const void *host, size_t n, unsigned dir)
 {
 	if (!initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
@@ -333,11 +543,15 @@ static CUresult memcpy_sync(CUdeviceptr dptr, const void *host, size_t n)
 	pthread_mutex_lock(&g_mu);
 	int ok = n == 0 || dptr_valid(dptr, n);
 	long long idle = device_busy_until();
+	long long now = now_ns();
+	long long start = idle > now ? idle : now;
+	long long end = start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL;
+	if (ok)
+		enqueue(start, end, n, 0, 0, ARGUS_GPU_MEMCPY, dir << ARGUS_GPU_COPY_SHIFT);
 	pthread_mutex_unlock(&g_mu);
 	if (!ok)
 		return CUDA_ERROR_INVALID_VALUE;
-	long long start = idle > now_ns() ? idle : now_ns();
-	sleep_until(start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL);
+	sleep_until(end);
 	return CUDA_SUCCESS;
 }
 
@@ -358,6 +572,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 		long long now = now_ns();
 		long long start = s->busy_until > now ? s->busy_until : now;
 		s->busy_until = start + (long long)g_funcs[fi].us * 1000LL;
+		enqueue(start, s->busy_until, 0, g_funcs[fi].name_id, (size_t)(s - g_streams),
+			ARGUS_GPU_KERNEL, 0);
 	}
 	pthread_mutex_unlock(&g_mu);
 	return r;
@@ -384,6 +600,7 @@ static CUresult stream_sync(CUstream h)
 	if (!s)
 		return CUDA_ERROR_INVALID_HANDLE;
 	sleep_until(until);
+	after_sync();
 	return CUDA_SUCCESS;
 }
 
@@ -491,6 +708,7 @@ CU_API CUresult cuCtxSynchronize(void)
 	long long until = device_busy_until();
 	pthread_mutex_unlock(&g_mu);
 	sleep_until(until);
+	after_sync();
 	return CUDA_SUCCESS;
 }
 
@@ -581,6 +799,7 @@ CU_API CUresult cuEventSynchronize(CUevent hEvent)
 	if (!ok)
 		return CUDA_ERROR_INVALID_HANDLE;
 	sleep_until(until);
+	after_sync();
 	return CUDA_SUCCESS;
 }
 
@@ -644,6 +863,7 @@ CU_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char
 	g_funcs[g_nfuncs].module = (size_t)m;
 	g_funcs[g_nfuncs].us = SIM_DEFAULT_KERNEL_US;
 	snprintf(g_funcs[g_nfuncs].name, sizeof g_funcs[g_nfuncs].name, "%s", name);
+	g_funcs[g_nfuncs].name_id = name_id_for(g_funcs[g_nfuncs].name);
 	*hfunc = (CUfunction)h_encode(H_FUNC_BASE, g_nfuncs++);
 out:
 	pthread_mutex_unlock(&g_mu);
@@ -658,6 +878,76 @@ CU_API void argus_sim_set_kernel_us(CUfunction f, unsigned us)
 	if (i >= 0 && g_funcs[i].live)
 		g_funcs[i].us = us;
 	pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- sim-private GPU activity interface (sim_gpu.h) ---- */
+
+/* The agent finds producers of the wire format by this symbol. */
+CU_API unsigned argus_gpu_wire_version(void)
+{
+	return ARGUS_GPU_WIRE_VERSION;
+}
+
+CU_API long long argus_sim_gpu_ready_ns(void)
+{
+	long long now = now_ns();
+	if (!initialized())
+		return now;
+	pthread_mutex_lock(&g_mu);
+	long long t = device_busy_until();
+	pthread_mutex_unlock(&g_mu);
+	return t > now ? t : now;
+}
+
+CU_API int argus_sim_gpu_kernel(void *stream, const char *name, long long start_ns,
+				long long end_ns, unsigned flags)
+{
+	if (!initialized() || start_ns < 0 || end_ns < start_ns)
+		return -1;
+	pthread_mutex_lock(&g_mu);
+	struct stream *s = stream_get((CUstream)stream);
+	if (!s) {
+		pthread_mutex_unlock(&g_mu);
+		return -1;
+	}
+	enqueue(start_ns, end_ns, 0, name && *name ? name_id_for(name) : 0, (size_t)(s - g_streams),
+		ARGUS_GPU_KERNEL, flags & 0x0fu);
+	/* The stream runs it, and every stream waits for its result (PyTorch makes
+	 * the compute stream wait on the NCCL stream's event). */
+	for (size_t i = 0; i < g_nstreams; i++)
+		if (g_streams[i].live && g_streams[i].busy_until < end_ns)
+			g_streams[i].busy_until = end_ns;
+	pthread_mutex_unlock(&g_mu);
+	return 0;
+}
+
+CU_API void argus_sim_gpu_flush_all(void)
+{
+	for (int round = 0; round < 1000; round++) {
+		pthread_mutex_lock(&g_mu);
+		long long until = device_busy_until();
+		for (size_t i = 0; i < g_npending; i++)
+			if ((long long)g_pending[i].end_ns > until)
+				until = (long long)g_pending[i].end_ns;
+		int idle = g_npending == 0 && g_dropped_unreported == 0;
+		pthread_mutex_unlock(&g_mu);
+		if (idle)
+			return;
+		sleep_until(until);
+		pthread_mutex_lock(&g_mu);
+		flush_completed(now_ns());
+		pthread_mutex_unlock(&g_mu);
+	}
+}
+
+CU_API int argus_sim_gpu_totals(struct argus_sim_gpu_totals *out, size_t size)
+{
+	if (!out)
+		return -1;
+	pthread_mutex_lock(&g_mu);
+	memcpy(out, &g_totals, size < sizeof g_totals ? size : sizeof g_totals);
+	pthread_mutex_unlock(&g_mu);
+	return 0;
 }
 
 CU_API CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -741,13 +1031,13 @@ CU_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 CU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-	return memcpy_sync(dstDevice, srcHost, ByteCount);
+	return memcpy_sync(dstDevice, srcHost, ByteCount, ARGUS_GPU_COPY_HTOD);
 }
 
 CU_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	/* The host buffer is not written: device memory is fake. */
-	CUresult r = memcpy_sync(srcDevice, dstHost, ByteCount);
+	CUresult r = memcpy_sync(srcDevice, dstHost, ByteCount, ARGUS_GPU_COPY_DTOH);
 	return r;
 }
 

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ib_fixture.h"
+#include "sim_gpu.h"
 #include "sim_shm.h"
 #include "truth.h"
 
@@ -124,6 +125,9 @@ std::vector<std::string> rank_env(const SimConfig &cfg, int rank, int local_rank
 		{"TORCHELASTIC_MAX_RESTARTS", "0"},
 		{kNcclIdEnv, id_hex},
 		{kWorkerConfigEnv, cfg_json},
+		// --pp/--bubble: the delay of this rank's eager receives on the emulated GPU
+		// (always set, so that an inherited value never skews a run).
+		{ARGUS_SIM_PP_RECV_DELAY_ENV, std::to_string(pp_recv_delay_us(cfg, rank))},
 	};
 	std::vector<std::string> env;
 	for (char **e = environ; e && *e; e++) {

@@ -12,10 +12,27 @@
  * (sim_shm.h). Collectives and groups are cross-process barriers over it; every
  * wait sleeps on a futex in 100 ms slices, checking the segment's abort flag,
  * and gives up after ARGUS_SIM_NCCL_TIMEOUT_S (default 600 s). Buffers are
- * never touched: they are (fake) device pointers. */
+ * never touched: they are (fake) device pointers.
+ *
+ * The emulated GPU: when the process has the simulator's libcuda.so.1 loaded
+ * (found once by dlopen(RTLD_NOLOAD) + dlsym of its private functions,
+ * sim_gpu.h; absent with a real libcuda or none: no GPU emulation), every
+ * collective outside a group, every group (at ncclGroupEnd) and every eager
+ * Send/Recv outside a group puts an NCCL kernel on the call's stream. For the
+ * barrier-synchronised ones, each rank publishes when its GPU is ready
+ * (ready_r) in the segment before the barrier; after it the kernel runs
+ * [ready_r, E] with E = max over ranks of ready + transfer time (bytes at
+ * 100 GB/s + 10 us): the peers of a rank whose GPU is late run long NCCL
+ * kernels (they wait for it) while its own is short. An eager send runs
+ * [ready, ready + transfer]; an eager receive starts
+ * ARGUS_SIM_PP_RECV_DELAY_US (read once, default 0) after the GPU is ready and
+ * lasts the transfer time. */
 #define _GNU_SOURCE
 #include "sim_shm.h"
+#include "sim_gpu.h"
 
+#include <argus_gpu_wire.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -177,6 +194,69 @@ static long long now_ns(void)
 	return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* ---- the emulated GPU of the simulator's libcuda.so.1 (sim_gpu.h) ---- */
+
+#define GPU_BYTES_PER_NS 100ull  /* 100 GB/s */
+#define GPU_LATENCY_NS 10000LL   /* 10 us */
+#define GPU_MAX_RECV_DELAY_US (3600ull * 1000000ull)
+
+static pthread_once_t g_gpu_once = PTHREAD_ONCE_INIT;
+static argus_sim_gpu_ready_ns_fn g_gpu_ready;
+static argus_sim_gpu_kernel_fn g_gpu_kernel;
+static long long g_recv_delay_ns;
+
+static void gpu_find(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
+	if (h) {
+		void *ready = dlsym(h, "argus_sim_gpu_ready_ns");
+		void *kernel = dlsym(h, "argus_sim_gpu_kernel");
+		if (ready && kernel) {
+			*(void **)&g_gpu_ready = ready;
+			*(void **)&g_gpu_kernel = kernel;
+		} else {
+			dlclose(h); /* a real libcuda: no emulated timeline */
+		}
+	}
+	const char *v = getenv(ARGUS_SIM_PP_RECV_DELAY_ENV);
+	if (v && *v) {
+		char *end = NULL;
+		unsigned long long us = strtoull(v, &end, 10);
+		if (end && *end == '\0' && us <= GPU_MAX_RECV_DELAY_US)
+			g_recv_delay_ns = (long long)us * 1000LL;
+	}
+}
+
+static int gpu_on(void)
+{
+	pthread_once(&g_gpu_once, gpu_find);
+	return g_gpu_kernel != NULL;
+}
+
+static long long now_ns(void);
+
+/* When this process's GPU could start an NCCL kernel: max(GPU idle, now). */
+static long long gpu_ready_at(void)
+{
+	long long now = now_ns();
+	if (!gpu_on())
+		return now;
+	long long t = g_gpu_ready();
+	return t > now ? t : now;
+}
+
+static long long transfer_ns(unsigned long long bytes)
+{
+	return (long long)(bytes / GPU_BYTES_PER_NS) + GPU_LATENCY_NS;
+}
+
+static void gpu_kernel(cudaStream_t stream, const char *name, long long start, long long end,
+		       unsigned flags)
+{
+	if (gpu_on())
+		g_gpu_kernel((void *)stream, name, start, end, flags);
+}
+
 static long long env_timeout_ns(void)
 {
 	const char *v = getenv("ARGUS_SIM_NCCL_TIMEOUT_S");
@@ -240,16 +320,22 @@ static ncclResult_t wait_slice(struct ncclComm *c, uint32_t *word, uint32_t seen
 }
 
 /* Cross-process barrier over every rank of the communicator. All ranks call
- * collectives (and groups) in the same order, so one generation counter does. */
-static ncclResult_t comm_barrier(struct ncclComm *c, const char *what)
+ * collectives (and groups) in the same order, so one generation counter does.
+ * Each rank brings `ready` (when its GPU can run the collective's kernel) and
+ * leaves with the latest `ready` of all ranks in *all_ready. */
+static ncclResult_t comm_barrier(struct ncclComm *c, const char *what, long long ready,
+				 long long *all_ready)
 {
+	*all_ready = ready;
 	if (c->local || c->nranks == 1)
 		return ncclSuccess;
 	struct argus_sim_shm *s = c->shm;
 	ncclResult_t r = aborted_error(c);
 	if (r != ncclSuccess)
 		return r;
+	/* bar_gen cannot move past `gen` before this rank arrives. */
 	uint32_t gen = argus_sim_load(&s->bar_gen);
+	__atomic_store_n(&s->gpu_ready[gen & 1u][c->rank], (uint64_t)ready, __ATOMIC_RELEASE);
 	uint32_t n = __atomic_add_fetch(&s->bar_count, 1u, __ATOMIC_ACQ_REL);
 	if (n >= (uint32_t)c->nranks) {
 		argus_sim_store(&s->bar_count, 0);
@@ -262,6 +348,11 @@ static ncclResult_t comm_barrier(struct ncclComm *c, const char *what)
 			if (r != ncclSuccess)
 				return r;
 		}
+	}
+	for (int i = 0; i < c->nranks; i++) {
+		long long t = (long long)__atomic_load_n(&s->gpu_ready[gen & 1u][i], __ATOMIC_ACQUIRE);
+		if (t > *all_ready)
+			*all_ready = t;
 	}
 	__atomic_add_fetch(&s->rank_colls[c->rank], 1u, __ATOMIC_RELAXED);
 	return ncclSuccess;
@@ -287,20 +378,43 @@ static void comm_detach(struct ncclComm *c)
 /* ---- group state (per thread, as in NCCL) ---- */
 
 #define MAX_GROUP_COMMS 64
+#define KERNEL_NAME_MAX 64
+#define SENDRECV_KERNEL "ncclDevKernel_SendRecv"
+
+/* A communicator touched by the open group: its one kernel at ncclGroupEnd runs
+ * on the stream of the comm's first operation, for all of its bytes; named after
+ * the first collective in it, else SendRecv (point-to-point only). */
+struct group_entry {
+	struct ncclComm *comm;
+	cudaStream_t stream;
+	unsigned long long bytes;
+	char kernel[KERNEL_NAME_MAX]; /* "" = point-to-point only */
+};
+
 static __thread int g_group_depth;
-static __thread struct ncclComm *g_group_comms[MAX_GROUP_COMMS];
+static __thread struct group_entry g_group[MAX_GROUP_COMMS];
 static __thread int g_group_ncomms;
 
-static ncclResult_t group_add(struct ncclComm *c)
+static ncclResult_t group_add(struct ncclComm *c, cudaStream_t stream, unsigned long long bytes,
+			      const char *kernel)
 {
-	for (int i = 0; i < g_group_ncomms; i++)
-		if (g_group_comms[i] == c)
+	for (int i = 0; i < g_group_ncomms; i++) {
+		if (g_group[i].comm == c) {
+			g_group[i].bytes += bytes;
+			if (kernel && !g_group[i].kernel[0])
+				snprintf(g_group[i].kernel, sizeof g_group[i].kernel, "%s", kernel);
 			return ncclSuccess;
+		}
+	}
 	if (g_group_ncomms == MAX_GROUP_COMMS) {
 		set_error("too many communicators in one group (max %d)", MAX_GROUP_COMMS);
 		return ncclInvalidUsage;
 	}
-	g_group_comms[g_group_ncomms++] = c;
+	struct group_entry *e = &g_group[g_group_ncomms++];
+	e->comm = c;
+	e->stream = stream;
+	e->bytes = bytes;
+	snprintf(e->kernel, sizeof e->kernel, "%s", kernel ? kernel : "");
 	return ncclSuccess;
 }
 
@@ -316,6 +430,42 @@ static int redop_ok(ncclRedOp_t op)
 	return (int)op >= 0 && (int)op < (int)ncclNumOps;
 }
 
+static unsigned long long dtype_size(ncclDataType_t t)
+{
+	switch (t) {
+	case ncclInt8:
+	case ncclUint8:
+	case ncclFloat8e4m3:
+	case ncclFloat8e5m2:
+		return 1;
+	case ncclFloat16:
+	case ncclBfloat16:
+		return 2;
+	case ncclInt32:
+	case ncclUint32:
+	case ncclFloat32:
+		return 4;
+	default:
+		return 8;
+	}
+}
+
+/* NCCL's device-kernel name of a collective: "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+ * "ncclDevKernel_AllGather_RING_LL", ...; `coll` NULL = point-to-point (SendRecv). */
+static void kernel_name(char out[KERNEL_NAME_MAX], const char *coll, int redop, ncclDataType_t dt)
+{
+	static const char *const ops[] = {"Sum", "Prod", "Max", "Min", "Avg"};
+	static const char *const types[] = {"i8",  "u8",  "i32", "u32",    "i64",   "u64",
+					    "f16", "f32", "f64", "bf16", "f8e4m3", "f8e5m2"};
+	if (!coll)
+		snprintf(out, KERNEL_NAME_MAX, "%s", SENDRECV_KERNEL);
+	else if (redop >= 0 && redop < (int)ncclNumOps && dtype_ok(dt))
+		snprintf(out, KERNEL_NAME_MAX, "ncclDevKernel_%s_%s_%s_RING_LL", coll, ops[redop],
+			 types[(int)dt]);
+	else
+		snprintf(out, KERNEL_NAME_MAX, "ncclDevKernel_%s_RING_LL", coll);
+}
+
 static ncclResult_t check_comm(ncclComm_t comm, struct ncclComm **out, const char *api)
 {
 	*out = comm_get(comm);
@@ -328,10 +478,11 @@ static ncclResult_t check_comm(ncclComm_t comm, struct ncclComm **out, const cha
 
 enum { NO_ROOT = -1, NO_REDOP = -1 };
 
-/* Common path of every collective. */
-static ncclResult_t collective(const char *api, const void *sendbuff, const void *recvbuff,
-			      size_t count, ncclDataType_t dt, int redop, int root,
-			      ncclComm_t comm)
+/* Common path of every collective. `coll` names its device kernel (NULL: one
+ * NCCL builds from point-to-point operations, as Gather/Scatter). */
+static ncclResult_t collective(const char *api, const char *coll, const void *sendbuff,
+			      const void *recvbuff, size_t count, ncclDataType_t dt, int redop,
+			      int root, ncclComm_t comm, cudaStream_t stream)
 {
 	struct ncclComm *c;
 	ncclResult_t r = check_comm(comm, &c, api);
@@ -353,13 +504,22 @@ static ncclResult_t collective(const char *api, const void *sendbuff, const void
 		set_error("%s: NULL buffers with count %zu", api, count);
 		return ncclInvalidArgument;
 	}
+	const unsigned long long bytes = (unsigned long long)count * dtype_size(dt);
+	char kname[KERNEL_NAME_MAX];
+	kernel_name(kname, coll, redop, dt);
 	if (g_group_depth > 0)
-		return group_add(c);
-	return comm_barrier(c, api);
+		return group_add(c, stream, bytes, kname);
+	const long long ready = gpu_ready_at();
+	long long all_ready = ready;
+	r = comm_barrier(c, api, ready, &all_ready);
+	if (r == ncclSuccess)
+		gpu_kernel(stream, kname, ready, all_ready + transfer_ns(bytes),
+			   ARGUS_GPU_F_NCCL | (coll ? 0u : ARGUS_GPU_F_P2P));
+	return r;
 }
 
 static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t count,
-			ncclDataType_t dt, int peer, ncclComm_t comm)
+			ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream)
 {
 	struct ncclComm *c;
 	ncclResult_t r = check_comm(comm, &c, api);
@@ -377,8 +537,9 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 		set_error("%s: NULL buffer with count %zu", api, count);
 		return ncclInvalidArgument;
 	}
+	const unsigned long long bytes = (unsigned long long)count * dtype_size(dt);
 	if (g_group_depth > 0)
-		return group_add(c);
+		return group_add(c, stream, bytes, NULL);
 	if (c->local)
 		return ncclSuccess;
 	struct argus_sim_shm *s = c->shm;
@@ -391,6 +552,9 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 				   __ATOMIC_ACQ_REL);
 		__atomic_add_fetch(&s->p2p_bell[peer], 1u, __ATOMIC_ACQ_REL);
 		argus_sim_futex_wake(&s->p2p_bell[peer]);
+		const long long start = gpu_ready_at();
+		gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes),
+			   ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P);
 		return ncclSuccess;
 	}
 	/* Receive: wait until the peer has posted one more send to us. */
@@ -406,6 +570,11 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 			return r;
 	}
 	c->p2p_received[peer]++;
+	/* The receive kernel starts the rank's receive delay after the GPU is ready
+	 * (a pipeline stage waiting for its input) and lasts the transfer. */
+	const long long start = gpu_ready_at() + (gpu_on() ? g_recv_delay_ns : 0);
+	gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes),
+		   ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV);
 	return ncclSuccess;
 }
 
@@ -501,8 +670,8 @@ static ncclResult_t destroy_comm(const char *api, ncclComm_t comm, int abort_it)
 		return ncclInvalidArgument;
 	}
 	for (int i = 0; i < g_group_ncomms; i++) {
-		if (g_group_comms[i] == c) {
-			g_group_comms[i] = g_group_comms[--g_group_ncomms];
+		if (g_group[i].comm == c) {
+			g_group[i] = g_group[--g_group_ncomms];
 			break;
 		}
 	}
@@ -700,8 +869,8 @@ NCCL_API ncclResult_t pncclAllReduce(const void *sendbuff, void *recvbuff, size_
 				     ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
 				     cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclAllReduce", sendbuff, recvbuff, count, datatype, (int)op, NO_ROOT, comm);
+	return collective("ncclAllReduce", "AllReduce", sendbuff, recvbuff, count, datatype,
+			  (int)op, NO_ROOT, comm, stream);
 }
 NCCL_ALIAS(ncclAllReduce)
 
@@ -709,16 +878,16 @@ NCCL_API ncclResult_t pncclBroadcast(const void *sendbuff, void *recvbuff, size_
 				     ncclDataType_t datatype, int root, ncclComm_t comm,
 				     cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclBroadcast", sendbuff, recvbuff, count, datatype, NO_REDOP, root, comm);
+	return collective("ncclBroadcast", "Broadcast", sendbuff, recvbuff, count, datatype,
+			  NO_REDOP, root, comm, stream);
 }
 NCCL_ALIAS(ncclBroadcast)
 
 NCCL_API ncclResult_t pncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
 				 ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclBcast", buff, buff, count, datatype, NO_REDOP, root, comm);
+	return collective("ncclBcast", "Broadcast", buff, buff, count, datatype,
+			  NO_REDOP, root, comm, stream);
 }
 NCCL_ALIAS(ncclBcast)
 
@@ -726,17 +895,16 @@ NCCL_API ncclResult_t pncclReduce(const void *sendbuff, void *recvbuff, size_t c
 				  ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
 				  cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclReduce", sendbuff, recvbuff, count, datatype, (int)op, root, comm);
+	return collective("ncclReduce", "Reduce", sendbuff, recvbuff, count, datatype,
+			  (int)op, root, comm, stream);
 }
 NCCL_ALIAS(ncclReduce)
 
 NCCL_API ncclResult_t pncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
 				     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclAllGather", sendbuff, recvbuff, sendcount, datatype, NO_REDOP, NO_ROOT,
-			  comm);
+	return collective("ncclAllGather", "AllGather", sendbuff, recvbuff, sendcount, datatype,
+			  NO_REDOP, NO_ROOT, comm, stream);
 }
 NCCL_ALIAS(ncclAllGather)
 
@@ -744,17 +912,16 @@ NCCL_API ncclResult_t pncclReduceScatter(const void *sendbuff, void *recvbuff, s
 					 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
 					 cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclReduceScatter", sendbuff, recvbuff, recvcount, datatype, (int)op,
-			  NO_ROOT, comm);
+	return collective("ncclReduceScatter", "ReduceScatter", sendbuff, recvbuff, recvcount,
+			  datatype, (int)op, NO_ROOT, comm, stream);
 }
 NCCL_ALIAS(ncclReduceScatter)
 
 NCCL_API ncclResult_t pncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
 				    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclAlltoAll", sendbuff, recvbuff, count, datatype, NO_REDOP, NO_ROOT, comm);
+	return collective("ncclAlltoAll", "AllToAll", sendbuff, recvbuff, count, datatype,
+			  NO_REDOP, NO_ROOT, comm, stream);
 }
 NCCL_ALIAS(ncclAlltoAll)
 
@@ -762,8 +929,8 @@ NCCL_API ncclResult_t pncclGather(const void *sendbuff, void *recvbuff, size_t c
 				  ncclDataType_t datatype, int root, ncclComm_t comm,
 				  cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclGather", sendbuff, recvbuff, count, datatype, NO_REDOP, root, comm);
+	return collective("ncclGather", NULL, sendbuff, recvbuff, count, datatype,
+			  NO_REDOP, root, comm, stream);
 }
 NCCL_ALIAS(ncclGather)
 
@@ -771,24 +938,22 @@ NCCL_API ncclResult_t pncclScatter(const void *sendbuff, void *recvbuff, size_t 
 				   ncclDataType_t datatype, int root, ncclComm_t comm,
 				   cudaStream_t stream)
 {
-	(void)stream;
-	return collective("ncclScatter", sendbuff, recvbuff, count, datatype, NO_REDOP, root, comm);
+	return collective("ncclScatter", NULL, sendbuff, recvbuff, count, datatype,
+			  NO_REDOP, root, comm, stream);
 }
 NCCL_ALIAS(ncclScatter)
 
 NCCL_API ncclResult_t pncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype, int peer,
 				ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
-	return p2p("ncclSend", 1, sendbuff, count, datatype, peer, comm);
+	return p2p("ncclSend", 1, sendbuff, count, datatype, peer, comm, stream);
 }
 NCCL_ALIAS(ncclSend)
 
 NCCL_API ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
 				ncclComm_t comm, cudaStream_t stream)
 {
-	(void)stream;
-	return p2p("ncclRecv", 0, recvbuff, count, datatype, peer, comm);
+	return p2p("ncclRecv", 0, recvbuff, count, datatype, peer, comm, stream);
 }
 NCCL_ALIAS(ncclRecv)
 
@@ -808,17 +973,25 @@ NCCL_API ncclResult_t pncclGroupEnd(void)
 	if (--g_group_depth > 0)
 		return ncclSuccess;
 	/* Outermost group end: the recorded operations complete together, as one
-	 * barrier per communicator touched. */
+	 * barrier (and one kernel) per communicator touched. */
 	ncclResult_t result = ncclSuccess;
 	int n = g_group_ncomms;
-	struct ncclComm *comms[MAX_GROUP_COMMS];
-	memcpy(comms, g_group_comms, (size_t)n * sizeof comms[0]);
+	struct group_entry entries[MAX_GROUP_COMMS];
+	memcpy(entries, g_group, (size_t)n * sizeof entries[0]);
 	g_group_ncomms = 0;
 	for (int i = 0; i < n; i++) {
-		struct ncclComm *c = comm_get(comms[i]);
+		struct ncclComm *c = comm_get(entries[i].comm);
 		if (!c)
 			continue; /* destroyed meanwhile */
-		ncclResult_t r = comm_barrier(c, "ncclGroupEnd");
+		const long long ready = gpu_ready_at();
+		long long all_ready = ready;
+		ncclResult_t r = comm_barrier(c, "ncclGroupEnd", ready, &all_ready);
+		if (r == ncclSuccess) {
+			const int p2p_only = entries[i].kernel[0] == '\0';
+			gpu_kernel(entries[i].stream, p2p_only ? SENDRECV_KERNEL : entries[i].kernel, ready,
+				   all_ready + transfer_ns(entries[i].bytes),
+				   ARGUS_GPU_F_NCCL | (p2p_only ? ARGUS_GPU_F_P2P : 0u));
+		}
 		if (r != ncclSuccess && result == ncclSuccess)
 			result = r;
 	}

@@ -24,7 +24,40 @@ RankPlan plan_for(const SimConfig &cfg, int rank)
 		p.hang_step = it->second;
 	if (auto it = cfg.exits.find(rank); it != cfg.exits.end())
 		p.exit_step = it->second;
+	if (auto it = cfg.gpu_slow.find(rank); it != cfg.gpu_slow.end())
+		p.gpu_slow_factor = it->second;
+	if (auto it = cfg.gpu_slow_from.find(rank); it != cfg.gpu_slow_from.end())
+		p.gpu_slow_from_step = it->second;
+	p.pp_stage = pp_stage_of(cfg, rank);
+	if (p.pp_stage >= 0) {
+		const int per_stage = cfg.ranks / cfg.pp;
+		if (p.pp_stage < cfg.pp - 1)
+			p.pp_send_to = rank + per_stage;
+		if (p.pp_stage > 0)
+			p.pp_recv_from = rank - per_stage;
+		if (auto it = cfg.bubbles.find(p.pp_stage); it != cfg.bubbles.end())
+			p.bubble_ms = it->second;
+		p.recv_delay_us = pp_recv_delay_us(cfg, rank);
+	}
 	return p;
+}
+
+int pp_stage_of(const SimConfig &cfg, int rank)
+{
+	if (cfg.pp < 2 || cfg.ranks % cfg.pp != 0 || rank < 0 || rank >= cfg.ranks)
+		return -1;
+	return rank / (cfg.ranks / cfg.pp);
+}
+
+std::int64_t pp_recv_delay_us(const SimConfig &cfg, int rank)
+{
+	const int stage = pp_stage_of(cfg, rank);
+	if (stage <= 0)
+		return 0;
+	std::int64_t us = static_cast<std::int64_t>(static_cast<double>(cfg.step_ms) * 1000.0 * kPpFillShare);
+	if (auto it = cfg.bubbles.find(stage); it != cfg.bubbles.end())
+		us += static_cast<std::int64_t>(it->second) * 1000;
+	return us;
 }
 
 int ranks_per_node(const SimConfig &cfg)
@@ -76,12 +109,25 @@ nlohmann::json to_json(const SimConfig &cfg)
 	nlohmann::json cuda_errors = nlohmann::json::array();
 	for (const auto &[rank, n] : cfg.cuda_errors)
 		cuda_errors.push_back({{"rank", rank}, {"count", n}});
+	nlohmann::json gpu_slow = nlohmann::json::array();
+	for (const auto &[rank, factor] : cfg.gpu_slow) {
+		auto from = cfg.gpu_slow_from.find(rank);
+		gpu_slow.push_back({{"rank", rank},
+				    {"factor", factor},
+				    {"from_step", from == cfg.gpu_slow_from.end() ? 0 : from->second}});
+	}
+	nlohmann::json bubbles = nlohmann::json::array();
+	for (const auto &[stage, ms] : cfg.bubbles)
+		bubbles.push_back({{"stage", stage}, {"ms", ms}});
 	return {
 		{"ranks", cfg.ranks},
 		{"steps", cfg.steps},
 		{"step_ms", cfg.step_ms},
 		{"job_id", cfg.job_id},
 		{"stragglers", stragglers},
+		{"gpu_slow", gpu_slow},
+		{"pp", cfg.pp},
+		{"bubbles", bubbles},
 		{"cuda_errors", cuda_errors},
 		{"hangs", hangs},
 		{"exits", exits},
@@ -112,6 +158,14 @@ SimConfig config_from_json(const nlohmann::json &j)
 		if (auto from = s.value("from_step", std::int64_t{0}); from > 0)
 			c.straggler_from[s.at("rank").get<int>()] = from;
 	}
+	for (const auto &g : j.value("gpu_slow", nlohmann::json::array())) {
+		c.gpu_slow[g.at("rank").get<int>()] = g.at("factor").get<double>();
+		if (auto from = g.value("from_step", std::int64_t{0}); from > 0)
+			c.gpu_slow_from[g.at("rank").get<int>()] = from;
+	}
+	c.pp = j.value("pp", 0);
+	for (const auto &b : j.value("bubbles", nlohmann::json::array()))
+		c.bubbles[b.at("stage").get<int>()] = b.at("ms").get<int>();
 	for (const auto &h : j.value("hangs", nlohmann::json::array()))
 		c.hangs[h.at("rank").get<int>()] = h.at("step").get<std::int64_t>();
 	for (const auto &e : j.value("exits", nlohmann::json::array()))
@@ -177,6 +231,76 @@ std::int64_t parse_step(const std::string &flag, const std::string &spec, const 
 	return step;
 }
 
+// --straggler / --gpu-slow: RANK:FACTOR[@STEP], one per rank; FACTOR checked by
+// `ok` (its rule in `rule` for the message).
+void parse_factor_faults(const std::string &flag, const std::vector<std::string> &specs,
+			 const SimConfig &cfg, bool (*ok)(double), const std::string &rule,
+			 std::map<int, double> &factors, std::map<int, std::int64_t> &from_steps)
+{
+	for (const auto &spec : specs) {
+		auto [rank, value] = split_rank_spec(flag, spec, cfg.ranks);
+		std::size_t used = 0;
+		double factor = 0;
+		std::string from_text;
+		if (auto at = value.find('@'); at != std::string::npos) {
+			from_text = value.substr(at + 1);
+			value = value.substr(0, at);
+			if (from_text.empty())
+				throw UsageError(flag + ": expected RANK:FACTOR@STEP, got '" + spec + "'");
+		}
+		try {
+			factor = std::stod(value, &used);
+		} catch (const std::exception &) {
+			used = 0;
+		}
+		if (value.empty() || used != value.size() || !std::isfinite(factor) || !ok(factor))
+			throw UsageError(flag + ": FACTOR must be a number " + rule + ", got '" + value + "'");
+		if (factors.count(rank))
+			throw UsageError(flag + ": rank " + std::to_string(rank) + " given twice");
+		factors[rank] = factor;
+		if (!from_text.empty()) {
+			if (auto from = parse_step(flag, spec, from_text, cfg.steps); from > 0)
+				from_steps[rank] = from;
+		}
+	}
+}
+
+// An integer of a spec, whole text; false if it is not one.
+bool parse_int(const std::string &text, long &out)
+{
+	std::size_t used = 0;
+	try {
+		out = std::stol(text, &used);
+	} catch (const std::exception &) {
+		return false;
+	}
+	return !text.empty() && used == text.size();
+}
+
+// --bubble STAGE:MS (needs --pp), one per stage.
+void parse_bubbles(const std::vector<std::string> &specs, SimConfig &cfg)
+{
+	for (const auto &spec : specs) {
+		if (cfg.pp == 0)
+			throw UsageError("--bubble: needs --pp N");
+		auto colon = spec.find(':');
+		if (colon == std::string::npos)
+			throw UsageError("--bubble: expected STAGE:MS, got '" + spec + "'");
+		long stage = -1, ms = 0;
+		if (!parse_int(spec.substr(0, colon), stage) || stage < 0)
+			throw UsageError("--bubble: bad stage '" + spec.substr(0, colon) + "' in '" + spec + "'");
+		if (stage >= cfg.pp)
+			throw UsageError("--bubble: stage " + std::to_string(stage) + " is out of range (--pp " +
+					 std::to_string(cfg.pp) + ": stages 0.." + std::to_string(cfg.pp - 1) + ")");
+		if (!parse_int(spec.substr(colon + 1), ms) || ms <= 0 || ms > 60000)
+			throw UsageError("--bubble: MS must be an integer 1..60000, got '" + spec.substr(colon + 1) +
+					 "' in '" + spec + "'");
+		if (cfg.bubbles.count(static_cast<int>(stage)))
+			throw UsageError("--bubble: stage " + std::to_string(stage) + " given twice");
+		cfg.bubbles[static_cast<int>(stage)] = static_cast<int>(ms);
+	}
+}
+
 // --hang / --exit: RANK:STEP, one per rank.
 void parse_step_faults(const std::string &flag, const std::vector<std::string> &specs,
 		       const SimConfig &cfg, std::map<int, std::int64_t> &into)
@@ -195,6 +319,8 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 {
 	SimConfig cfg;
 	std::vector<std::string> straggler_specs;
+	std::vector<std::string> gpu_slow_specs;
+	std::vector<std::string> bubble_specs;
 	std::vector<std::string> cuda_error_specs;
 	std::vector<std::string> hang_specs;
 	std::vector<std::string> exit_specs;
@@ -211,6 +337,22 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 	app.add_option("--straggler", straggler_specs,
 		       "RANK:FACTOR[@STEP]: multiply that rank's host compute time by FACTOR >= 1, "
 		       "from step STEP on (default 0) (repeatable)")
+		->expected(1)
+		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+	app.add_option("--gpu-slow", gpu_slow_specs,
+		       "RANK:FACTOR[@STEP]: multiply that rank's compute kernel durations on the emulated "
+		       "GPU by FACTOR (> 1, <= 100) from step STEP on (default 0); its host stays on time "
+		       "(repeatable)")
+		->expected(1)
+		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+	app.add_option("--pp", cfg.pp,
+		       "N pipeline stages (N >= 2, dividing --ranks; stage of rank r = r / (ranks/N)): at "
+		       "the start of every step a stage sends (eager ncclSend) to the next and receives "
+		       "(ncclRecv on the compute stream) from the previous; a stage > 0 waits 10% of "
+		       "--step-ms for its input (pipeline fill)");
+	app.add_option("--bubble", bubble_specs,
+		       "STAGE:MS: with --pp, the receives of that stage's ranks wait MS (1..60000) ms "
+		       "longer: a pipeline bubble on their GPUs (repeatable, one per stage)")
 		->expected(1)
 		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 	app.add_option("--cuda-errors", cuda_error_specs,
@@ -273,33 +415,20 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		throw UsageError(msg);
 	}
 
-	for (const auto &spec : straggler_specs) {
-		auto [rank, value] = split_rank_spec("--straggler", spec, cfg.ranks);
-		std::size_t used = 0;
-		double factor = 0;
-		std::string from_text;
-		if (auto at = value.find('@'); at != std::string::npos) {
-			from_text = value.substr(at + 1);
-			value = value.substr(0, at);
-			if (from_text.empty())
-				throw UsageError("--straggler: expected RANK:FACTOR@STEP, got '" + spec + "'");
-		}
-		try {
-			factor = std::stod(value, &used);
-		} catch (const std::exception &) {
-			used = 0;
-		}
-		if (value.empty() || used != value.size() || !std::isfinite(factor) || factor < 1.0 ||
-		    factor > 1e6)
-			throw UsageError("--straggler: FACTOR must be a number >= 1, got '" + value + "'");
-		if (cfg.stragglers.count(rank))
-			throw UsageError("--straggler: rank " + std::to_string(rank) + " given twice");
-		cfg.stragglers[rank] = factor;
-		if (!from_text.empty()) {
-			if (auto from = parse_step("--straggler", spec, from_text, cfg.steps); from > 0)
-				cfg.straggler_from[rank] = from;
-		}
+	parse_factor_faults(
+		"--straggler", straggler_specs, cfg, [](double f) { return f >= 1.0 && f <= 1e6; }, ">= 1",
+		cfg.stragglers, cfg.straggler_from);
+	parse_factor_faults(
+		"--gpu-slow", gpu_slow_specs, cfg, [](double f) { return f > 1.0 && f <= 100.0; },
+		"> 1 and <= 100", cfg.gpu_slow, cfg.gpu_slow_from);
+	if (app.count("--pp")) {
+		if (cfg.pp < 2)
+			throw UsageError("--pp: N must be >= 2, got " + std::to_string(cfg.pp));
+		if (cfg.ranks % cfg.pp != 0)
+			throw UsageError("--pp: " + std::to_string(cfg.pp) + " stages do not divide --ranks " +
+					 std::to_string(cfg.ranks));
 	}
+	parse_bubbles(bubble_specs, cfg);
 	for (const auto &spec : cuda_error_specs) {
 		auto [rank, value] = split_rank_spec("--cuda-errors", spec, cfg.ranks);
 		std::size_t used = 0;

@@ -34,6 +34,12 @@ struct SimConfig {
 	std::string job_id;       // default "sim-<launcher pid>"
 	std::map<int, double> stragglers; // rank -> host compute factor (>= 1)
 	std::map<int, std::int64_t> straggler_from; // rank -> first slow step (absent: 0)
+	std::map<int, double> gpu_slow; // rank -> compute kernel duration factor (> 1; host on time)
+	std::map<int, std::int64_t> gpu_slow_from; // rank -> first GPU-slow step (absent: 0)
+	// Pipeline parallelism (--pp): 0 = off, else N >= 2 stages of ranks/N ranks each
+	// (stage(r) = r / (ranks/N)); bubbles = stage -> extra receive delay in ms.
+	int pp = 0;
+	std::map<int, int> bubbles;
 	std::map<int, std::int64_t> hangs; // rank -> step it blocks at, before its first collective
 	std::map<int, std::int64_t> exits; // rank -> step it exits(1) at, before its first collective
 	int nodes = 1;                     // simulated nodes; ranks in contiguous blocks
@@ -61,9 +67,25 @@ struct RankPlan {
 	int cuda_errors = 0;
 	std::int64_t hang_step = -1; // -1: never
 	std::int64_t exit_step = -1; // -1: never
+	double gpu_slow_factor = 1.0;        // compute kernels x factor (--gpu-slow)
+	std::int64_t gpu_slow_from_step = 0; // from this step on (factor > 1 only)
+	int pp_stage = -1;                   // -1: no pipeline (--pp)
+	int pp_send_to = -1;                 // the next stage's rank (-1: last stage / no pp)
+	int pp_recv_from = -1;               // the previous stage's rank (-1: first stage / no pp)
+	int bubble_ms = 0;                   // --bubble of this rank's stage
+	std::int64_t recv_delay_us = 0;      // pp_recv_delay_us()
 };
 
 RankPlan plan_for(const SimConfig &cfg, int rank);
+
+// --pp: the pipeline stage of `rank` (r / (ranks / pp)), -1 without --pp.
+int pp_stage_of(const SimConfig &cfg, int rank);
+// --pp: the delay before each eager receive's kernel of `rank` starts, in us:
+// for a stage > 0, the natural pipeline fill (10% of step_ms) plus its stage's
+// --bubble; 0 for stage 0 and without --pp. The launcher hands it to the rank in
+// ARGUS_SIM_PP_RECV_DELAY_US (sim_gpu.h).
+std::int64_t pp_recv_delay_us(const SimConfig &cfg, int rank);
+inline constexpr double kPpFillShare = 0.1;
 
 // --nodes: node i holds ranks [i*k, min((i+1)*k, ranks)) with k = ceil(ranks/nodes),
 // so when nodes does not divide ranks the last node has fewer (parse_cli rejects

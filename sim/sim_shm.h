@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define ARGUS_SIM_SHM_MAGIC 0x41524753u /* "ARGS" */
-#define ARGUS_SIM_SHM_VERSION 1u
+#define ARGUS_SIM_SHM_VERSION 2u /* 2: gpu_ready */
 #define ARGUS_SIM_MAX_RANKS 1024
 #define ARGUS_SIM_UNIQUE_ID_BYTES 128
 #define ARGUS_SIM_SHM_PREFIX "/argus-sim-"
@@ -65,6 +65,12 @@ struct argus_sim_shm {
 	uint32_t rank_joined[ARGUS_SIM_MAX_RANKS];
 	uint64_t rank_colls[ARGUS_SIM_MAX_RANKS]; /* collectives/groups completed per rank */
 	uint32_t p2p_bell[ARGUS_SIM_MAX_RANKS];   /* futex word per receiving rank */
+	/* Emulated GPU (sim_gpu.h): when each rank's GPU is ready for the collective
+	 * of barrier generation g, in gpu_ready[g & 1][rank], written before the
+	 * rank arrives at g and read by all after g completes. Two slots suffice: a
+	 * rank writes generation g+2 only after everyone has passed g+1, i.e. after
+	 * everyone has finished reading g. CLOCK_MONOTONIC ns (one node's clock). */
+	uint64_t gpu_ready[2][ARGUS_SIM_MAX_RANKS];
 	/* Eager point-to-point mailboxes (Send/Recv outside a group):
 	 * p2p_posted[dst * ARGUS_SIM_MAX_RANKS + src] counts sends posted by src to
 	 * dst; dst keeps its own count of those it has received, and sleeps on

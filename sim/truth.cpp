@@ -33,6 +33,29 @@ nlohmann::json Truth::to_json() const
 	cuda["errors"] = cuda_errors.empty() ? nlohmann::json::object() : nlohmann::json(cuda_errors);
 	cuda["calls"] = cuda_calls.empty() ? nlohmann::json::object() : nlohmann::json(cuda_calls);
 	j["cuda"] = cuda;
+	if (pp_stage >= 0)
+		j["pp_stage"] = pp_stage;
+	if (has_gpu || pp_stage >= 0) {
+		nlohmann::json g = nlohmann::json::object();
+		if (has_gpu) {
+			g["batches"] = gpu.batches;
+			g["records"] = gpu.records;
+			g["kernels"] = gpu.kernels;
+			g["kernel_ns"] = gpu.kernel_ns;
+			g["nccl_kernels"] = gpu.nccl_kernels;
+			g["nccl_kernel_ns"] = gpu.nccl_kernel_ns;
+			g["recv_kernels"] = gpu.recv_kernels;
+			g["memcpy"] = gpu.memcpy;
+			g["memcpy_bytes"] = {{"htod", gpu.memcpy_bytes_htod}, {"dtoh", gpu.memcpy_bytes_dtoh}};
+			g["dropped"] = gpu.dropped;
+			g["names"] = gpu.names;
+		}
+		if (pp_stage >= 0) {
+			g["pp_stage"] = pp_stage;
+			g["recv_delay_us"] = recv_delay_us;
+		}
+		j["gpu"] = g;
+	}
 	return j;
 }
 

@@ -16,6 +16,23 @@ struct OpCount {
 	std::uint64_t bytes = 0;
 };
 
+// What the emulated GPU handed to the agent through argus:gpu_batch
+// (argus_sim_gpu_totals of sim_gpu.h, taken after argus_sim_gpu_flush_all).
+struct GpuTruth {
+	std::uint64_t batches = 0;
+	std::uint64_t records = 0;
+	std::uint64_t kernels = 0;
+	std::uint64_t kernel_ns = 0;
+	std::uint64_t nccl_kernels = 0;
+	std::uint64_t nccl_kernel_ns = 0;
+	std::uint64_t recv_kernels = 0;
+	std::uint64_t memcpy = 0;
+	std::uint64_t memcpy_bytes_htod = 0;
+	std::uint64_t memcpy_bytes_dtoh = 0;
+	std::uint64_t dropped = 0;
+	std::uint64_t names = 0;
+};
+
 struct Truth {
 	std::string job_id;
 	int rank = 0;
@@ -30,8 +47,8 @@ struct Truth {
 	// later stopped), "exited" (--exit: exited with status 1). "running" in a file
 	// written while the rank runs (at a straggler's onset).
 	std::string status = "running";
-	// Injected faults, as they fire: {"kind": "straggler"|"hang"|"exit", ...,
-	// "injected_at": CLOCK_REALTIME unix seconds}.
+	// Injected faults, as they fire: {"kind": "straggler"|"gpu_slow"|"bubble"|"hang"|"exit",
+	// ..., "injected_at": CLOCK_REALTIME unix seconds}.
 	nlohmann::json faults = nlohmann::json::array();
 
 	std::map<std::string, OpCount> nccl;                                  // op label
@@ -44,6 +61,12 @@ struct Truth {
 	std::map<std::string, std::uint64_t> sync;  // base api -> calls
 	std::map<std::string, std::map<std::string, std::uint64_t>> cuda_errors; // base api -> code name
 	std::map<std::string, std::uint64_t> cuda_calls; // exact symbol -> calls
+
+	// "gpu": written when the CUDA library is the simulator's (has_gpu), or with --pp.
+	bool has_gpu = false;
+	GpuTruth gpu;
+	int pp_stage = -1;               // --pp: this rank's stage ("pp_stage", also in "gpu")
+	std::int64_t recv_delay_us = -1; // --pp: delay of each eager receive's kernel ("gpu")
 
 	nlohmann::json to_json() const;
 };

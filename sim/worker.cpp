@@ -21,6 +21,7 @@
 
 #include "cuda_codes.h"
 #include "sim_config.h"
+#include "sim_gpu.h"
 #include "truth.h"
 #include "workload.h"
 
@@ -88,7 +89,10 @@ struct CudaApi {
 	CUresult (*cuMemAllocAsync)(CUdeviceptr *, std::size_t, CUstream);
 	CUresult (*cuMemFree_v2)(CUdeviceptr);
 	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, std::size_t);
-	void (*argus_sim_set_kernel_us)(CUfunction, unsigned); // optional, sim only
+	// Optional, sim only (a real libcuda has none of them; sim_gpu.h).
+	void (*argus_sim_set_kernel_us)(CUfunction, unsigned);
+	argus_sim_gpu_flush_all_fn argus_sim_gpu_flush_all;
+	argus_sim_gpu_totals_fn argus_sim_gpu_totals;
 };
 
 struct NcclApi {
@@ -266,6 +270,14 @@ public:
 			truth_.node = node;
 		if (int lws = 0; env_int("LOCAL_WORLD_SIZE", lws) && lws > 0)
 			truth_.local_world_size = lws;
+		if (plan_.pp_stage >= 0) {
+			truth_.pp_stage = plan_.pp_stage;
+			// What the NCCL shim applies: the launcher's value, else the plan's.
+			int delay = 0;
+			truth_.recv_delay_us = env_int(ARGUS_SIM_PP_RECV_DELAY_ENV, delay)
+						       ? delay
+						       : plan_.recv_delay_us;
+		}
 	}
 
 	int run();
@@ -283,6 +295,9 @@ private:
 	bool load_libraries();
 	bool setup_cuda();
 	StepResult step(std::int64_t s);
+	StepResult step_start(std::int64_t s);
+	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
+	void set_kernel_durations(double factor);
 	bool launch(int i);
 	void teardown(bool abort_comm);
 	bool stopped_by_launcher() const;
@@ -341,6 +356,7 @@ private:
 	CUevent event_ = nullptr;
 	CUmodule module_ = nullptr;
 	CUfunction kernels_[kKernelCount] = {};
+	double kernel_us_[kKernelCount] = {}; // nominal emulated durations
 	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
 	ncclComm_t comm_ = nullptr;
 	std::string nccl_error_;
@@ -410,9 +426,11 @@ bool Rank::load_libraries()
 		log("missing symbols in " + cfg_.cuda_lib + " / " + cfg_.nccl_lib + ": " + missing);
 		return false;
 	}
-	// Sim-only knob; a real libcuda does not have it.
+	// Sim-only knobs; a real libcuda does not have them.
 	std::string ignored;
 	load_sym(cuda_lib_, "argus_sim_set_kernel_us", cu_.argus_sim_set_kernel_us, ignored);
+	load_sym(cuda_lib_, "argus_sim_gpu_flush_all", cu_.argus_sim_gpu_flush_all, ignored);
+	load_sym(cuda_lib_, "argus_sim_gpu_totals", cu_.argus_sim_gpu_totals, ignored);
 	return true;
 }
 
@@ -454,11 +472,9 @@ bool Rank::setup_cuda()
 		if ((r = cuda("cuModuleGetFunction",
 			      cu_.cuModuleGetFunction(&kernels_[k], module_, kKernelNames[k]))) != 0)
 			return fail("cuModuleGetFunction", r);
-		if (cu_.argus_sim_set_kernel_us) {
-			double us = base_us * kKernelWeights[k];
-			cu_.argus_sim_set_kernel_us(kernels_[k], us < 1.0 ? 1u : static_cast<unsigned>(us));
-		}
+		kernel_us_[k] = base_us * kKernelWeights[k];
 	}
+	set_kernel_durations(1.0);
 	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&params_, std::size_t{2} << 30))) != 0)
 		return fail("cuMemAlloc_v2", r);
 	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&grads_, std::size_t{2} << 30))) != 0)
@@ -474,6 +490,20 @@ bool Rank::setup_cuda()
 		cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&p, std::size_t{1} << 50));
 	}
 	return true;
+}
+
+// The emulated duration of every kernel: nominal x factor (--gpu-slow).
+void Rank::set_kernel_durations(double factor)
+{
+	if (!cu_.argus_sim_set_kernel_us)
+		return;
+	for (int k = 0; k < kKernelCount; k++) {
+		double us = static_cast<double>(static_cast<unsigned>(kernel_us_[k] < 1.0 ? 1.0 : kernel_us_[k]));
+		us *= factor;
+		if (us > 4e9)
+			us = 4e9;
+		cu_.argus_sim_set_kernel_us(kernels_[k], us < 1.0 ? 1u : static_cast<unsigned>(us));
+	}
 }
 
 bool Rank::launch(int i)
@@ -501,8 +531,61 @@ bool Rank::launch(int i)
 		    cu_.cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, stream_, params, nullptr)) == 0;
 }
 
+ncclResult_t Rank::call_nccl(const NcclCall &c, CUstream stream)
+{
+	void *send = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
+	void *recv = reinterpret_cast<void *>(static_cast<std::uintptr_t>(comm_buf_));
+	switch (c.op) {
+	case Op::AllReduce:
+		return nc_.ncclAllReduce(send, recv, c.count, c.dtype, c.redop, comm_, stream);
+	case Op::AllGather:
+		return nc_.ncclAllGather(send, recv, c.count, c.dtype, comm_, stream);
+	case Op::ReduceScatter:
+		return nc_.ncclReduceScatter(send, recv, c.count, c.dtype, c.redop, comm_, stream);
+	case Op::Broadcast:
+		return nc_.ncclBroadcast(send, recv, c.count, c.dtype, c.root, comm_, stream);
+	case Op::Reduce:
+		return nc_.ncclReduce(send, recv, c.count, c.dtype, c.redop, c.root, comm_, stream);
+	case Op::AllToAll:
+		return nc_.ncclAlltoAll(send, recv, c.count, c.dtype, comm_, stream);
+	case Op::Send:
+		return nc_.ncclSend(send, c.count, c.dtype, c.peer, comm_, stream);
+	case Op::Recv:
+		return nc_.ncclRecv(recv, c.count, c.dtype, c.peer, comm_, stream);
+	}
+	return 0;
+}
+
+// Before the step's compute: the GPU faults' onsets, then (--pp) the pipeline's
+// eager sends and receives on the compute stream (sends first: they never block,
+// so the stages cannot deadlock), so that the compute queues behind the receive.
+StepResult Rank::step_start(std::int64_t s)
+{
+	if (plan_.gpu_slow_factor > 1.0 && s == plan_.gpu_slow_from_step) {
+		set_kernel_durations(plan_.gpu_slow_factor);
+		add_fault({{"kind", "gpu_slow"},
+			   {"factor", plan_.gpu_slow_factor},
+			   {"from_step", s},
+			   {"injected_at", realtime_s()}});
+	}
+	if (plan_.pp_stage < 0)
+		return StepResult::Ok;
+	if (s == 0 && plan_.bubble_ms > 0)
+		add_fault({{"kind", "bubble"},
+			   {"stage", plan_.pp_stage},
+			   {"ms", plan_.bubble_ms},
+			   {"injected_at", realtime_s()}});
+	for (const NcclCall &c : step_pp_calls(s, rank_, world_, cfg_.pp))
+		if (nccl(c.op, c.bytes(), call_nccl(c, stream_)) != 0)
+			return StepResult::NcclFailed;
+	return StepResult::Ok;
+}
+
 StepResult Rank::step(std::int64_t s)
 {
+	if (StepResult r = step_start(s); r != StepResult::Ok)
+		return r;
+
 	// (a) host compute, spread between the kernel launches (slower from the
 	// straggler's onset on).
 	const bool slow = plan_.straggler_factor > 1.0 && s >= plan_.straggler_from_step;
@@ -532,8 +615,6 @@ StepResult Rank::step(std::int64_t s)
 		return StepResult::Exit;
 
 	// (b) gradient sync and the rest of the step's communication.
-	void *send = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
-	void *recv = reinterpret_cast<void *>(static_cast<std::uintptr_t>(comm_buf_));
 	bool in_group = false;
 	for (const NcclCall &c : step_nccl_calls(s, rank_, world_)) {
 		if (c.grouped && !in_group) {
@@ -546,34 +627,7 @@ StepResult Rank::step(std::int64_t s)
 			}
 			in_group = true;
 		}
-		ncclResult_t r = 0;
-		switch (c.op) {
-		case Op::AllReduce:
-			r = nc_.ncclAllReduce(send, recv, c.count, c.dtype, c.redop, comm_, nccl_stream_);
-			break;
-		case Op::AllGather:
-			r = nc_.ncclAllGather(send, recv, c.count, c.dtype, comm_, nccl_stream_);
-			break;
-		case Op::ReduceScatter:
-			r = nc_.ncclReduceScatter(send, recv, c.count, c.dtype, c.redop, comm_, nccl_stream_);
-			break;
-		case Op::Broadcast:
-			r = nc_.ncclBroadcast(send, recv, c.count, c.dtype, c.root, comm_, nccl_stream_);
-			break;
-		case Op::Reduce:
-			r = nc_.ncclReduce(send, recv, c.count, c.dtype, c.redop, c.root, comm_, nccl_stream_);
-			break;
-		case Op::AllToAll:
-			r = nc_.ncclAlltoAll(send, recv, c.count, c.dtype, comm_, nccl_stream_);
-			break;
-		case Op::Send:
-			r = nc_.ncclSend(send, c.count, c.dtype, c.peer, comm_, nccl_stream_);
-			break;
-		case Op::Recv:
-			r = nc_.ncclRecv(recv, c.count, c.dtype, c.peer, comm_, nccl_stream_);
-			break;
-		}
-		if (nccl(c.op, c.bytes(), r) != 0)
+		if (nccl(c.op, c.bytes(), call_nccl(c, nccl_stream_)) != 0)
 			return StepResult::NcclFailed;
 	}
 	if (in_group) {
@@ -624,6 +678,10 @@ void Rank::teardown(bool abort_comm)
 	}
 	if (!cu_.cuInit || !ctx_)
 		return;
+	// Everything the emulated GPU still runs or holds crosses argus:gpu_batch now,
+	// so that the truth's "gpu" totals are final.
+	if (cu_.argus_sim_gpu_flush_all)
+		cu_.argus_sim_gpu_flush_all();
 	if (event_)
 		cuda("cuEventDestroy_v2", cu_.cuEventDestroy_v2(event_));
 	if (comm_buf_)
@@ -644,6 +702,22 @@ void Rank::write_truth()
 {
 	if (cfg_.out_dir.empty())
 		return;
+	argus_sim_gpu_totals t{};
+	if (cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&t, sizeof t) == 0) {
+		truth_.has_gpu = true;
+		truth_.gpu.batches = t.batches;
+		truth_.gpu.records = t.records;
+		truth_.gpu.kernels = t.kernels;
+		truth_.gpu.kernel_ns = t.kernel_ns;
+		truth_.gpu.nccl_kernels = t.nccl_kernels;
+		truth_.gpu.nccl_kernel_ns = t.nccl_kernel_ns;
+		truth_.gpu.recv_kernels = t.recv_kernels;
+		truth_.gpu.memcpy = t.memcpy;
+		truth_.gpu.memcpy_bytes_htod = t.memcpy_bytes_htod;
+		truth_.gpu.memcpy_bytes_dtoh = t.memcpy_bytes_dtoh;
+		truth_.gpu.dropped = t.dropped;
+		truth_.gpu.names = t.names;
+	}
 	std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
 	if (!write_json_atomic(path, truth_.to_json()))
 		log("cannot write " + path + ": " + std::strerror(errno));

@@ -13,6 +13,17 @@
 //   group { send float16 count (1<<17) + 4096*(s%8) to (r+1)%W,
 //           recv same count from (r-1+W)%W }                   every step, W > 1
 // bytes = count * datatype size.
+//
+// With --pp P (stages of K = W/P ranks, stage(r) = r/K), at the START of every
+// step, before the compute launches (step_pp_calls), outside any group, on the
+// compute stream:
+//   send  float16   count 1<<16 to r+K                        stage(r) < P-1
+//   recv  float16   count 1<<16 from r-K                      stage(r) > 0
+// They count in the truth's "send"/"recv" like the ring's grouped ones.
+//
+// The emulated GPU (cuda_shim.c, nccl_shim.c) runs one NCCL kernel per
+// collective outside a group, one per ncclGroupEnd (ncclDevKernel_SendRecv) and
+// one per eager (pp) send/recv: nccl_kernels = collectives + groups + pp calls.
 #pragma once
 
 #include <cstddef>
@@ -120,12 +131,33 @@ inline std::vector<NcclCall> step_nccl_calls(std::int64_t step, int rank, int wo
 	return v;
 }
 
+// --pp: the pipeline's eager point-to-point calls of step `step` for `rank` of
+// `world` with `stages` stages (none when stages < 2 or it does not divide world).
+inline std::vector<NcclCall> step_pp_calls(std::int64_t step, int rank, int world, int stages)
+{
+	(void)step; // the same every step
+	std::vector<NcclCall> v;
+	if (stages < 2 || world % stages != 0)
+		return v;
+	const int per_stage = world / stages;
+	const int stage = rank / per_stage;
+	const std::size_t n = std::size_t{1} << 16;
+	if (stage < stages - 1)
+		v.push_back({Op::Send, n, kNcclFloat16, kNcclSum, 0, rank + per_stage, false});
+	if (stage > 0)
+		v.push_back({Op::Recv, n, kNcclFloat16, kNcclSum, 0, rank - per_stage, false});
+	return v;
+}
+
 // Host-side CUDA pattern of a step (see worker.cpp):
 //   kernels_per_step launches; launch i uses kernel i%4 and the symbol
 //   cuLaunchKernelEx_ptsz if i%16==15, cuLaunchKernelEx if i%8==7,
 //   cuLaunchKernel_ptsz if i%8==3, else cuLaunchKernel;
 //   cuStreamSynchronize every step (cuStreamSynchronize_ptsz on odd steps);
 //   cuCtxSynchronize, cuEventRecord and cuEventSynchronize when s%10 == 0.
+//   Kernel durations (argus_sim_set_kernel_us): step_ms * kGpuBusyShare /
+//   kernels_per_step * kKernelWeights[k] us, truncated (at least 1); from a
+//   --gpu-slow rank's onset step on, that value x FACTOR, truncated.
 inline constexpr int kKernelCount = 4;
 inline constexpr const char *kKernelNames[kKernelCount] = {
 	"sim_gemm_fwd", "sim_gemm_bwd", "sim_layernorm", "sim_adam_step"};

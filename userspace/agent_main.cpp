@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "exporters/http_server.h"
 #include "exporters/json_api.h"
+#include "exporters/trace_export.h"
 #include "exporters/prometheus_exporter.h"
 #include "exporters/rdma_metrics.h"
 #include "rdma/rdma_monitor.h"
@@ -207,6 +208,18 @@ int main(int argc, char** argv) {
   });
   http.route("GET", "/api/v1/comms", [&](const argus::HttpRequest&) {
     return argus::HttpResponse::json(200, argus::dump_json(argus::comms_json(rt.snapshot())));
+  });
+  http.route("GET", "/api/v1/trace", [&](const argus::HttpRequest& req) {
+    auto it = req.query.find("seconds");
+    const auto secs = argus::parse_trace_seconds(it == req.query.end() ? "" : it->second, it != req.query.end());
+    if (!secs.ok) return argus::HttpResponse::json(400, argus::dump_json({{"error", secs.error}}));
+    argus::TraceRequest tr;
+    tr.seconds = secs.seconds;
+    auto spans = rt.trace(secs.seconds, &tr.end_ns);
+    tr.end_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto snap = rt.snapshot();
+    return argus::HttpResponse::json(
+        200, argus::dump_json(argus::trace_json(spans, snap.ranks, rt.events_since(tr.end_unix - tr.seconds), tr)));
   });
   http.route("GET", "/healthz", [&](const argus::HttpRequest&) {
     const double age = rt.seconds_since_heartbeat();

@@ -11,6 +11,10 @@
 #include <cstdlib>
 #include <functional>
 #include <ctime>
+#include <fstream>
+#include <cstring>
+#include <cerrno>
+#include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -168,6 +172,55 @@ struct EventsCommand {
   }
 };
 
+// argusctl trace: the node's recent timeline as Chrome trace JSON (open it in Perfetto).
+struct TraceCommand {
+  AgentOptions agent;
+  double seconds = 10;
+  std::string output;
+  CLI::App* app = nullptr;
+
+  void add(CLI::App& parent) {
+    app = parent.add_subcommand("trace", "save the node's recent timeline (GPU kernels, collectives, synchronize "
+                                         "waits) as Chrome trace JSON for Perfetto");
+    agent.add(*app);
+    app->add_option("--seconds", seconds, "how far back (1-300)")->check(CLI::Range(1.0, 300.0))->capture_default_str();
+    app->add_option("-o,--output", output, "file to write ('-' = stdout)")->required();
+  }
+
+  int run() const {
+    char query[64];
+    std::snprintf(query, sizeof(query), "/api/v1/trace?seconds=%g", seconds);
+    nlohmann::json doc = agent.get_json(query);
+    if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
+      throw CommandError{"unexpected answer from " + agent.url(query) + ": no \"traceEvents\" array"};
+    const std::string text = doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    size_t spans = 0;
+    for (const auto& e : doc["traceEvents"])
+      if (e.is_object() && e.value("ph", "") == "X") ++spans;
+    if (output == "-") {
+      std::cout << text;
+      std::cout.flush();
+      return 0;
+    }
+    const std::string tmp = output + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      if (!f) throw CommandError{"cannot write " + tmp + ": " + std::strerror(errno)};
+      f << text;
+      f.close();
+      if (!f) throw CommandError{"cannot write " + tmp + ": " + std::strerror(errno)};
+    }
+    if (std::rename(tmp.c_str(), output.c_str()) != 0) {
+      const std::string err = std::strerror(errno);
+      std::remove(tmp.c_str());
+      throw CommandError{"cannot write " + output + ": " + err};
+    }
+    std::cerr << "argusctl: wrote " << spans << " spans of the last " << seconds << " s to " << output
+              << " (open it at https://ui.perfetto.dev)" << std::endl;
+    return 0;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,6 +235,8 @@ int main(int argc, char** argv) {
   ranks.add(app);
   EventsCommand events;
   events.add(app);
+  TraceCommand trace;
+  trace.add(app);
 
   // "argusctl bogus" would otherwise read as "a subcommand is required".
   const CLI::App& const_app = app;
@@ -208,6 +263,7 @@ int main(int argc, char** argv) {
   try {
     if (ranks.app->parsed()) return ranks.run();
     if (events.app->parsed()) return events.run();
+    if (trace.app->parsed()) return trace.run();
   } catch (const CommandError& e) {
     std::cerr << "argusctl: " << one_line(e.message) << std::endl;
     return 1;

@@ -20,6 +20,21 @@ struct SyncCounters {
   uint64_t wait_ns = 0;
 };
 
+// The rank's GPU timeline (GPU-activity records from CUPTI or the sim).
+struct GpuRankView {
+  bool seen = false;          // any record arrived from this rank
+  bool window_valid = false;  // records within the last window
+  double busy_ratio = 0;      // share of the window with a kernel running
+  double nccl_ratio = 0;      // ... with an NCCL kernel running
+  double bubble_ratio = 0;    // ... idle before a pipeline P2P kernel
+  uint64_t records = 0, kernels = 0, memcpys = 0, memsets = 0;
+  uint64_t kernel_ns = 0, nccl_kernel_ns = 0, idle_ns = 0, bubble_ns = 0;
+  uint64_t lost = 0;  // records the producer dropped, plus any BPF truncated
+  std::map<std::string, uint64_t> memcpy_bytes;  // direction -> bytes
+  double step_summary_bytes = 0;  // encoded kernel sketch per step, mean of the last 100 steps
+  uint64_t steps_summarized = 0;
+};
+
 struct RankSnapshot {
   int pid = 0;
   uint64_t start_time_ticks = 0;  // /proc/PID/stat starttime: tells a reused pid apart
@@ -49,7 +64,10 @@ struct RankSnapshot {
   double late_fraction = 0;          // share of collectives it arrived last (and late)
   double step_seconds = 0;           // period of its collective pattern; 0 when unknown
   bool straggler = false;
+  std::string straggler_reason;      // "host" or "gpu" while a straggler
   double straggler_score = 0;        // how much slower than the median rank (0 = on time)
+  bool pipeline_bubble = false;      // its GPU idles on pipeline receives far more than its peers
+  GpuRankView gpu;
   bool hang_missing = false;         // never reached a collective its peers sit in
   std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
   std::vector<std::string> libraries;  // probed library files this process maps

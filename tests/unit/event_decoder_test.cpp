@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -43,13 +45,52 @@ TEST(EventDecoder, RefusesShortUnknownAndNull) {
   EXPECT_FALSE(decode_event(&i, sizeof(i)));
 }
 
+TEST(EventDecoder, GpuBatchTakesExactlyItsRecords) {
+  auto ev = std::make_unique<argus_gpu_batch_event>();
+  std::memset(ev.get(), 0, sizeof(*ev));
+  ev->hdr.type = ARGUS_EV_GPU_BATCH;
+  ev->hdr.tgid = 7;
+  ev->n = 3;
+  ev->sent = 5;
+  ev->dropped = 11;
+  for (uint32_t i = 0; i < 3; ++i) ev->recs[i].correlation_id = 100 + i;
+  const size_t size = offsetof(argus_gpu_batch_event, recs) + 3 * sizeof(argus_gpu_rec);
+  auto d = decode_event(ev.get(), size);
+  ASSERT_TRUE(d);
+  const auto& b = std::get<GpuBatch>(*d);
+  ASSERT_EQ(b.recs.size(), 3u);
+  EXPECT_EQ(b.recs[2].correlation_id, 102u);
+  EXPECT_EQ(b.sent, 5u);
+  EXPECT_EQ(b.dropped, 11u);
+  EXPECT_STREQ(source_label(event_source(*d)), "gpu");
+  EXPECT_FALSE(decode_event(ev.get(), size - 1));  // fewer bytes than n records
+  ev->n = ARGUS_GPU_BATCH_MAX + 1;                  // a count BPF never writes
+  EXPECT_FALSE(decode_event(ev.get(), sizeof(*ev)));
+
+  argus_gpu_name_event n{};
+  n.hdr.type = ARGUS_EV_GPU_NAME;
+  n.name_id = 4;
+  std::memset(n.name, 'k', sizeof(n.name));  // no NUL: kept to the buffer's end, never past it
+  d = decode_event(&n, sizeof(n));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(std::get<GpuName>(*d).name.size(), sizeof(n.name));
+  EXPECT_FALSE(decode_event(&n, sizeof(n) - 1));
+
+  argus_call_done_event c{};
+  c.hdr.type = ARGUS_EV_CALL_DONE;
+  c.cls = ARGUS_CLS_CUDA;
+  d = decode_event(&c, sizeof(c));
+  ASSERT_TRUE(d);
+  EXPECT_STREQ(source_label(event_source(*d)), "cuda");
+}
+
 TEST(EventDecoder, RandomBytesNeverCrash) {
   std::mt19937 rng(7);
   std::vector<uint8_t> buf(128);
   size_t decoded = 0;
   for (int i = 0; i < 20000; ++i) {
     for (auto& b : buf) b = static_cast<uint8_t>(rng());
-    buf[0] = static_cast<uint8_t>(rng() % 8);  // often a valid type
+    buf[0] = static_cast<uint8_t>(rng() % 11);  // often a valid type
     buf[1] = buf[2] = buf[3] = 0;
     decoded += decode_event(buf.data(), rng() % buf.size()).has_value();
   }

@@ -151,6 +151,18 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_step_seconds", "gauge"},
       {"argus_nccl_last_seq", "gauge"},
       {"argus_collective_stalled_seconds", "gauge"},
+      {"argus_gpu_busy_ratio", "gauge"},
+      {"argus_gpu_idle_seconds_total", "counter"},
+      {"argus_pipeline_bubble_ratio", "gauge"},
+      {"argus_pipeline_bubble_seconds_total", "counter"},
+      {"argus_pipeline_bubble", "gauge"},
+      {"argus_nccl_kernel_seconds_total", "counter"},
+      {"argus_gpu_nccl_kernel_ratio", "gauge"},
+      {"argus_gpu_kernel_seconds_total", "counter"},
+      {"argus_gpu_records_total", "counter"},
+      {"argus_gpu_records_lost_total", "counter"},
+      {"argus_gpu_memcpy_bytes_total", "counter"},
+      {"argus_gpu_step_summary_bytes", "gauge"},
       {"argus_agent_events_total", "counter"},
       {"argus_agent_events_lost_total", "counter"},
       {"argus_agent_tracked_processes", "gauge"},
@@ -289,11 +301,48 @@ TEST(PrometheusExporter, DetectionFigures) {
   EXPECT_TRUE(has_line(lines, R"(argus_collective_stalled_seconds{job_id="llm-7",comm="abc"} 12.5)"));
 }
 
+TEST(PrometheusExporter, GpuFiguresOfARankWithGpuRecords) {
+  Snapshot s = make_snapshot();
+  RankSnapshot* r = nullptr;
+  for (auto& x : s.ranks)
+    if (x.rank == 1) r = &x;
+  ASSERT_NE(r, nullptr);
+  r->exited = false;  // gauges speak for running ranks only
+  r->gpu.seen = true;
+  r->gpu.window_valid = true;
+  r->gpu.busy_ratio = 0.625;
+  r->gpu.bubble_ratio = 0.125;
+  r->gpu.nccl_ratio = 0.25;
+  r->gpu.nccl_kernel_ns = 1'500'000'000;
+  r->gpu.kernel_ns = 4'000'000'000;
+  r->gpu.idle_ns = 250'000'000;
+  r->gpu.bubble_ns = 125'000'000;
+  r->gpu.kernels = 900;
+  r->gpu.memcpys = 3;
+  r->gpu.lost = 2;
+  r->gpu.memcpy_bytes["htod"] = 4096;
+  r->gpu.steps_summarized = 10;
+  r->gpu.step_summary_bytes = 96.5;
+  r->pipeline_bubble = true;
+  auto lines = lines_of(render_metrics(s));
+  EXPECT_TRUE(has_line(lines, R"(argus_gpu_busy_ratio{job_id="job1",rank="1"} 0.625)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_pipeline_bubble_ratio{job_id="job1",rank="1"} 0.125)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_pipeline_bubble{job_id="job1",rank="1"} 1)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_nccl_kernel_seconds_total{job_id="job1",rank="1"} 1.5)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_gpu_idle_seconds_total{job_id="job1",rank="1"} 0.25)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_gpu_records_total{job_id="job1",rank="1",kind="kernel"} 900)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_gpu_records_lost_total{job_id="job1",rank="1"} 2)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_gpu_memcpy_bytes_total{job_id="job1",rank="1",direction="htod"} 4096)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_gpu_step_summary_bytes{job_id="job1",rank="1"} 96.5)"));
+  // A rank without GPU records has no GPU series at all (not zeros that read as "idle").
+  for (const auto& l : lines) EXPECT_EQ(l.find("argus_gpu_busy_ratio{job_id=\"job1\",rank=\"0\""), std::string::npos);
+}
+
 TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 26u);
+  EXPECT_EQ(types_of(lines).size(), 38u);
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
 }

@@ -438,8 +438,8 @@ TEST(SimFaultsTest, BadValuesExit2WithOneLine)
 		{"--ranks", "6", "--nodes", "4"}, // blocks of 2 leave node 3 empty
 		{"--ranks", "3", "--nodes", "x"},
 		{"--ranks", "3", "--hang-timeout", "-1"},
-		// Flags of a later issue are not accepted silently.
-		{"--ranks", "3", "--gpu-slow", "1:2"},
+		// The GPU faults' bad values (more in sim_gpu_test.cpp).
+		{"--ranks", "3", "--gpu-slow", "1:1"},
 		{"--ranks", "3", "--pp", "2"},
 		{"--ranks", "3", "--bubble", "0:5"},
 	};

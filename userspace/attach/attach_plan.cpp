@@ -154,6 +154,7 @@ const char* library_kind_name(LibraryKind kind) {
   switch (kind) {
     case LibraryKind::Nccl: return "nccl";
     case LibraryKind::Cuda: return "cuda";
+    case LibraryKind::GpuActivity: return "gpu";
     case LibraryKind::None: break;
   }
   return "none";

@@ -10,7 +10,10 @@
 
 namespace argus {
 
-enum class LibraryKind { None, Nccl, Cuda };
+// GpuActivity: a library that only produces GPU activity records (the CUPTI
+// injection library); producers are found by kGpuProducerSymbol.
+enum class LibraryKind { None, Nccl, Cuda, GpuActivity };
+inline constexpr const char* kGpuProducerSymbol = "argus_gpu_wire_version";
 enum class ProbeSet { Default, Deep };
 
 // The BPF program a probe runs (one per program in bpf/).

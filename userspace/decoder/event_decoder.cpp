@@ -1,5 +1,6 @@
 #include "decoder/event_decoder.h"
 
+#include <cstddef>
 #include <cstring>
 
 namespace argus {
@@ -11,6 +12,33 @@ std::optional<DecodedEvent> copy_as(const void* data, size_t size) {
   T ev;
   std::memcpy(&ev, data, sizeof(T));
   return DecodedEvent{ev};
+}
+
+// Header, count, then exactly `n` records: a size that disagrees is refused.
+std::optional<DecodedEvent> decode_gpu_batch(const void* data, size_t size) {
+  constexpr size_t head = offsetof(argus_gpu_batch_event, recs);
+  if (size < head) return std::nullopt;
+  argus_gpu_batch_event ev;
+  std::memcpy(&ev, data, head);
+  if (ev.n > ARGUS_GPU_BATCH_MAX || size < head + ev.n * sizeof(argus_gpu_rec)) return std::nullopt;
+  GpuBatch b;
+  b.hdr = ev.hdr;
+  b.sent = ev.sent;
+  b.dropped = ev.dropped;
+  b.recs.resize(ev.n);
+  if (ev.n) std::memcpy(b.recs.data(), static_cast<const char*>(data) + head, ev.n * sizeof(argus_gpu_rec));
+  return DecodedEvent{std::move(b)};
+}
+
+std::optional<DecodedEvent> decode_gpu_name(const void* data, size_t size) {
+  if (size < sizeof(argus_gpu_name_event)) return std::nullopt;
+  argus_gpu_name_event ev;
+  std::memcpy(&ev, data, sizeof(ev));
+  GpuName n;
+  n.hdr = ev.hdr;
+  n.name_id = ev.name_id;
+  n.name.assign(ev.name, strnlen(ev.name, sizeof(ev.name)));
+  return DecodedEvent{std::move(n)};
 }
 
 }  // namespace
@@ -26,6 +54,9 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
     case ARGUS_EV_NCCL_COLL: return copy_as<argus_nccl_coll_event>(data, size);
     case ARGUS_EV_NCCL_INIT: return copy_as<argus_nccl_init_event>(data, size);
     case ARGUS_EV_NCCL_GROUP: return copy_as<argus_nccl_group_event>(data, size);
+    case ARGUS_EV_CALL_DONE: return copy_as<argus_call_done_event>(data, size);
+    case ARGUS_EV_GPU_BATCH: return decode_gpu_batch(data, size);
+    case ARGUS_EV_GPU_NAME: return decode_gpu_name(data, size);
     default: return std::nullopt;
   }
 }
@@ -38,6 +69,11 @@ uint32_t event_source(const DecodedEvent& ev) {
     uint32_t operator()(const argus_nccl_coll_event&) const { return ARGUS_SRC_NCCL; }
     uint32_t operator()(const argus_nccl_init_event&) const { return ARGUS_SRC_NCCL; }
     uint32_t operator()(const argus_nccl_group_event&) const { return ARGUS_SRC_NCCL; }
+    uint32_t operator()(const argus_call_done_event& e) const {
+      return e.cls == ARGUS_CLS_NCCL ? ARGUS_SRC_NCCL : ARGUS_SRC_CUDA;
+    }
+    uint32_t operator()(const GpuBatch&) const { return ARGUS_SRC_GPU; }
+    uint32_t operator()(const GpuName&) const { return ARGUS_SRC_GPU; }
   };
   return std::visit(Visitor{}, ev);
 }
@@ -47,6 +83,7 @@ const char* source_label(uint32_t source) {
     case ARGUS_SRC_PROC: return "proc";
     case ARGUS_SRC_NCCL: return "nccl";
     case ARGUS_SRC_CUDA: return "cuda";
+    case ARGUS_SRC_GPU: return "gpu";
     default: return "unknown";
   }
 }

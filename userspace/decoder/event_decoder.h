@@ -4,20 +4,37 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <variant>
+#include <vector>
 
 #include "argus.h"
 
 namespace argus {
 
+// argus:gpu_batch: only the records that were sent (the BPF record is variable-sized).
+struct GpuBatch {
+  argus_event_header hdr{};
+  uint32_t sent = 0;     // records the producer passed (> recs.size() when BPF truncated)
+  uint64_t dropped = 0;  // records the producer lost before this batch
+  std::vector<argus_gpu_rec> recs;
+};
+
+struct GpuName {
+  argus_event_header hdr{};
+  uint32_t name_id = 0;
+  std::string name;
+};
+
 using DecodedEvent = std::variant<argus_exec_event, argus_exit_event, argus_tgid_seen_event, argus_nccl_coll_event,
-                                  argus_nccl_init_event, argus_nccl_group_event>;
+                                  argus_nccl_init_event, argus_nccl_group_event, argus_call_done_event, GpuBatch,
+                                  GpuName>;
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size);
 
 // The event's source (enum argus_source), for the events_total{source} counter.
 uint32_t event_source(const DecodedEvent& ev);
 
-const char* source_label(uint32_t source);  // "proc", "nccl", "cuda"
+const char* source_label(uint32_t source);  // "proc", "nccl", "cuda", "gpu"
 
 }  // namespace argus

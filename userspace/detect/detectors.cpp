@@ -59,6 +59,36 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
 
 }  // namespace
 
+struct StragglerDetector::Verdict {
+  std::string reason;  // "host", "gpu" or "" (on time)
+  double host_median = 0, host_threshold = 0;
+  double gpu_median = 0, gpu_threshold = 0;
+  double score = 0;
+};
+
+namespace {
+
+struct Spread {
+  double median = 0;
+  double threshold = 0;  // below this stands out
+};
+
+Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, double k) {
+  Spread s;
+  s.median = median_of(v);
+  std::vector<double> dev;
+  for (double x : v) dev.push_back(std::fabs(x - s.median));
+  const double mad = 1.4826 * median_of(dev);
+  s.threshold = s.median - std::max(min_gap, k * mad);
+  return s;
+}
+
+double slowness_score(double ratio, double median) {
+  return std::max(0.0, (1.0 - ratio) / std::max(1e-3, 1.0 - median) - 1.0);
+}
+
+}  // namespace
+
 std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& ranks, double now_unix) {
   std::vector<DetectedEvent> events;
   std::map<std::string, std::vector<const RankSignal*>> jobs;
@@ -68,26 +98,30 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
   std::set<int> judged;
   for (const auto& [job, members] : jobs) {
     if (members.size() < 2) continue;  // nobody to compare with here: the cross-node rules do it
-    std::vector<double> waits;
-    for (const auto* r : members) waits.push_back(r->wait_ratio);
-    const double med = median_of(waits);
-    std::vector<double> dev;
-    for (double w : waits) dev.push_back(std::fabs(w - med));
-    const double mad = 1.4826 * median_of(dev);
-    const double threshold = med - std::max(opts_.min_wait_gap, opts_.mad_k * mad);
+    std::vector<double> waits, gpu;
+    for (const auto* r : members) {
+      waits.push_back(r->wait_ratio);
+      if (r->gpu_valid) gpu.push_back(r->gpu_nccl_ratio);
+    }
+    const Spread host = low_outlier_threshold(waits, opts_.min_wait_gap, opts_.mad_k);
+    const bool gpu_comparable = gpu.size() >= 2;
+    const Spread dev = gpu_comparable ? low_outlier_threshold(gpu, opts_.min_gpu_gap, opts_.mad_k) : Spread{};
 
     for (const auto* r : members) {
       judged.insert(r->pid);
-      // Lag evidence where the node has it (the ranks share a communicator);
-      // the wait ratio alone otherwise.
+      // Host: waits least, and (where the node has lag evidence) arrives late.
       const bool lag_known = r->lag.spread_samples >= 3;
       const bool lag_says_late =
           !lag_known || (r->lag.late_fraction >= opts_.min_late_fraction && r->lag.median_lag_s >= opts_.min_lag_s);
-      const bool candidate = r->wait_ratio < threshold && lag_says_late;
+      const bool host_slow = r->wait_ratio < host.threshold && lag_says_late;
+      // GPU: its NCCL kernels run least — its peers' kernels wait for it.
+      const bool gpu_slow = gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold;
+      Verdict v{host_slow ? "host" : gpu_slow ? "gpu" : "", host.median, host.threshold, dev.median, dev.threshold, 0};
+      v.score = std::max(slowness_score(r->wait_ratio, host.median),
+                         gpu_slow ? slowness_score(r->gpu_nccl_ratio, dev.median) : 0.0);
       Track& t = tracks_[r->pid];
-      const double denom = std::max(1e-3, 1.0 - med);
-      t.st.score = std::max(0.0, (1.0 - r->wait_ratio) / denom - 1.0);
-      if (candidate) {
+      t.st.score = v.score;
+      if (!v.reason.empty()) {
         ++t.hits;
         t.misses = 0;
       } else {
@@ -96,40 +130,11 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       }
       if (!t.st.straggler && t.hits >= opts_.raise_after) {
         t.st.straggler = true;
-        DetectedEvent ev;
-        ev.time = now_unix;
-        ev.kind = "straggler";
-        ev.job_id = job;
-        ev.rank = r->rank;
-        std::string lag_part;
-        if (lag_known)
-          lag_part = " (arrives " + fmt("%.0f", r->lag.median_lag_s * 1e3) + " ms late at " +
-                     fmt("%.0f", r->lag.late_fraction * 100) + "% of collectives)";
-        else
-          lag_part = " (waits " + fmt("%.0f", r->wait_ratio * 100) + "% of the time, the median rank " +
-                     fmt("%.0f", med * 100) + "%)";
-        ev.summary = "rank " + std::to_string(r->rank) + " of job " + job + " is " + fmt("%.1f", t.st.score + 1.0) +
-                     "x slower than the median of " + std::to_string(members.size()) + " ranks" + lag_part;
-        nlohmann::json peers = nlohmann::json::array();
-        for (const auto* p : members)
-          peers.push_back({{"rank", p->rank}, {"pid", p->pid}, {"wait_ratio", p->wait_ratio},
-                           {"mean_lag_seconds", p->lag.mean_lag_s}});
-        ev.evidence = {{"source", "host"},
-                       {"pid", r->pid},
-                       {"wait_ratio", r->wait_ratio},
-                       {"median_wait_ratio", med},
-                       {"wait_ratio_threshold", threshold},
-                       {"mean_lag_seconds", r->lag.mean_lag_s},
-                       {"median_lag_seconds", r->lag.median_lag_s},
-                       {"late_fraction", r->lag.late_fraction},
-                       {"collectives_compared", r->lag.samples},
-                       {"collectives_spread", r->lag.spread_samples},
-                       {"slowness", t.st.score + 1.0},
-                       {"window_seconds", window_seconds_},
-                       {"peers", peers}};
-        events.push_back(std::move(ev));
+        t.st.reason = v.reason;
+        events.push_back(straggler_event(job, *r, v, members, now_unix));
       } else if (t.st.straggler && t.misses >= opts_.clear_after) {
         t.st.straggler = false;
+        t.st.reason.clear();
       }
     }
   }
@@ -139,6 +144,130 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     t = Track{};
   }
   return events;
+}
+
+DetectedEvent StragglerDetector::straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
+                                                 const std::vector<const RankSignal*>& members,
+                                                 double now_unix) const {
+  DetectedEvent ev;
+  ev.time = now_unix;
+  ev.kind = "straggler";
+  ev.job_id = job;
+  ev.rank = r.rank;
+  const bool lag_known = r.lag.spread_samples >= 3;
+  std::string why;
+  if (v.reason == "gpu")
+    why = " on its GPU (its NCCL kernels run " + fmt("%.0f", r.gpu_nccl_ratio * 100) +
+          "% of the time, the median rank's " + fmt("%.0f", v.gpu_median * 100) +
+          "%: its peers' kernels wait for it; the host is on time)";
+  else if (lag_known)
+    why = " (arrives " + fmt("%.0f", r.lag.median_lag_s * 1e3) + " ms late at " +
+          fmt("%.0f", r.lag.late_fraction * 100) + "% of collectives)";
+  else
+    why = " (waits " + fmt("%.0f", r.wait_ratio * 100) + "% of the time, the median rank " +
+          fmt("%.0f", v.host_median * 100) + "%)";
+  ev.summary = "rank " + std::to_string(r.rank) + " of job " + job + " is " + fmt("%.1f", v.score + 1.0) +
+               "x slower than the median of " + std::to_string(members.size()) + " ranks" + why;
+  nlohmann::json peers = nlohmann::json::array();
+  for (const auto* p : members) {
+    nlohmann::json peer = {{"rank", p->rank}, {"pid", p->pid}, {"wait_ratio", p->wait_ratio},
+                           {"mean_lag_seconds", p->lag.mean_lag_s}};
+    if (p->gpu_valid) peer["gpu_nccl_ratio"] = p->gpu_nccl_ratio;
+    peers.push_back(std::move(peer));
+  }
+  ev.evidence = {{"source", v.reason},
+                 {"reason", v.reason},
+                 {"pid", r.pid},
+                 {"wait_ratio", r.wait_ratio},
+                 {"median_wait_ratio", v.host_median},
+                 {"wait_ratio_threshold", v.host_threshold},
+                 {"mean_lag_seconds", r.lag.mean_lag_s},
+                 {"median_lag_seconds", r.lag.median_lag_s},
+                 {"late_fraction", r.lag.late_fraction},
+                 {"collectives_compared", r.lag.samples},
+                 {"collectives_spread", r.lag.spread_samples},
+                 {"slowness", v.score + 1.0},
+                 {"window_seconds", window_seconds_},
+                 {"peers", peers}};
+  if (r.gpu_valid) {
+    ev.evidence["gpu_nccl_ratio"] = r.gpu_nccl_ratio;
+    ev.evidence["median_gpu_nccl_ratio"] = v.gpu_median;
+    ev.evidence["gpu_nccl_ratio_threshold"] = v.gpu_threshold;
+  }
+  return ev;
+}
+
+std::vector<DetectedEvent> BubbleDetector::evaluate(const std::vector<RankSignal>& ranks, double now_unix) {
+  std::vector<DetectedEvent> events;
+  std::map<std::string, std::vector<const RankSignal*>> jobs;
+  for (const auto& r : ranks)
+    if (!r.job_id.empty() && r.rank >= 0 && r.gpu_valid && r.coverage >= opts_.min_coverage)
+      jobs[r.job_id].push_back(&r);
+  std::set<int> judged;
+  for (const auto& [job, members] : jobs) {
+    std::vector<double> ratios;
+    for (const auto* r : members) ratios.push_back(r->bubble_ratio);
+    const double med = median_of(ratios);
+    std::vector<double> dev;
+    for (double x : ratios) dev.push_back(std::fabs(x - med));
+    const double mad = 1.4826 * median_of(dev);
+    const double peer_limit = med + std::max(opts_.min_excess, opts_.mad_k * mad);
+    for (const auto* r : members) {
+      judged.insert(r->pid);
+      Track& t = tracks_[r->pid];
+      const bool vs_peers = members.size() >= 2 && r->bubble_ratio > peer_limit;
+      const bool baseline_ready = t.evaluations >= opts_.baseline_evaluations;
+      const bool vs_past = baseline_ready && r->bubble_ratio >= t.baseline + opts_.min_excess &&
+                           r->bubble_ratio >= opts_.past_factor * t.baseline;
+      if (vs_peers || vs_past) {
+        ++t.hits;
+        t.misses = 0;
+      } else {
+        ++t.misses;
+        t.hits = 0;
+        // The baseline learns only from unremarkable windows.
+        t.baseline = t.evaluations == 0 ? r->bubble_ratio
+                                        : (1 - opts_.baseline_alpha) * t.baseline + opts_.baseline_alpha * r->bubble_ratio;
+        ++t.evaluations;
+      }
+      if (!t.flagged && t.hits >= opts_.raise_after) {
+        t.flagged = true;
+        DetectedEvent ev;
+        ev.time = now_unix;
+        ev.kind = "pipeline_bubble";
+        ev.job_id = job;
+        ev.rank = r->rank;
+        const std::string than = vs_peers ? "the median rank of its job " + fmt("%.0f", med * 100) + "%"
+                                          : "its own past " + fmt("%.0f", t.baseline * 100) + "%";
+        ev.summary = "rank " + std::to_string(r->rank) + " of job " + job + ": its GPU idles " +
+                     fmt("%.0f", r->bubble_ratio * 100) + "% of the time waiting on pipeline receives (" + than + ")";
+        nlohmann::json peers = nlohmann::json::array();
+        for (const auto* p : members) peers.push_back({{"rank", p->rank}, {"pid", p->pid}, {"bubble_ratio", p->bubble_ratio}});
+        ev.evidence = {{"pid", r->pid},
+                       {"bubble_ratio", r->bubble_ratio},
+                       {"median_bubble_ratio", med},
+                       {"peer_threshold", peer_limit},
+                       {"baseline_bubble_ratio", t.baseline},
+                       {"compared_with", vs_peers ? "peers" : "own_past"},
+                       {"window_seconds", window_seconds_},
+                       {"peers", peers}};
+        events.push_back(std::move(ev));
+      } else if (t.flagged && t.misses >= opts_.clear_after) {
+        t.flagged = false;
+      }
+    }
+  }
+  for (auto& [pid, t] : tracks_)
+    if (!judged.count(pid)) {
+      t.hits = 0;
+      t.flagged = false;
+    }
+  return events;
+}
+
+bool BubbleDetector::flagged(int pid) const {
+  auto it = tracks_.find(pid);
+  return it != tracks_.end() && it->second.flagged;
 }
 
 StragglerState StragglerDetector::state(int pid) const {

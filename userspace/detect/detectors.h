@@ -31,6 +31,12 @@ struct RankSignal {
   double wait_ratio = 0;  // collectives + synchronize, last window
   double coverage = 0;    // share of the window the rank has been watched
   RankLagStats lag;
+  // GPU side (from the GPU-activity records), when the rank has current ones:
+  // share of the window its NCCL kernels run. They run long while waiting for a
+  // late peer, so the rank whose GPU is slow has the lowest.
+  bool gpu_valid = false;
+  double gpu_nccl_ratio = 0;
+  double bubble_ratio = 0;  // share of the window idle before a pipeline P2P receive
 };
 
 struct StragglerOptions {
@@ -41,14 +47,18 @@ struct StragglerOptions {
   double min_coverage = 0.3;
   int raise_after = 2;  // consecutive evaluations before the flag rises
   int clear_after = 3;  // ... and before it falls
+  double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
 };
 
 struct StragglerState {
   bool straggler = false;
+  std::string reason;  // "host" or "gpu" while flagged
   double score = 0;  // (1 - w) / (1 - median w) - 1: how much slower than the median (0 = on time)
 };
 
 class StragglerDetector {
+  struct Verdict;
+
  public:
   explicit StragglerDetector(StragglerOptions opts = {}, double window_seconds = 10)
       : opts_(opts), window_seconds_(window_seconds) {}
@@ -62,7 +72,41 @@ class StragglerDetector {
     int hits = 0, misses = 0;
     StragglerState st;
   };
+  DetectedEvent straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
+                                const std::vector<const RankSignal*>& members, double now_unix) const;
   StragglerOptions opts_;
+  double window_seconds_;
+  std::map<int, Track> tracks_;
+};
+
+struct BubbleOptions {
+  double min_excess = 0.10;  // bubble ratio at least this much above the job's median (or own past)
+  double mad_k = 2.0;        // ... and more than k robust deviations above the median
+  double past_factor = 2.0;  // own past: at least this many times its baseline
+  int baseline_evaluations = 5;  // evaluations before the own baseline counts
+  double baseline_alpha = 0.2;   // EWMA weight of a new evaluation in the baseline
+  double min_coverage = 0.3;
+  int raise_after = 2;
+  int clear_after = 3;
+};
+
+// Pipeline bubbles: a rank whose GPU idles waiting on pipeline P2P receives
+// much more than the other ranks of its job, or than it used to.
+class BubbleDetector {
+ public:
+  explicit BubbleDetector(BubbleOptions opts = {}, double window_seconds = 10)
+      : opts_(opts), window_seconds_(window_seconds) {}
+  std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
+  bool flagged(int pid) const;
+  void forget(int pid) { tracks_.erase(pid); }
+
+ private:
+  struct Track {
+    int hits = 0, misses = 0, evaluations = 0;
+    double baseline = 0;
+    bool flagged = false;
+  };
+  BubbleOptions opts_;
   double window_seconds_;
   std::map<int, Track> tracks_;
 };

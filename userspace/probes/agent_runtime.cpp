@@ -42,7 +42,9 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
                                        opts.probes == ProbeSet::Deep}),
       tracker_(TrackerOptions{opts.window_seconds, 512, 0.001, 10}),
       stragglers_(opts.straggler, opts.window_seconds),
-      hangs_(opts.hang) {
+      bubbles_(BubbleOptions{}, opts.window_seconds),
+      hangs_(opts.hang),
+      timeline_(NodeTimelineOptions{gpu::TimelineOptions{opts.window_seconds}, 60, 50000}) {
   probes_ = std::make_unique<ProbeManager>(*loader_, opts_.proc_root, opts_.probes);
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
@@ -159,7 +161,40 @@ void AgentRuntime::handle_event(const DecodedEvent& ev) {
     on_collective(*e);
   } else if (const auto* e = std::get_if<argus_nccl_group_event>(&ev)) {
     registry_.on_group(static_cast<int>(e->hdr.tgid), e->is_end != 0);
+  } else if (const auto* e = std::get_if<argus_call_done_event>(&ev)) {
+    on_call_done(*e);
+  } else if (const auto* e = std::get_if<GpuBatch>(&ev)) {
+    on_gpu_batch(*e);
+  } else if (const auto* e = std::get_if<GpuName>(&ev)) {
+    timeline_.on_gpu_name(static_cast<int>(e->hdr.tgid), e->name_id, e->name);
   }
+}
+
+void AgentRuntime::on_call_done(const argus_call_done_event& e) {
+  const int pid = static_cast<int>(e.hdr.tgid);
+  const bool collective = e.cls == ARGUS_CLS_NCCL;
+  std::string comm;
+  if (collective) {
+    auto names = comm_names_.find(pid);
+    if (names != comm_names_.end())
+      if (auto n = names->second.find(e.ptr); n != names->second.end()) comm = n->second;
+  }
+  timeline_.on_call(pid, collective, collective ? nccl_op_label(e.id) : cuda_api_label(e.id), comm, e.start_ns,
+                    e.hdr.ts_ns, e.ret);
+}
+
+void AgentRuntime::on_gpu_batch(const GpuBatch& b) {
+  const int pid = static_cast<int>(b.hdr.tgid);
+  const uint64_t truncated = b.sent > b.recs.size() ? b.sent - b.recs.size() : 0;
+  auto step = step_seconds_.find(pid);
+  timeline_.on_gpu_batch(pid, b.recs, b.dropped + truncated, step == step_seconds_.end() ? 0 : step->second);
+}
+
+std::vector<TraceRank> AgentRuntime::trace(double seconds, uint64_t* end_ns) const {
+  const uint64_t now = clock_.monotonic_ns();
+  const auto span = static_cast<uint64_t>(seconds * 1e9);
+  if (end_ns) *end_ns = now;
+  return timeline_.trace(now > span ? now - span : 0, now);
 }
 
 // Final aggregates of a process that ended, then its BPF state is dropped so a
@@ -211,6 +246,8 @@ std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
 void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
   registry_.on_collective(pid);
+  auto step = step_seconds_.find(pid);
+  timeline_.on_collective_enter(pid, e.hdr.ts_ns, step == step_seconds_.end() ? 0 : step->second);
   if (e.seq == 0) return;  // p2p
   tracker_.on_arrival(comm_key(pid, e.comm), pid, e.seq, e.hdr.ts_ns);
 }
@@ -235,9 +272,18 @@ void AgentRuntime::evaluate_detectors() {
     sig.wait_ratio = r.collective_wait_ratio;
     sig.coverage = std::min(1.0, (now_unix - r.first_seen_unix) / opts_.window_seconds);
     sig.lag = lag;
+    const GpuRankView gpu = timeline_.gpu_view(r.pid, now_ns);
+    sig.gpu_valid = gpu.window_valid;
+    sig.gpu_nccl_ratio = gpu.nccl_ratio;
+    sig.bubble_ratio = gpu.bubble_ratio;
+    step_seconds_[r.pid] = lag.step_seconds;
     signals.push_back(sig);
   }
   for (auto& ev : stragglers_.evaluate(signals, now_unix)) {
+    spdlog::warn("{}", ev.summary);
+    events_.add(std::move(ev));
+  }
+  for (auto& ev : bubbles_.evaluate(signals, now_unix)) {
     spdlog::warn("{}", ev.summary);
     events_.add(std::move(ev));
   }
@@ -284,6 +330,8 @@ void AgentRuntime::evaluate_detectors() {
     const auto st = stragglers_.state(r.pid);
     d.straggler = st.straggler && !r.exited;
     d.straggler_score = r.exited ? 0 : st.score;
+    d.straggler_reason = d.straggler ? st.reason : "";
+    d.pipeline_bubble = !r.exited && bubbles_.flagged(r.pid);
     d.hang_missing = hangs_.missing(r.pid);
     d.comm_seq = seqs[r.pid];
     registry_.set_detection(r.pid, d);
@@ -298,8 +346,11 @@ void AgentRuntime::evaluate_detectors() {
     }
     tracker_.forget(it->first);
     stragglers_.forget(it->first);
+    bubbles_.forget(it->first);
     it = comm_names_.erase(it);
   }
+  timeline_.retain(known);
+  std::erase_if(step_seconds_, [&](const auto& kv) { return !known.count(kv.first); });
   std::lock_guard lock(counters_mu_);
   comm_health_ = std::move(health);
 }
@@ -352,6 +403,8 @@ void AgentRuntime::reap_vanished() {
 Snapshot AgentRuntime::snapshot() const {
   Snapshot snap;
   snap.ranks = registry_.snapshot();
+  const uint64_t now_ns = clock_.monotonic_ns();
+  for (auto& r : snap.ranks) r.gpu = timeline_.gpu_view(r.pid, now_ns);
   AgentSnapshot& a = snap.agent;
   a.version = ARGUS_VERSION;
   a.node = opts_.node;
@@ -374,6 +427,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.events_lost["proc"] = lost("ringbuf_full_proc");
   a.events_lost["nccl"] = lost("ringbuf_full_nccl");
   a.events_lost["cuda"] = lost("ringbuf_full_cuda");
+  a.events_lost["gpu"] = lost("ringbuf_full_gpu");
   return snap;
 }
 

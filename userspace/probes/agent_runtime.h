@@ -18,6 +18,7 @@
 #include "probes/bpf_loader.h"
 #include "probes/probe_manager.h"
 #include "registry/rank_registry.h"
+#include "trace/node_timeline.h"
 
 namespace argus {
 
@@ -47,6 +48,9 @@ class AgentRuntime {
   std::vector<DetectedEvent> events_since(double unix_seconds) const { return events_.since(unix_seconds); }
   // Seconds since the event loop last went round: /healthz fails when stuck.
   double seconds_since_heartbeat() const;
+  // The node's timeline over the last `seconds` (GET /api/v1/trace), and the
+  // CLOCK_MONOTONIC time it ends at.
+  std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const;
 
  private:
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader);
@@ -58,6 +62,8 @@ class AgentRuntime {
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
   void on_collective(const argus_nccl_coll_event& e);
+  void on_call_done(const argus_call_done_event& e);
+  void on_gpu_batch(const GpuBatch& b);
   std::string comm_key(int pid, uint64_t handle);
   void evaluate_detectors();
   double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }
@@ -70,7 +76,10 @@ class AgentRuntime {
   RankRegistry registry_;
   CollectiveTracker tracker_;
   StragglerDetector stragglers_;
+  BubbleDetector bubbles_;
   HangDetector hangs_;
+  NodeTimeline timeline_;
+  std::map<int, double> step_seconds_;  // pid -> step period at the last evaluation
   EventLog events_;
   std::map<int, std::map<uint64_t, std::string>> comm_names_;  // pid -> ncclComm_t -> communicator name
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_

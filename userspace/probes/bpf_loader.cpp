@@ -65,6 +65,9 @@ const char* bpf_error_name(uint32_t err) {
     case ARGUS_ERR_TRACKED_FULL: return "tracked_map_full";
     case ARGUS_ERR_READ_USER: return "read_user_failed";
     case ARGUS_ERR_RETURN_UNMATCHED: return "return_without_entry";
+    case ARGUS_ERR_RINGBUF_GPU: return "ringbuf_full_gpu";
+    case ARGUS_ERR_GPU_BATCH_TRUNCATED: return "gpu_batch_truncated";
+    case ARGUS_ERR_GPU_READ: return "gpu_read_failed";
     default: return "unknown";
   }
 }
@@ -135,6 +138,16 @@ Result<Link> BpfLoader::attach_uprobe(const std::string& path, const ProbeSpec& 
     return make_error(std::string(spec.retprobe ? "uretprobe" : "uprobe") + " on " + spec.symbol + " in " + path +
                       ": " + errno_text(errno));
   }
+  return Link(link);
+}
+
+Result<Link> BpfLoader::attach_gpu_usdt(const std::string& path, bool names) {
+  bpf_program* prog = names ? skel_->progs.argus_gpu_name : skel_->progs.argus_gpu_batch;
+  const char* probe = names ? ARGUS_GPU_USDT_NAME : ARGUS_GPU_USDT_BATCH;
+  bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), ARGUS_GPU_USDT_PROVIDER, probe, nullptr);
+  if (link == nullptr)
+    return make_error(std::string("usdt ") + ARGUS_GPU_USDT_PROVIDER + ":" + probe + " in " + path + ": " +
+                      errno_text(errno));
   return Link(link);
 }
 

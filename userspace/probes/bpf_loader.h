@@ -63,6 +63,10 @@ class BpfLoader {
   // A uprobe (or uretprobe) on `path` at `file_offset`, for every process (pid -1).
   Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec);
 
+  // The GPU-activity USDT probes of a producer (argus:gpu_batch, or argus:gpu_name
+  // when `names`), for every process (pid -1).
+  Result<Link> attach_gpu_usdt(const std::string& path, bool names);
+
   // Tracked-tgid map.
   bool set_tgid_state(uint32_t tgid, argus_tgid_state state);
   void forget_tgid(uint32_t tgid);

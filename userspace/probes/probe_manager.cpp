@@ -59,7 +59,12 @@ LibraryKind ProbeManager::probe_file(int pid, const procfs::MapEntry& mapping, L
   }
   lib.path = path;
   lib.kind = classify_library(*symbols);
-  if (lib.kind == LibraryKind::None) return lib.kind;
+  const bool gpu_producer = symbols->find(kGpuProducerSymbol) != nullptr;
+  if (gpu_producer) attach_gpu_producer(path, lib);
+  if (lib.kind == LibraryKind::None) {
+    if (gpu_producer && !lib.links.empty()) lib.kind = LibraryKind::GpuActivity;
+    return lib.kind;
+  }
 
   const std::string label = library_kind_name(lib.kind);
   size_t ok = 0, failed = 0;
@@ -88,6 +93,25 @@ LibraryKind ProbeManager::probe_file(int pid, const procfs::MapEntry& mapping, L
   spdlog::info("attached {} probes ({} failed) to {} library {} (first seen in pid {}, dev {}:{} inode {})", ok,
                failed, label, mapping.path, pid, mapping.dev_major, mapping.dev_minor, mapping.inode);
   return lib.kind;
+}
+
+// The USDT hand-off of a GPU-activity producer: both probes or none.
+void ProbeManager::attach_gpu_producer(const std::string& path, Library& lib) {
+  auto batch = loader_.attach_gpu_usdt(path, false);
+  auto names = loader_.attach_gpu_usdt(path, true);
+  const bool ok = batch.ok() && names.ok();
+  if (ok) {
+    lib.links.push_back(std::move(*batch));
+    lib.links.push_back(std::move(*names));
+    spdlog::info("attached GPU activity probes to {}", path);
+  } else {
+    spdlog::warn("GPU activity probes not attached: {}", batch.ok() ? names.error() : batch.error());
+  }
+  std::lock_guard lock(counters_mu_);
+  if (ok)
+    attached_["gpu"] += 2;
+  else
+    attach_errors_["gpu"] += 1;
 }
 
 std::map<std::string, uint64_t> ProbeManager::attached() const {

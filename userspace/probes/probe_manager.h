@@ -31,6 +31,7 @@ class ProbeManager final : public LibraryProber {
     std::vector<Link> links;
   };
   void skip(const std::string& reason);
+  void attach_gpu_producer(const std::string& path, Library& lib);
   LibraryKind probe_file(int pid, const procfs::MapEntry& mapping, Library& lib);
 
   BpfLoader& loader_;

@@ -188,6 +188,8 @@ void RankRegistry::set_detection(int pid, const RankDetection& d) {
   s.step_seconds = d.step_seconds;
   s.straggler = d.straggler;
   s.straggler_score = d.straggler_score;
+  s.straggler_reason = d.straggler_reason;
+  s.pipeline_bubble = d.pipeline_bubble;
   s.hang_missing = d.hang_missing;
   s.comm_seq = d.comm_seq;
 }

@@ -40,7 +40,9 @@ struct RankDetection {
   double late_fraction = 0;
   double step_seconds = 0;
   bool straggler = false;
+  std::string straggler_reason;
   double straggler_score = 0;
+  bool pipeline_bubble = false;
   bool hang_missing = false;
   std::map<std::string, uint64_t> comm_seq;
 };

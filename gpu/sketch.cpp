@@ -1,0 +1,118 @@
+#include "gpu/sketch.h"
+
+#include <cmath>
+
+namespace argus::gpu {
+namespace {
+
+// gamma = (1 + e) / (1 - e): every duration in a bucket is within e of its representative value.
+const double kGamma = (1 + kSketchRelativeError) / (1 - kSketchRelativeError);
+const double kLogGamma = std::log(kGamma);
+
+void put_varint(std::vector<uint8_t>& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<uint8_t>(v));
+}
+
+uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+struct Reader {
+  const std::vector<uint8_t>& in;
+  size_t pos = 0;
+  bool get(uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos >= in.size()) return false;
+      const uint8_t b = in[pos++];
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;  // more than 10 bytes: not a varint we wrote
+  }
+};
+
+}  // namespace
+
+int32_t StepSketch::bucket_of(uint64_t duration_ns) {
+  if (duration_ns == 0) return 0;
+  return static_cast<int32_t>(std::ceil(std::log(static_cast<double>(duration_ns)) / kLogGamma));
+}
+
+double StepSketch::bucket_value_ns(int32_t bucket) {
+  if (bucket <= 0) return 0;
+  // The bucket holds (gamma^(i-1), gamma^i]; 2 gamma^i / (gamma + 1) is within e of both ends.
+  return 2 * std::pow(kGamma, bucket) / (kGamma + 1);
+}
+
+double KernelDistribution::quantile_ns(double q) const {
+  if (count == 0) return 0;
+  const double rank = q * static_cast<double>(count - 1);
+  uint64_t seen = 0;
+  for (const auto& [b, n] : buckets) {
+    seen += n;
+    if (static_cast<double>(seen) > rank) return StepSketch::bucket_value_ns(b);
+  }
+  return StepSketch::bucket_value_ns(buckets.rbegin()->first);
+}
+
+void StepSketch::add(uint32_t name_id, uint64_t duration_ns) {
+  auto& k = kernels_[name_id];
+  k.count += 1;
+  k.sum_ns += duration_ns;
+  k.buckets[bucket_of(duration_ns)] += 1;
+}
+
+// Layout: names, then per name: id, count, sum (µs), buckets, then per bucket the
+// index delta (zigzag) and its count. Everything varint.
+std::vector<uint8_t> StepSketch::encode() const {
+  std::vector<uint8_t> out;
+  put_varint(out, kernels_.size());
+  for (const auto& [id, k] : kernels_) {
+    put_varint(out, id);
+    put_varint(out, k.count);
+    put_varint(out, (k.sum_ns + 500) / 1000);
+    put_varint(out, k.buckets.size());
+    int64_t prev = 0;
+    for (const auto& [b, n] : k.buckets) {
+      put_varint(out, zigzag(static_cast<int64_t>(b) - prev));
+      put_varint(out, n);
+      prev = b;
+    }
+  }
+  return out;
+}
+
+std::optional<StepSketch> StepSketch::decode(const std::vector<uint8_t>& bytes) {
+  Reader r{bytes};
+  StepSketch s;
+  uint64_t names = 0;
+  if (!r.get(names) || names > bytes.size()) return std::nullopt;
+  for (uint64_t i = 0; i < names; ++i) {
+    uint64_t id = 0, count = 0, sum_us = 0, nb = 0;
+    if (!r.get(id) || !r.get(count) || !r.get(sum_us) || !r.get(nb) || id > UINT32_MAX || nb > bytes.size())
+      return std::nullopt;
+    KernelDistribution k;
+    k.count = count;
+    k.sum_ns = sum_us * 1000;
+    int64_t prev = 0;
+    uint64_t total = 0;
+    for (uint64_t j = 0; j < nb; ++j) {
+      uint64_t delta = 0, n = 0;
+      if (!r.get(delta) || !r.get(n)) return std::nullopt;
+      prev += unzigzag(delta);
+      if (prev < INT32_MIN || prev > INT32_MAX) return std::nullopt;
+      k.buckets[static_cast<int32_t>(prev)] += n;
+      total += n;
+    }
+    if (total != count) return std::nullopt;
+    s.kernels_[static_cast<uint32_t>(id)] = std::move(k);
+  }
+  if (r.pos != bytes.size()) return std::nullopt;
+  return s;
+}
+
+}  // namespace argus::gpu

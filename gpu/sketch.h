@@ -1,0 +1,42 @@
+// A compact per-step summary of a rank's GPU kernels: for each kernel name, the
+// distribution of its durations as a log-bucketed sketch (relative error
+// ±kSketchRelativeError), varint-encoded. Old steps can be compared without
+// keeping a trace; the encoded size is what a step costs to keep.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace argus::gpu {
+
+inline constexpr double kSketchRelativeError = 0.02;
+
+struct KernelDistribution {
+  uint64_t count = 0;
+  uint64_t sum_ns = 0;
+  std::map<int32_t, uint64_t> buckets;  // log bucket index -> count
+
+  // Duration below which `q` (0..1) of the kernels ran; 0 when empty.
+  double quantile_ns(double q) const;
+};
+
+class StepSketch {
+ public:
+  void add(uint32_t name_id, uint64_t duration_ns);
+  bool empty() const { return kernels_.empty(); }
+  const std::map<uint32_t, KernelDistribution>& kernels() const { return kernels_; }
+
+  std::vector<uint8_t> encode() const;
+  // nullopt on malformed input (truncated, bad varints, trailing bytes).
+  static std::optional<StepSketch> decode(const std::vector<uint8_t>& bytes);
+
+  static int32_t bucket_of(uint64_t duration_ns);
+  static double bucket_value_ns(int32_t bucket);  // a representative duration of the bucket
+
+ private:
+  std::map<uint32_t, KernelDistribution> kernels_;
+};
+
+}  // namespace argus::gpu

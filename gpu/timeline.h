@@ -1,0 +1,100 @@
+// One rank's GPU timeline, from the wire records the USDT producers hand over
+// (CUPTI injection library or the sim): busy and idle time, NCCL kernel time,
+// pipeline bubbles (idle gaps that end at a P2P kernel), per-step kernel
+// sketches, and the recent records for the trace. Pure logic on timestamps:
+// unit-tested on hand-built records, no clock, no BPF.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "argus_gpu_wire.h"
+#include "gpu/sketch.h"
+
+namespace argus::gpu {
+
+struct TimelineOptions {
+  double window_seconds = 10;
+  double trace_seconds = 60;       // recent records kept for GET /api/v1/trace
+  size_t max_records = 200000;     // ... and at most this many
+  double min_step_gap_s = 1.0;     // an idle gap longer than max(this, 2 steps) is outside the steps
+  size_t max_steps = 600;          // step sketches kept
+};
+
+struct GpuTotals {
+  uint64_t records = 0;
+  uint64_t kernels = 0;
+  uint64_t memcpys = 0;
+  uint64_t memsets = 0;
+  uint64_t kernel_ns = 0;       // sum of kernel durations
+  uint64_t nccl_kernel_ns = 0;  // ... of NCCL kernels
+  uint64_t idle_ns = 0;         // gaps between kernels inside steps
+  uint64_t bubble_ns = 0;       // ... that end at a P2P kernel
+  uint64_t dropped = 0;         // records the producer lost
+  std::map<std::string, uint64_t> memcpy_bytes;  // direction label -> bytes
+};
+
+struct WindowStats {
+  bool has_data = false;  // kernels seen within the last window
+  double span_s = 0;      // the part of the window the records cover
+  double busy_ratio = 0;  // share of the span with a kernel running
+  double nccl_ratio = 0;  // share of the span with an NCCL kernel running
+  double bubble_ratio = 0;  // share of the span idle before a P2P kernel
+  double idle_s = 0;      // in-step idle time in the span
+};
+
+struct StepSummary {
+  uint64_t start_ns = 0;
+  std::vector<uint8_t> sketch;  // StepSketch::encode()
+};
+
+const char* copy_direction_label(uint32_t dir);  // "htod", "dtoh", ...
+
+class Timeline {
+ public:
+  explicit Timeline(TimelineOptions opts = {}) : opts_(opts) {}
+
+  void set_name(uint32_t id, std::string name);
+  std::string name(uint32_t id) const;  // "kernel#<id>" when never announced
+  const std::map<uint32_t, std::string>& names() const { return names_; }
+
+  // A batch as the producer sent it. step_seconds: the rank's step period (0 = unknown).
+  void add_batch(const argus_gpu_rec* recs, size_t n, uint64_t dropped, double step_seconds);
+  // The host saw a new step start at ts (CLOCK_MONOTONIC): closes the running sketch.
+  void mark_step(uint64_t ts_ns);
+
+  WindowStats window(uint64_t now_ns) const;
+  const GpuTotals& totals() const { return totals_; }
+  std::vector<argus_gpu_rec> recent(uint64_t since_ns) const;
+  const std::deque<StepSummary>& steps() const { return steps_; }
+  double mean_step_bytes(size_t last) const;  // encoded sketch bytes per step, 0 when none
+  uint64_t latest_end_ns() const { return frontier_ns_; }
+
+ private:
+  struct Gap {
+    uint64_t end_ns;  // the start of the kernel that ended it
+    uint64_t ns;
+    bool bubble;
+  };
+  void add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns);
+  void sketch_kernel(const argus_gpu_rec& r);
+  void close_step(uint64_t next_start_ns);
+  void trim();
+
+  TimelineOptions opts_;
+  std::map<uint32_t, std::string> names_;
+  GpuTotals totals_;
+  uint64_t frontier_ns_ = 0;  // latest kernel end seen
+  uint64_t first_ns_ = 0;     // earliest kernel start seen
+  std::deque<argus_gpu_rec> recent_;  // kernels and copies, by arrival
+  std::deque<argus_gpu_rec> kernels_;  // kernels within the window, by start
+  std::deque<Gap> gaps_;
+  std::deque<uint64_t> marks_;  // step starts not yet reached by the records
+  uint64_t open_step_ns_ = 0;
+  StepSketch open_;
+  std::deque<StepSummary> steps_;
+};
+
+}  // namespace argus::gpu

@@ -1,0 +1,65 @@
+/* The simulator's private interface to the emulated GPU of the libcuda.so.1
+ * shim (sim/cuda_shim.c), used by the libnccl.so.2 shim (C) and by the ranks
+ * (sim/worker.cpp, C++). None of these names exists in a real libcuda: callers
+ * find them with dlsym and do without them when they are absent.
+ *
+ * The emulated GPU hands its activity to the agent as `struct argus_gpu_rec`
+ * batches through the USDT probes of bpf/argus_gpu_wire.h (argus:gpu_batch,
+ * argus:gpu_name). ARGUS_SIM_GPU_ACTIVITY=0 in the environment turns that off.
+ *
+ *   unsigned argus_gpu_wire_version(void)
+ *       ARGUS_GPU_WIRE_VERSION: how the agent recognises a producer (public).
+ *   void argus_sim_gpu_flush_all(void)
+ *       sleeps until the emulated device is idle, then emits every pending record.
+ *   int argus_sim_gpu_totals(struct argus_sim_gpu_totals *out, size_t size)
+ *       exact totals of what crossed argus:gpu_batch so far; copies
+ *       min(size, sizeof *out) bytes; returns 0 (-1 on a NULL out).
+ *   long long argus_sim_gpu_ready_ns(void)
+ *       CLOCK_MONOTONIC ns when every live stream is idle, or now if later.
+ *   int argus_sim_gpu_kernel(void *stream, const char *name, long long start_ns,
+ *                            long long end_ns, unsigned flags)
+ *       enqueues a kernel record [start_ns, end_ns] (flags: ARGUS_GPU_F_*) on
+ *       `stream` and makes every live stream busy until at least end_ns (the
+ *       compute stream waits for a collective's result). 0, or -1 (not
+ *       initialised, bad stream or times). */
+#ifndef ARGUS_SIM_GPU_H
+#define ARGUS_SIM_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct argus_sim_gpu_totals {
+	uint64_t batches;        /* gpu_batch fires */
+	uint64_t records;        /* records in them */
+	uint64_t kernels;        /* kind ARGUS_GPU_KERNEL (compute and NCCL) */
+	uint64_t kernel_ns;      /* sum of end - start of those */
+	uint64_t nccl_kernels;   /* kernels with ARGUS_GPU_F_NCCL */
+	uint64_t nccl_kernel_ns;
+	uint64_t recv_kernels;   /* kernels with ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV */
+	uint64_t memcpy;         /* kind ARGUS_GPU_MEMCPY */
+	uint64_t memcpy_bytes_htod;
+	uint64_t memcpy_bytes_dtoh;
+	uint64_t dropped;        /* sum of the `dropped` argument of gpu_batch */
+	uint64_t names;          /* gpu_name fires */
+};
+
+#define ARGUS_SIM_GPU_ACTIVITY_ENV "ARGUS_SIM_GPU_ACTIVITY"
+/* Per-rank extra delay before an eager ncclRecv's kernel starts (--pp/--bubble). */
+#define ARGUS_SIM_PP_RECV_DELAY_ENV "ARGUS_SIM_PP_RECV_DELAY_US"
+
+typedef unsigned (*argus_gpu_wire_version_fn)(void);
+typedef void (*argus_sim_gpu_flush_all_fn)(void);
+typedef int (*argus_sim_gpu_totals_fn)(struct argus_sim_gpu_totals *out, size_t size);
+typedef long long (*argus_sim_gpu_ready_ns_fn)(void);
+typedef int (*argus_sim_gpu_kernel_fn)(void *stream, const char *name, long long start_ns,
+				       long long end_ns, unsigned flags);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ARGUS_SIM_GPU_H */

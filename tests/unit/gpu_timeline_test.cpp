@@ -1,0 +1,178 @@
+// The GPU timeline on hand-built wire records: busy, idle, NCCL time, bubbles,
+// step sketches. Every expected figure is computed from the records here.
+#include "gpu/timeline.h"
+
+#include <gtest/gtest.h>
+
+#include "gpu/sketch.h"
+
+namespace argus::gpu {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kT0 = 1'000'000 * kMs;  // an arbitrary CLOCK_MONOTONIC origin
+
+argus_gpu_rec kernel(uint64_t start_ms, uint64_t end_ms, uint32_t name, uint8_t flags = 0, uint32_t stream = 1) {
+  argus_gpu_rec r{};
+  r.start_ns = kT0 + start_ms * kMs;
+  r.end_ns = kT0 + end_ms * kMs;
+  r.name_id = name;
+  r.stream_id = stream;
+  r.kind = ARGUS_GPU_KERNEL;
+  r.flags = flags;
+  return r;
+}
+
+TEST(GpuTimeline, BusyIdleAndNcclTimeOfOneWindow) {
+  Timeline t(TimelineOptions{10});
+  // step: compute 0-60, idle 60-70, nccl 70-90, idle 90-100; twice.
+  std::vector<argus_gpu_rec> recs = {kernel(0, 60, 1), kernel(70, 90, 2, ARGUS_GPU_F_NCCL),
+                                     kernel(100, 160, 1), kernel(170, 190, 2, ARGUS_GPU_F_NCCL)};
+  t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  const auto& tot = t.totals();
+  EXPECT_EQ(tot.kernels, 4u);
+  EXPECT_EQ(tot.kernel_ns, 160 * kMs);
+  EXPECT_EQ(tot.nccl_kernel_ns, 40 * kMs);
+  EXPECT_EQ(tot.idle_ns, 30 * kMs);  // 60-70, 90-100, 160-170
+  EXPECT_EQ(tot.bubble_ns, 0u);
+  const auto w = t.window(kT0 + 190 * kMs);
+  ASSERT_TRUE(w.has_data);
+  EXPECT_DOUBLE_EQ(w.span_s, 0.19);
+  EXPECT_NEAR(w.busy_ratio, 160.0 / 190, 1e-12);
+  EXPECT_NEAR(w.nccl_ratio, 40.0 / 190, 1e-12);
+  EXPECT_NEAR(w.idle_s, 0.03, 1e-12);
+}
+
+TEST(GpuTimeline, OverlappingStreamsCountOnceAndOutOfOrderBatchesSort) {
+  Timeline t;
+  std::vector<argus_gpu_rec> recs = {kernel(20, 50, 3, 0, 2), kernel(0, 30, 1, 0, 1)};
+  t.add_batch(recs.data(), recs.size(), 0, 0);
+  const auto w = t.window(kT0 + 50 * kMs);
+  EXPECT_NEAR(w.busy_ratio, 1.0, 1e-12);  // union 0-50 of a 50 ms span
+  EXPECT_EQ(t.totals().idle_ns, 0u);
+  EXPECT_EQ(t.totals().kernel_ns, 60 * kMs);
+}
+
+TEST(GpuTimeline, GapsEndingAtP2PKernelsAreBubbles) {
+  Timeline t;
+  std::vector<argus_gpu_rec> recs = {
+      kernel(0, 50, 1),
+      kernel(80, 82, 5, ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV),  // 30 ms bubble
+      kernel(82, 140, 1),
+      kernel(145, 150, 2, ARGUS_GPU_F_NCCL),  // 5 ms plain idle
+  };
+  t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  EXPECT_EQ(t.totals().bubble_ns, 30 * kMs);
+  EXPECT_EQ(t.totals().idle_ns, 35 * kMs);
+  const auto w = t.window(kT0 + 150 * kMs);
+  EXPECT_NEAR(w.bubble_ratio, 30.0 / 150, 1e-12);
+}
+
+TEST(GpuTimeline, LongGapsAreOutsideStepsAndOldDataGoesStale) {
+  Timeline t(TimelineOptions{10, 60, 1000, 1.0});
+  std::vector<argus_gpu_rec> a = {kernel(0, 10, 1)};
+  std::vector<argus_gpu_rec> b = {kernel(5000, 5010, 1)};  // 5 s later: a checkpoint, not idle in a step
+  t.add_batch(a.data(), a.size(), 0, 0.1);
+  t.add_batch(b.data(), b.size(), 0, 0.1);
+  EXPECT_EQ(t.totals().idle_ns, 0u);
+  EXPECT_TRUE(t.window(kT0 + 6000 * kMs).has_data);
+  EXPECT_FALSE(t.window(kT0 + 30000 * kMs).has_data);  // nothing for longer than a window
+}
+
+TEST(GpuTimeline, CopiesCountByDirectionAndLostRecordsAdd) {
+  Timeline t;
+  argus_gpu_rec c{};
+  c.start_ns = kT0;
+  c.end_ns = kT0 + kMs;
+  c.kind = ARGUS_GPU_MEMCPY;
+  c.bytes = 4096;
+  c.flags = ARGUS_GPU_COPY_HTOD << ARGUS_GPU_COPY_SHIFT;
+  argus_gpu_rec d = c;
+  d.flags = ARGUS_GPU_COPY_DTOH << ARGUS_GPU_COPY_SHIFT;
+  d.bytes = 100;
+  argus_gpu_rec bad = c;
+  bad.end_ns = bad.start_ns - 1;  // malformed: never counted
+  std::vector<argus_gpu_rec> recs = {c, d, c, bad};
+  t.add_batch(recs.data(), recs.size(), 7, 0);
+  EXPECT_EQ(t.totals().memcpys, 3u);
+  EXPECT_EQ(t.totals().records, 3u);
+  EXPECT_EQ(t.totals().memcpy_bytes.at("htod"), 8192u);
+  EXPECT_EQ(t.totals().memcpy_bytes.at("dtoh"), 100u);
+  EXPECT_EQ(t.totals().dropped, 7u);
+  EXPECT_EQ(t.totals().kernels, 0u);
+}
+
+TEST(GpuTimeline, StepMarksCloseOneSketchPerStep) {
+  Timeline t;
+  for (int s = 0; s < 5; ++s) {
+    t.mark_step(kT0 + s * 100 * kMs);
+    std::vector<argus_gpu_rec> recs;
+    for (int k = 0; k < 8; ++k) recs.push_back(kernel(s * 100 + k * 10, s * 100 + k * 10 + 5 + (k % 2), 1 + k % 4));
+    t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  }
+  t.mark_step(kT0 + 500 * kMs);
+  std::vector<argus_gpu_rec> next = {kernel(500, 505, 1)};
+  t.add_batch(next.data(), next.size(), 0, 0.1);
+  ASSERT_EQ(t.steps().size(), 5u);
+  for (const auto& s : t.steps()) {
+    auto sk = StepSketch::decode(s.sketch);
+    ASSERT_TRUE(sk.has_value());
+    uint64_t n = 0;
+    for (const auto& [id, k] : sk->kernels()) n += k.count;
+    EXPECT_EQ(n, 8u);
+    EXPECT_EQ(sk->kernels().size(), 4u);
+  }
+  EXPECT_GT(t.mean_step_bytes(100), 0);
+  EXPECT_LT(t.mean_step_bytes(100), 100);
+}
+
+TEST(StepSketch, QuantilesWithinTheRelativeErrorAndRoundTrip) {
+  StepSketch s;
+  for (uint64_t us = 1; us <= 1000; ++us) s.add(7, us * 1000);
+  const auto bytes = s.encode();
+  auto back = StepSketch::decode(bytes);
+  ASSERT_TRUE(back.has_value());
+  const auto& k = back->kernels().at(7);
+  EXPECT_EQ(k.count, 1000u);
+  EXPECT_EQ(k.sum_ns, 500500u * 1000);
+  for (double q : {0.5, 0.9, 0.99}) {
+    const double exact = (1 + q * 999) * 1000;
+    EXPECT_NEAR(k.quantile_ns(q), exact, exact * (kSketchRelativeError + 1e-3)) << q;
+  }
+}
+
+TEST(StepSketch, MalformedBytesAreRefused) {
+  StepSketch s;
+  s.add(1, 5000);
+  s.add(2, 9000);
+  auto bytes = s.encode();
+  EXPECT_TRUE(StepSketch::decode(bytes).has_value());
+  auto truncated = bytes;
+  truncated.pop_back();
+  EXPECT_FALSE(StepSketch::decode(truncated).has_value());
+  auto trailing = bytes;
+  trailing.push_back(0);
+  EXPECT_FALSE(StepSketch::decode(trailing).has_value());
+  EXPECT_FALSE(StepSketch::decode(std::vector<uint8_t>(12, 0xff)).has_value());
+  EXPECT_TRUE(StepSketch::decode(std::vector<uint8_t>{0}).has_value());  // no kernels
+}
+
+// The size a realistic step costs: 150 distinct kernels (a transformer's
+// forward, backward and optimizer), 2 400 launches with a few % of jitter.
+TEST(StepSketch, RealisticStepStaysUnderTwoKilobytes) {
+  StepSketch s;
+  uint64_t x = 12345;
+  for (int i = 0; i < 2400; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const uint32_t name = 1 + static_cast<uint32_t>(i % 150);
+    const double base_us = 20.0 + 40.0 * (name % 17);
+    const double jitter = 1.0 + ((x >> 33) % 1000) / 1000.0 * 0.06 - 0.03;
+    s.add(name, static_cast<uint64_t>(base_us * jitter * 1000));
+  }
+  const auto bytes = s.encode();
+  EXPECT_LT(bytes.size(), 2048u) << bytes.size();
+  RecordProperty("bytes_per_step", static_cast<int>(bytes.size()));
+}
+
+}  // namespace
+}  // namespace argus::gpu

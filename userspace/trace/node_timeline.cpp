@@ -1,0 +1,154 @@
+#include "trace/node_timeline.h"
+
+#include <algorithm>
+
+namespace argus {
+namespace {
+
+constexpr double kNs = 1e9;
+
+std::string kernel_category(const argus_gpu_rec& r) {
+  if (r.kind == ARGUS_GPU_MEMCPY) return "memcpy";
+  if (r.kind == ARGUS_GPU_MEMSET) return "memset";
+  return (r.flags & ARGUS_GPU_F_NCCL) ? "nccl_kernel" : "kernel";
+}
+
+}  // namespace
+
+NodeTimeline::Rank& NodeTimeline::rank(int pid) {
+  auto it = ranks_.find(pid);
+  if (it == ranks_.end()) it = ranks_.emplace(pid, Rank(opts_.gpu)).first;
+  return it->second;
+}
+
+void NodeTimeline::on_gpu_name(int pid, uint32_t id, std::string name) {
+  std::lock_guard lock(mu_);
+  rank(pid).gpu.set_name(id, std::move(name));
+}
+
+void NodeTimeline::on_gpu_batch(int pid, const std::vector<argus_gpu_rec>& recs, uint64_t lost, double step_seconds) {
+  std::lock_guard lock(mu_);
+  Rank& r = rank(pid);
+  r.gpu_seen = true;
+  r.lost += lost;
+  r.gpu.add_batch(recs.data(), recs.size(), 0, step_seconds);
+}
+
+void NodeTimeline::on_call(int pid, bool collective, const std::string& label, const std::string& comm,
+                           uint64_t start_ns, uint64_t end_ns, int ret) {
+  std::lock_guard lock(mu_);
+  Rank& r = rank(pid);
+  r.host.push_back({collective, label, comm, start_ns, end_ns, ret});
+  const auto keep_ns = static_cast<uint64_t>(opts_.host_trace_seconds * kNs);
+  while (!r.host.empty() && (r.host.size() > opts_.max_host_spans ||
+                             (end_ns > keep_ns && r.host.front().end_ns < end_ns - keep_ns)))
+    r.host.pop_front();
+}
+
+void NodeTimeline::on_collective_enter(int pid, uint64_t ts_ns, double step_seconds) {
+  std::lock_guard lock(mu_);
+  Rank& r = rank(pid);
+  // The collectives of a step come in a burst after its compute: a quiet gap of
+  // half a step (50 ms while the period is unknown) means a new step began.
+  const auto quiet_ns = static_cast<uint64_t>((step_seconds > 0 ? step_seconds / 2 : 0.05) * kNs);
+  if (r.last_enter_ns == 0 || ts_ns >= r.last_enter_ns + quiet_ns) r.gpu.mark_step(ts_ns);
+  r.last_enter_ns = std::max(r.last_enter_ns, ts_ns);
+}
+
+void NodeTimeline::forget(int pid) {
+  std::lock_guard lock(mu_);
+  ranks_.erase(pid);
+}
+
+void NodeTimeline::retain(const std::set<int>& pids) {
+  std::lock_guard lock(mu_);
+  std::erase_if(ranks_, [&](const auto& kv) { return !pids.count(kv.first); });
+}
+
+GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
+  GpuRankView v;
+  std::lock_guard lock(mu_);
+  auto it = ranks_.find(pid);
+  if (it == ranks_.end() || !it->second.gpu_seen) return v;
+  const Rank& r = it->second;
+  const auto& t = r.gpu.totals();
+  v.seen = true;
+  const auto w = r.gpu.window(now_ns);
+  v.window_valid = w.has_data;
+  v.busy_ratio = w.busy_ratio;
+  v.nccl_ratio = w.nccl_ratio;
+  v.bubble_ratio = w.bubble_ratio;
+  v.records = t.records;
+  v.kernels = t.kernels;
+  v.memcpys = t.memcpys;
+  v.memsets = t.memsets;
+  v.kernel_ns = t.kernel_ns;
+  v.nccl_kernel_ns = t.nccl_kernel_ns;
+  v.idle_ns = t.idle_ns;
+  v.bubble_ns = t.bubble_ns;
+  v.lost = r.lost;
+  v.memcpy_bytes = t.memcpy_bytes;
+  v.step_summary_bytes = r.gpu.mean_step_bytes(100);
+  v.steps_summarized = r.gpu.steps().size();
+  return v;
+}
+
+void NodeTimeline::gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, std::vector<TraceSpan>& out) const {
+  const auto recs = r.gpu.recent(from_ns);
+  uint64_t frontier = 0;
+  std::vector<argus_gpu_rec> kernels;
+  for (const auto& g : recs) {
+    if (g.start_ns > to_ns) continue;
+    TraceSpan s;
+    s.start_ns = g.start_ns;
+    s.end_ns = g.end_ns;
+    s.category = kernel_category(g);
+    if (g.kind == ARGUS_GPU_KERNEL) {
+      s.track = "GPU stream " + std::to_string(g.stream_id);
+      s.name = r.gpu.name(g.name_id);
+      kernels.push_back(g);
+    } else {
+      s.track = "GPU copies";
+      s.name = s.category == "memcpy"
+                   ? std::string("memcpy ") + gpu::copy_direction_label(g.flags >> ARGUS_GPU_COPY_SHIFT)
+                   : "memset";
+      s.args["bytes"] = std::to_string(g.bytes);
+    }
+    s.args["device"] = std::to_string(g.device_id);
+    s.args["correlation_id"] = std::to_string(g.correlation_id);
+    out.push_back(std::move(s));
+  }
+  // Idle gaps of the whole GPU, bubbles (ending at a P2P kernel) named as such.
+  std::sort(kernels.begin(), kernels.end(),
+            [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; });
+  for (const auto& k : kernels) {
+    if (frontier != 0 && k.start_ns > frontier) {
+      const bool bubble = (k.flags & ARGUS_GPU_F_P2P) != 0;
+      out.push_back({"GPU idle", bubble ? "pipeline bubble" : "idle", frontier, k.start_ns,
+                     bubble ? "bubble" : "idle", {}});
+    }
+    frontier = std::max<uint64_t>(frontier, k.end_ns);
+  }
+}
+
+std::vector<TraceRank> NodeTimeline::trace(uint64_t from_ns, uint64_t to_ns) const {
+  std::vector<TraceRank> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [pid, r] : ranks_) {
+    TraceRank tr;
+    tr.pid = pid;
+    for (const auto& h : r.host) {
+      if (h.end_ns < from_ns || h.start_ns > to_ns) continue;
+      TraceSpan s{h.collective ? "NCCL calls" : "CUDA synchronize", h.label, h.start_ns, h.end_ns,
+                  h.collective ? "collective" : "sync", {}};
+      if (!h.comm.empty()) s.args["comm"] = h.comm;
+      if (h.ret != 0) s.args["result"] = std::to_string(h.ret);
+      tr.spans.push_back(std::move(s));
+    }
+    gpu_spans(r, from_ns, to_ns, tr.spans);
+    if (!tr.spans.empty()) out.push_back(std::move(tr));
+  }
+  return out;
+}
+
+}  // namespace argus

@@ -1,0 +1,81 @@
+// The node's recent timeline: every rank's GPU records (gpu::Timeline) and the
+// host calls the probes timed (collectives, synchronize waits). Fed by the
+// event loop; read by exporters (metrics, trace) through copies. Thread-safe.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "argus.h"
+#include "gpu/timeline.h"
+#include "model.h"
+
+namespace argus {
+
+// One span on one track of one rank, for the trace.
+struct TraceSpan {
+  std::string track;  // "GPU stream 7", "NCCL", "CUDA sync", "GPU idle"
+  std::string name;
+  uint64_t start_ns = 0;  // CLOCK_MONOTONIC
+  uint64_t end_ns = 0;
+  std::string category;  // "kernel", "nccl_kernel", "memcpy", "collective", "sync", "bubble", "idle"
+  std::map<std::string, std::string> args;
+};
+
+struct TraceRank {
+  int pid = 0;
+  std::vector<TraceSpan> spans;
+};
+
+struct NodeTimelineOptions {
+  gpu::TimelineOptions gpu;
+  double host_trace_seconds = 60;
+  size_t max_host_spans = 50000;  // per rank
+};
+
+class NodeTimeline {
+ public:
+  explicit NodeTimeline(NodeTimelineOptions opts = {}) : opts_(opts) {}
+
+  void on_gpu_name(int pid, uint32_t id, std::string name);
+  // lost: records the producer dropped plus any BPF could not copy.
+  void on_gpu_batch(int pid, const std::vector<argus_gpu_rec>& recs, uint64_t lost, double step_seconds);
+  // A timed call returned. label: op or api name; comm: communicator name (collectives).
+  void on_call(int pid, bool collective, const std::string& label, const std::string& comm, uint64_t start_ns,
+               uint64_t end_ns, int ret);
+  // A collective entered: the first after a quiet gap starts a step (for the per-step sketches).
+  void on_collective_enter(int pid, uint64_t ts_ns, double step_seconds);
+  void forget(int pid);
+  void retain(const std::set<int>& pids);  // forgets every other rank
+
+  GpuRankView gpu_view(int pid, uint64_t now_ns) const;
+  std::vector<TraceRank> trace(uint64_t from_ns, uint64_t to_ns) const;
+
+ private:
+  struct HostSpan {
+    bool collective;
+    std::string label, comm;
+    uint64_t start_ns, end_ns;
+    int ret;
+  };
+  struct Rank {
+    explicit Rank(const gpu::TimelineOptions& o) : gpu(o) {}
+    gpu::Timeline gpu;
+    bool gpu_seen = false;
+    uint64_t lost = 0;
+    uint64_t last_enter_ns = 0;
+    std::deque<HostSpan> host;
+  };
+  Rank& rank(int pid);
+  void gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, std::vector<TraceSpan>& out) const;
+
+  NodeTimelineOptions opts_;
+  mutable std::mutex mu_;
+  std::map<int, Rank> ranks_;
+};
+
+}  // namespace argus
