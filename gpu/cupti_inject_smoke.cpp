@@ -4,11 +4,14 @@
 // library's counters as key=value lines and exits 0. Used by the unit tests and
 // scripts/gpu-check.sh; needs no GPU.
 //
-//   cupti_inject_smoke LIB [--no-init] [--process N] [--names K] [--work-ms MS]
+//   cupti_inject_smoke LIB [--no-init] [--process N] [--names K] [--work-ms MS] [--delay-ms MS]
+//
+// --delay-ms: wait before driving the buffers (an agent attaching to the library meanwhile).
 #include <dlfcn.h>
 #include <time.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,18 +30,20 @@ static uint64_t now_ns() {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s LIB [--no-init] [--process N] [--names K] [--work-ms MS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s LIB [--no-init] [--process N] [--names K] [--work-ms MS] [--delay-ms MS]\n",
+                 argv[0]);
     return 2;
   }
   const char* lib = argv[1];
   bool init = true;
-  long process = 0, names = 8, work_ms = 200;
+  long process = 0, names = 8, work_ms = 200, delay_ms = 0;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--no-init") init = false;
     else if (a == "--process" && i + 1 < argc) process = std::atol(argv[++i]);
     else if (a == "--names" && i + 1 < argc) names = std::atol(argv[++i]);
     else if (a == "--work-ms" && i + 1 < argc) work_ms = std::atol(argv[++i]);
+    else if (a == "--delay-ms" && i + 1 < argc) delay_ms = std::atol(argv[++i]);
     else {
       std::fprintf(stderr, "bad argument: %s\n", a.c_str());
       return 2;
@@ -72,6 +77,7 @@ int main(int argc, char** argv) {
     });
 
   int converted = 0;
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   if (process > 0) {
     argus::gpu::PackedBuffer buf;
     uint64_t t = now_ns();

@@ -1,0 +1,228 @@
+// The GPU layer end to end, as root: the sim's emulated GPU (and the real
+// CUPTI injection library) hand GPU activity records to the agent through the
+// USDT probes; the agent's figures are compared with what the producers
+// recorded, and the injected GPU faults must be named.
+#include <set>
+
+#include "harness.h"
+
+namespace argus::itest {
+namespace {
+
+json events_of(const Agent& agent, const std::string& kind, const std::string& job) {
+  json out = json::array();
+  if (auto doc = agent.get_json("/api/v1/events?since=0"))
+    for (const auto& e : (*doc)["events"])
+      if (e.value("kind", "") == kind && e.value("job_id", json()) == job) out.push_back(e);
+  return out;
+}
+
+std::set<int> ranks_of(const json& events) {
+  std::set<int> out;
+  for (const auto& e : events) out.insert(e.at("rank").get<int>());
+  return out;
+}
+
+// Polls until some event of this kind names a rank of the job (or timeout).
+json wait_events(const Agent& agent, const std::string& kind, const std::string& job, std::chrono::seconds timeout,
+                 size_t want = 1) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  json evs = json::array();
+  while (std::chrono::steady_clock::now() < deadline) {
+    evs = events_of(agent, kind, job);
+    if (evs.size() >= want) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  return evs;
+}
+
+// Every GPU figure the agent keeps equals what the sim's libcuda sent through
+// the probe, to the record and to the nanosecond.
+std::string diff_gpu(const json& truth, const json& agent) {
+  std::ostringstream d;
+  const json& t = truth.at("gpu");
+  const json g = agent.value("gpu", json());
+  if (g.is_null()) return " no gpu figures";
+  auto cmp_u = [&](const char* what, uint64_t got, uint64_t want) {
+    if (got != want) d << " " << what << " " << got << "!=" << want;
+  };
+  cmp_u("records", g.value("records", 0ull), t.at("records").get<uint64_t>());
+  cmp_u("kernels", g.value("kernels", 0ull), t.at("kernels").get<uint64_t>());
+  cmp_u("lost", g.value("records_lost", 0ull), t.at("dropped").get<uint64_t>());
+  auto cmp_s = [&](const char* what, double got, uint64_t want_ns) {
+    if (got != static_cast<double>(want_ns) / 1e9) d << " " << what << " " << got << "!=" << want_ns << "ns";
+  };
+  cmp_s("kernel_seconds", g.value("kernel_seconds", -1.0), t.at("kernel_ns").get<uint64_t>());
+  cmp_s("nccl_kernel_seconds", g.value("nccl_kernel_seconds", -1.0), t.at("nccl_kernel_ns").get<uint64_t>());
+  const json mb = g.value("memcpy_bytes", json::object());
+  for (const auto& [dir, n] : t.at("memcpy_bytes").items())
+    if (n.get<uint64_t>() != 0) cmp_u(("memcpy_bytes." + dir).c_str(), mb.value(dir, 0ull), n.get<uint64_t>());
+  return d.str();
+}
+
+TEST(GpuLayer, EveryRecordTheSimSentIsCountedExactly) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-exact");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const auto out = dir / "truth";
+  auto r = run_command(sim_args(out, "gpu-exact", 4, 40), dir, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 4u);
+  std::string last;
+  for (int attempt = 0; attempt < 40; ++attempt) {
+    last.clear();
+    auto doc = agent.get_json("/api/v1/ranks");
+    ASSERT_TRUE(doc.has_value());
+    for (const auto& [rank, t] : truth) {
+      ASSERT_GT(t.at("gpu").at("records").get<uint64_t>(), 0u);
+      auto d = diff_gpu(t, agent_rank_by_pid(*doc, t.at("pid").get<int>()));
+      if (!d.empty()) last += "rank " + std::to_string(rank) + ":" + d + "\n";
+    }
+    if (last.empty()) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  EXPECT_EQ(last, "") << agent.log();
+  // The same figures on /metrics, and nothing lost on the way.
+  const std::string m = agent.get_text("/metrics");
+  const auto& t0 = truth.at(0);
+  EXPECT_NE(m.find("argus_gpu_records_total{job_id=\"gpu-exact\",rank=\"0\",kind=\"kernel\"} " +
+                   std::to_string(t0.at("gpu").at("kernels").get<uint64_t>()) + "\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("argus_agent_events_lost_total{source=\"gpu\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.find("argus_agent_bpf_errors_total{error=\"gpu_batch_truncated\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.find("argus_nccl_kernel_seconds_total{job_id=\"gpu-exact\",rank=\"0\"}"), std::string::npos);
+  EXPECT_NE(m.find("argus_gpu_step_summary_bytes{job_id=\"gpu-exact\",rank=\"0\"}"), std::string::npos);
+}
+
+TEST(GpuLayer, SlowGpuNamedWithReasonGpuAndNobodyElse) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-slow");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const std::string job = "gpu-slow";
+  const int slow = 5;
+  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms", "1500", "--job-id", job,
+             "--gpu-slow", std::to_string(slow) + ":3", "--quiet"},
+            dir / "sim.log");
+  auto evs = wait_events(agent, "straggler", job, 45s);
+  ASSERT_EQ(evs.size(), 1u) << evs.dump() << agent.log();
+  EXPECT_EQ(evs[0]["rank"], slow);
+  EXPECT_EQ(evs[0]["evidence"]["reason"], "gpu") << evs[0].dump();
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("on its GPU"), std::string::npos) << evs[0]["summary"];
+  std::this_thread::sleep_for(3s);  // nobody else joins it
+  EXPECT_EQ(ranks_of(events_of(agent, "straggler", job)), std::set<int>{slow});
+  auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc.has_value());
+  for (const auto& r : (*doc)["ranks"]) {
+    if (r.value("job_id", json()) != job) continue;
+    const bool is_slow = r["rank"] == slow;
+    EXPECT_EQ(r["straggler"], is_slow) << r.dump();
+    if (is_slow) {
+      EXPECT_EQ(r["straggler_reason"], "gpu");
+    }
+  }
+  const std::string m = agent.get_text("/metrics");
+  EXPECT_NE(m.find("argus_straggler{job_id=\"" + job + "\",rank=\"" + std::to_string(slow) + "\"} 1"),
+            std::string::npos);
+}
+
+TEST(GpuLayer, BubbleStageNamedAndItsRanksIdleMost) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-bubble");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const std::string job = "gpu-bubble";
+  const auto out = dir / "truth";
+  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "80", "--init-ms", "1500", "--job-id", job,
+             "--pp", "4", "--bubble", "1:30", "--out", out.string(), "--quiet"},
+            dir / "sim.log");
+  auto evs = wait_events(agent, "pipeline_bubble", job, 45s, 2);
+  std::this_thread::sleep_for(3s);
+  evs = events_of(agent, "pipeline_bubble", job);
+  // Stage 1 of 4 over 8 ranks holds ranks 2 and 3 (the sim's truth says so once written).
+  EXPECT_EQ(ranks_of(evs), (std::set<int>{2, 3})) << evs.dump() << agent.log();
+  for (const auto& e : evs) EXPECT_NE(e["summary"].get<std::string>().find("pipeline receives"), std::string::npos);
+  auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc.has_value());
+  double lowest_flagged = 1, highest_other = 0;
+  for (const auto& r : (*doc)["ranks"]) {
+    if (r.value("job_id", json()) != job || r["gpu"].is_null() || r["gpu"]["bubble_ratio"].is_null()) continue;
+    const double b = r["gpu"]["bubble_ratio"].get<double>();
+    const bool flagged = r["rank"] == 2 || r["rank"] == 3;
+    if (flagged)
+      lowest_flagged = std::min(lowest_flagged, b);
+    else
+      highest_other = std::max(highest_other, b);
+  }
+  EXPECT_GT(lowest_flagged, highest_other);
+  sim.terminate();  // the ranks write their truth as they stop
+  ASSERT_TRUE(sim.wait_for(30s).has_value());
+  // The sim's own record: the ranks of the bubble stage are the ones it delayed.
+  const auto truth = read_truth(out);
+  for (const auto& [rank, t] : truth) {
+    const bool bubble_stage = t.value("pp_stage", -1) == 1;
+    EXPECT_EQ(bubble_stage, rank == 2 || rank == 3) << rank;
+  }
+}
+
+// The trace opens in a real, independent JSON parser (Python's) and every
+// track's spans are well nested; it holds kernels, collectives, synchronize
+// waits and bubbles of every rank.
+TEST(GpuLayer, TraceIsChromeJsonWithEveryRankAndWellNestedTracks) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-trace");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const std::string job = "gpu-trace";
+  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "1500", "--job-id", job,
+             "--pp", "2", "--bubble", "1:10", "--quiet"},
+            dir / "sim.log");
+  std::this_thread::sleep_for(6s);
+  const auto file = dir / "trace.json";
+  auto r = run_command({bin("argusctl"), "trace", "--agent", agent.url(""), "--seconds", "3", "-o", file.string()},
+                       dir, 30s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto check = fs::path(ARGUS_SOURCE_DIR) / "tests" / "integration" / "check_trace.py";
+  auto c = run_command({"python3", check.string(), file.string(), job, "4"}, dir, 60s);
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  // Bad requests get a clear 400, never a trace.
+  auto bad = cli::http_get(agent.url("/api/v1/trace?seconds=abc"), 5s);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("seconds"), std::string::npos);
+}
+
+// The real CUPTI injection library, driven with hand-built CUPTI buffers (no
+// GPU here), hands its batches to the agent through the same USDT probe.
+TEST(GpuLayer, CuptiInjectionLibraryBatchesReachTheAgent) {
+  ARGUS_REQUIRE_ROOT();
+  const auto so = fs::path(lib("libargus-cupti.so"));
+  if (!fs::exists(so)) GTEST_SKIP() << "built without the CUPTI headers";
+  const auto dir = make_temp_dir("gpu-cupti");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  Child smoke({bin("cupti_inject_smoke"), so.string(), "--delay-ms", "3000", "--process", "10000", "--names", "16",
+               "--work-ms", "3500"},
+              dir / "smoke.log", {"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "ARGUS_JOB_ID=cupti-smoke"});
+  auto st = smoke.wait_for(60s);
+  const std::string log = read_text(dir / "smoke.log");
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << log;
+  const auto at = log.find("\nrecords=");
+  ASSERT_NE(at, std::string::npos) << log;
+  const uint64_t fired = std::stoull(log.substr(at + 9));
+  ASSERT_EQ(fired, 10000u) << log;
+  uint64_t got = 0;
+  for (int i = 0; i < 40 && got != fired; ++i) {
+    const std::string m = agent.get_text("/metrics");
+    const std::string key = "argus_gpu_records_total{job_id=\"cupti-smoke\",rank=\"0\",kind=\"kernel\"} ";
+    const auto pos = m.find(key);
+    got = pos == std::string::npos ? 0 : std::stoull(m.substr(pos + key.size()));
+    if (got != fired) std::this_thread::sleep_for(250ms);
+  }
+  EXPECT_EQ(got, fired) << agent.log() << log;
+}
+
+}  // namespace
+}  // namespace argus::itest
