@@ -63,6 +63,13 @@ TEST(GpuStraggler, EvenNcclTimeOrTooFewGpuRanksFlagNobody) {
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(d2.evaluate(one, i).empty());
 }
 
+TEST(GpuStraggler, ARankLateBecauseOfPipelineBubblesIsNotASlowGpu) {
+  StragglerDetector d;
+  auto sig = ranks_with_gpu({{4, 0.004}, {5, 0.004}});
+  for (auto& s : sig) s.bubble_ratio = (s.rank == 4 || s.rank == 5) ? 0.45 : 0.09;
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(d.evaluate(sig, i).empty());
+}
+
 std::vector<RankSignal> bubbles(const std::vector<double>& ratios) {
   std::vector<RankSignal> out;
   for (size_t p = 0; p < ratios.size(); ++p) {

@@ -56,15 +56,16 @@ json make_doc() {
 TEST(RankTable, ColumnsAndValues) {
   auto lines = lines_of(cli::format_rank_table(make_doc(), false));
   ASSERT_EQ(lines.size(), 5u) << cli::format_rank_table(make_doc(), false);
-  EXPECT_EQ(fields(lines[0]), (std::vector<std::string>{"JOB", "RANK", "PID", "STATE", "COLL", "COLL_GB", "COLL_WAIT_S",
-                                                        "SYNC_WAIT_S", "WAIT%", "LAUNCHES", "ERRORS"}));
+  EXPECT_EQ(fields(lines[0]),
+            (std::vector<std::string>{"JOB", "RANK", "PID", "STATE", "COLL", "COLL_GB", "WAIT%", "GPU%", "NCCL_K%",
+                                      "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS"}));
   // Sorted by job, then rank.
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"alpha", "10", "50", "running", "0", "0.00", "0.00", "0.00", "0.0", "-", "0"}));
-  EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "0.00",
-                                                        "0.00", "50.0", "-", "0"}));
-  EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "1.75", "3.13",
-                                                        "12.3", "4242", "3"}));
+            (std::vector<std::string>{"alpha", "10", "50", "running", "0", "0.00", "0.0", "-", "-", "-", "-", "0", "-"}));
+  EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "50.0", "-",
+                                                        "-", "-", "-", "0", "-"}));
+  EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "12.3", "-",
+                                                        "-", "-", "4242", "3", "-"}));
   EXPECT_EQ(lines[4], "(1 unidentified process hidden; --all shows them)");
 }
 
@@ -76,12 +77,27 @@ TEST(RankTable, ColumnsAreAligned) {
     auto p = line.find(word);
     return p == std::string::npos ? std::string::npos : p + word.size();
   };
-  EXPECT_EQ(end_of(lines[0], "ERRORS"), lines[0].size());
+  EXPECT_EQ(end_of(lines[0], "FLAGS"), lines[0].size());
   for (const auto& l : lines) {
     EXPECT_EQ(l.size(), lines[0].size()) << l;
     EXPECT_LE(l.size(), 120u);
   }
   EXPECT_EQ(end_of(lines[0], "PID"), end_of(lines[3], "102"));
+}
+
+TEST(RankTable, GpuColumnsAndFlags) {
+  auto doc = json::parse(R"({"ranks":[
+    {"pid":7,"job_id":"j","rank":3,"state":"running","collective_wait_ratio":0.4,"straggler":true,
+     "straggler_reason":"gpu","pipeline_bubble":true,"hang_missing":false,
+     "gpu":{"busy_ratio":0.61,"nccl_kernel_ratio":0.035,"bubble_ratio":0.25}},
+    {"pid":8,"job_id":"j","rank":4,"state":"running","straggler":false,"hang_missing":true,
+     "gpu":{"busy_ratio":null,"nccl_kernel_ratio":null,"bubble_ratio":null}}]})");
+  auto lines = lines_of(cli::format_rank_table(doc, false));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(fields(lines[1]), (std::vector<std::string>{"j", "3", "7", "running", "0", "0.00", "40.0", "61.0", "3.5",
+                                                        "25.0", "-", "0", "straggler(gpu),bubble"}));
+  EXPECT_EQ(fields(lines[2]).back(), "hang");
+  EXPECT_EQ(fields(lines[2])[7], "-");  // no current GPU figures
 }
 
 TEST(RankTable, UnidentifiedOnlyWithAll) {
@@ -130,7 +146,7 @@ TEST(RankTable, FromTheAgentsOwnDocument) {
   auto lines = lines_of(cli::format_rank_table(ranks_json(s), false));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "2.00", "0.00", "0.0", "5", "0"}));
+            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "-", "-", "-", "5", "0", "-"}));
 }
 
 // argusctl end to end, against an HttpServer that serves a canned snapshot.

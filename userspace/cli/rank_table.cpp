@@ -54,22 +54,44 @@ double error_calls(const json* list) {
   return n;
 }
 
+// A GPU figure in percent, "-" for a rank without current GPU records.
+std::string gpu_percent(const json& r, const char* key) {
+  const json* gpu = member(r, "gpu");
+  if (!gpu || !gpu->is_object()) return "-";
+  const json* v = member(*gpu, key);
+  return v && v->is_number() ? fixed(v->get<double>() * 100.0, 1) : "-";
+}
+
+// What the detectors say about the rank, in a few words.
+std::string flags_of(const json& r) {
+  std::string out;
+  auto add = [&](const std::string& f) { out += (out.empty() ? "" : ",") + f; };
+  if (const json* s = member(r, "straggler"); s && s->is_boolean() && s->get<bool>()) {
+    const json* why = member(r, "straggler_reason");
+    add(why && why->is_string() ? "straggler(" + printable(why->get<std::string>()) + ")" : "straggler");
+  }
+  if (const json* b = member(r, "pipeline_bubble"); b && b->is_boolean() && b->get<bool>()) add("bubble");
+  if (const json* h = member(r, "hang_missing"); h && h->is_boolean() && h->get<bool>()) add("hang");
+  return out.empty() ? "-" : out;
+}
+
 struct Row {
   bool identified = false;
   std::string job;
   int64_t rank = -1;
   int64_t pid = 0;
-  std::array<std::string, 11> cells;
+  std::array<std::string, 13> cells;
 };
 
 }  // namespace
 
 std::string format_rank_table(const json& ranks_doc, bool include_unidentified) {
-  static const std::array<const char*, 11> kHeader = {"JOB",         "RANK",        "PID",   "STATE",
-                                                      "COLL",        "COLL_GB",     "COLL_WAIT_S",
-                                                      "SYNC_WAIT_S", "WAIT%",       "LAUNCHES",
-                                                      "ERRORS"};
-  static const std::array<bool, 11> kLeft = {true, false, false, true, false, false, false, false, false, false, false};
+  // Wait seconds (collectives, synchronize) are in --json; WAIT% sums them up here.
+  static const std::array<const char*, 13> kHeader = {"JOB",     "RANK",    "PID",      "STATE",  "COLL",
+                                                      "COLL_GB", "WAIT%",   "GPU%",     "NCCL_K%", "BUBBLE%",
+                                                      "LAUNCHES", "ERRORS", "FLAGS"};
+  static const std::array<bool, 13> kLeft = {true,  false, false, true,  false, false, false,
+                                             false, false, false, false, false, false};
 
   std::vector<Row> rows;
   std::size_t hidden = 0;
@@ -92,20 +114,16 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
       const json* pid = member(r, "pid");
       row.pid = pid && pid->is_number_integer() ? pid->get<int64_t>() : 0;
 
-      double calls = 0, bytes = 0, coll_wait = 0, sync_wait = 0;
+      double calls = 0, bytes = 0;
       if (const json* nccl = member(r, "nccl"); nccl && nccl->is_object()) {
         for (const auto& [op, c] : nccl->items()) {
           calls += number(c, "calls");
           bytes += number(c, "bytes");
-          coll_wait += number(c, "wait_seconds");
         }
       }
       std::string launches = "-";
       double errors = error_calls(member(r, "nccl_errors"));
       if (const json* cuda = member(r, "cuda")) {
-        if (const json* sync = member(*cuda, "sync"); sync && sync->is_object()) {
-          for (const auto& [api, c] : sync->items()) sync_wait += number(c, "wait_seconds");
-        }
         if (const json* l = member(*cuda, "kernel_launches"); l && l->is_number()) launches = integer(l->get<double>());
         errors += error_calls(member(*cuda, "errors"));
       }
@@ -125,11 +143,13 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
                    state,
                    integer(calls),
                    fixed(bytes / 1e9, 2),
-                   fixed(coll_wait, 2),
-                   fixed(sync_wait, 2),
                    fixed(number(r, "collective_wait_ratio") * 100.0, 1),
+                   gpu_percent(r, "busy_ratio"),
+                   gpu_percent(r, "nccl_kernel_ratio"),
+                   gpu_percent(r, "bubble_ratio"),
                    launches,
-                   integer(errors)};
+                   integer(errors),
+                   flags_of(r)};
       rows.push_back(std::move(row));
     }
   }
@@ -146,7 +166,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
     if (node && node->is_string() && !node->get<std::string>().empty()) out += " on " + node->get<std::string>();
     out += "\n";
   } else {
-    std::array<std::size_t, 11> width{};
+    std::array<std::size_t, 13> width{};
     for (std::size_t c = 0; c < kHeader.size(); ++c) width[c] = std::string(kHeader[c]).size();
     for (const auto& row : rows) {
       for (std::size_t c = 0; c < row.cells.size(); ++c) width[c] = std::max(width[c], row.cells[c].size());

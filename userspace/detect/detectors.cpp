@@ -98,11 +98,15 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
   std::set<int> judged;
   for (const auto& [job, members] : jobs) {
     if (members.size() < 2) continue;  // nobody to compare with here: the cross-node rules do it
-    std::vector<double> waits, gpu;
+    std::vector<double> waits, gpu, bubble;
     for (const auto* r : members) {
       waits.push_back(r->wait_ratio);
-      if (r->gpu_valid) gpu.push_back(r->gpu_nccl_ratio);
+      if (r->gpu_valid) {
+        gpu.push_back(r->gpu_nccl_ratio);
+        bubble.push_back(r->bubble_ratio);
+      }
     }
+    const double bubble_median = median_of(bubble);
     const Spread host = low_outlier_threshold(waits, opts_.min_wait_gap, opts_.mad_k);
     const bool gpu_comparable = gpu.size() >= 2;
     const Spread dev = gpu_comparable ? low_outlier_threshold(gpu, opts_.min_gpu_gap, opts_.mad_k) : Spread{};
@@ -114,8 +118,11 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       const bool lag_says_late =
           !lag_known || (r->lag.late_fraction >= opts_.min_late_fraction && r->lag.median_lag_s >= opts_.min_lag_s);
       const bool host_slow = r->wait_ratio < host.threshold && lag_says_late;
-      // GPU: its NCCL kernels run least — its peers' kernels wait for it.
-      const bool gpu_slow = gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold;
+      // GPU: its NCCL kernels run least — its peers' kernels wait for it. A rank
+      // whose GPU is late because it idles on pipeline receives is a bubble (the
+      // bubble detector's), not a slow GPU.
+      const bool in_bubble = r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
+      const bool gpu_slow = gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble;
       Verdict v{host_slow ? "host" : gpu_slow ? "gpu" : "", host.median, host.threshold, dev.median, dev.threshold, 0};
       v.score = std::max(slowness_score(r->wait_ratio, host.median),
                          gpu_slow ? slowness_score(r->gpu_nccl_ratio, dev.median) : 0.0);
