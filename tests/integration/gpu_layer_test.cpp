@@ -224,5 +224,38 @@ TEST(GpuLayer, CuptiInjectionLibraryBatchesReachTheAgent) {
   EXPECT_EQ(got, fired) << agent.log() << log;
 }
 
+double metric(const std::string& text, const std::string& series) {
+  const auto pos = text.find(series + " ");
+  return pos == std::string::npos ? -1 : std::stod(text.substr(pos + series.size() + 1));
+}
+
+// Bad pointers, oversized counts and malformed records from a producer are
+// counted, the good records kept, and the agent carries on.
+TEST(GpuLayer, HostileProducerIsCountedNotTrusted) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-bad");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  Child p({bin("gpu_bad_producer"), "2500"}, dir / "producer.log",
+          {"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "ARGUS_JOB_ID=bad-producer"});
+  auto st = p.wait_for(30s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "producer.log");
+  const std::string base = "{job_id=\"bad-producer\",rank=\"0\"";
+  std::string m;
+  for (int i = 0; i < 20; ++i) {
+    m = agent.get_text("/metrics");
+    if (metric(m, "argus_gpu_records_total" + base + ",kind=\"kernel\"}") == 266) break;
+    std::this_thread::sleep_for(250ms);
+  }
+  EXPECT_EQ(metric(m, "argus_gpu_records_total" + base + ",kind=\"kernel\"}"), 256 + 10) << m << agent.log();
+  EXPECT_EQ(metric(m, "argus_gpu_records_lost_total" + base + "}"), 100000 - 256 + 5);
+  EXPECT_GE(metric(m, "argus_agent_bpf_errors_total{error=\"gpu_read_failed\"}"), 2);
+  EXPECT_GE(metric(m, "argus_agent_bpf_errors_total{error=\"gpu_batch_truncated\"}"), 1);
+  EXPECT_TRUE(agent.child().running());
+  auto trace = agent.get_json("/api/v1/trace?seconds=60");
+  ASSERT_TRUE(trace.has_value());
+  EXPECT_NE(trace->dump().find("bad_producer_kernel"), std::string::npos);  // the readable name won
+}
+
 }  // namespace
 }  // namespace argus::itest
