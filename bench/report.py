@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Summary of one bench/run.sh run: reads the raw files it left in WORK_DIR and
 prints the ratios (and writes WORK_DIR/results.json). Every ratio is between two
-measurements of the same run; raw nanoseconds are secondary."""
+measurements of the same run; raw nanoseconds are secondary.
+
+  report.py WORK_DIR         bench/run.sh's summary (with WORK_DIR/gpu, if there, appended)
+  report.py --gpu GPU_DIR    only the GPU layer's figures (bench/gpu_handoff.sh's OUT_DIR)"""
 import glob
 import json
 import os
@@ -170,7 +173,207 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
+# ---- GPU layer (bench/gpu_handoff.sh) ----
+GPU_BATCH = 256  # records per argus:gpu_batch fire (ARGUS_GPU_BATCH_MAX)
+
+
+def read_kv(path):
+    kv = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, sep, v = line.rstrip("\n").partition("=")
+                if sep:
+                    kv[k] = v
+    except OSError:
+        pass
+    return kv
+
+
+def median(v):
+    v = sorted(x for x in v if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def gpu_section(gdir):
+    """Lines and a results dict for the GPU layer's figures in gdir (gpu_handoff.sh's OUT_DIR)."""
+    facts = read_facts(gdir)
+    res = {"facts": facts, "runs": {}}
+    out = []
+    p = out.append
+    if not facts:
+        return out, None
+    runs = {}
+    for phase in ("unprobed", "attached", "after"):
+        rows = []
+        for path in sorted(glob.glob(os.path.join(gdir, "fire-%s-*.txt" % phase))):
+            kv = read_kv(path)
+            try:
+                batches = int(kv["batches_requested"]) + 1  # + the warm-up batch each run fires first
+                cpu_s = float(kv["process_user_s"]) + float(kv["process_sys_s"])
+                rows.append({"ns_per_batch": float(kv["ns_per_batch"]), "ns_per_record": float(kv["ns_per_record"]),
+                             "records_fired": int(kv["records_fired"]), "exit_code": int(kv.get("exit_code", -1)),
+                             "cpu_ns_per_batch": cpu_s * 1e9 / batches,
+                             "sys_share": float(kv["process_sys_s"]) / cpu_s if cpu_s else None})
+            except (KeyError, ValueError):
+                rows.append({"error": path})
+        runs[phase] = rows
+    res["runs"] = runs
+
+    def med(phase, key):
+        return median([r.get(key) for r in runs.get(phase, []) if key in r])
+
+    un, at, af = med("unprobed", "ns_per_batch"), med("attached", "ns_per_batch"), med("after", "ns_per_batch")
+    unc, atc, afc = (med("unprobed", "cpu_ns_per_batch"), med("attached", "cpu_ns_per_batch"),
+                     med("after", "cpu_ns_per_batch"))
+    p("")
+    p("== GPU layer, %s: kernel %s, %s CPUs, load avg %s -> %s ==" % (
+        facts.get("date", "?"), facts.get("kernel", "?"), facts.get("cpus", "?"), facts.get("loadavg_start", "?"),
+        facts.get("loadavg_end", "?")))
+    p("results: %s" % gdir)
+    if facts.get("other_tracers_gpu_start") or facts.get("other_tracers_gpu_end"):
+        p("WARNING: other argus-agent/bpftrace processes ran (pids %s %s): they may have probed the library copy" % (
+            facts.get("other_tracers_gpu_start", ""), facts.get("other_tracers_gpu_end", "")))
+    p("")
+    p("1. libargus-cupti.so hand-off: %s runs x %s batches of %d records each phase (median of runs)" % (
+        facts.get("reps", "?"), facts.get("batches_per_run", "?"), GPU_BATCH))
+    def fastest(phase, key):
+        v = [r.get(key) for r in runs.get(phase, []) if key in r]
+        return min(v) if v else None
+
+    p("%-30s %13s %13s %26s %17s" % ("phase", "ns per batch", "fastest run", "all runs (ns per batch)",
+                                      "process CPU/batch"))
+    for phase, label in (("unprobed", "no agent"), ("attached", "argus-agent attached"),
+                         ("after", "no agent again (drift)")):
+        nb, cb = med(phase, "ns_per_batch"), med(phase, "cpu_ns_per_batch")
+        allr = " ".join("%.0f" % r["ns_per_batch"] for r in runs.get(phase, []) if "ns_per_batch" in r)
+        p("%-30s %13s %13s %26s %17s" % (label, fmt(nb, ".0f"), fmt(fastest(phase, "ns_per_batch"), ".0f"), allr,
+                                         fmt(cb, ".0f")))
+    p("  (ns per batch: the bench's own timing of its firing loop, median of the runs; process CPU/batch: the "
+      "whole process's user+sys CPU / batches, start-up included)")
+    fu, fa, ff = fastest("unprobed", "ns_per_batch"), fastest("attached", "ns_per_batch"), fastest(
+        "after", "ns_per_batch")
+    hand = {
+        "unprobed_ns_per_batch": un, "attached_ns_per_batch": at, "after_ns_per_batch": af,
+        "unprobed_cpu_ns_per_batch": unc, "attached_cpu_ns_per_batch": atc, "after_cpu_ns_per_batch": afc,
+        "attached_x_unprobed": ratio(at, un), "attached_x_after": ratio(at, af), "after_x_unprobed": ratio(af, un),
+        "handoff_delta_ns_per_batch": (at - un) if at is not None and un is not None else None,
+        "handoff_delta_cpu_ns_per_batch": (atc - unc) if atc is not None and unc is not None else None,
+        "fastest_unprobed_ns_per_batch": fu, "fastest_attached_ns_per_batch": fa, "fastest_after_ns_per_batch": ff,
+        "fastest_attached_x_unprobed": ratio(fa, min(x for x in (fu, ff) if x is not None) if (fu or ff) else None),
+        "fastest_handoff_delta_ns_per_batch": (fa - min(x for x in (fu, ff) if x is not None))
+        if fa is not None and (fu or ff) else None,
+        "unprobed_ms_per_1e5_records": un * 1e5 / GPU_BATCH / 1e6 if un else None,
+        "attached_ms_per_1e5_records": at * 1e5 / GPU_BATCH / 1e6 if at else None,
+    }
+    res["handoff"] = hand
+    p("  attached / no agent: %s (wall), %s (CPU); no agent again / no agent: %s" % (
+        fmt(hand["attached_x_unprobed"], ".2f"), fmt(ratio(atc, unc), ".2f"), fmt(hand["after_x_unprobed"], ".2f")))
+    p("  fastest runs (least disturbed by the machine's other load): attached / no agent (fastest of before and "
+      "after) %s, hand-off %s ns per batch" % (fmt(hand["fastest_attached_x_unprobed"], ".2f"),
+                                               fmt(hand["fastest_handoff_delta_ns_per_batch"], ".0f")))
+    p("  hand-off to the agent (attached - no agent, medians): %s ns per batch (%s ns of CPU), %s ns per record" % (
+        fmt(hand["handoff_delta_ns_per_batch"], ".0f"), fmt(hand["handoff_delta_cpu_ns_per_batch"], ".0f"),
+        fmt(hand["handoff_delta_ns_per_batch"] / GPU_BATCH if hand["handoff_delta_ns_per_batch"] is not None else None,
+            ".1f")))
+    p("  per 10^5 records: %s ms with no agent, %s ms attached (the thread that completes CUPTI buffers)" % (
+        fmt(hand["unprobed_ms_per_1e5_records"], ".2f"), fmt(hand["attached_ms_per_1e5_records"], ".2f")))
+
+    gb = load_json(os.path.join(gdir, "gbench.json"), {}) or {}
+    gres = {}
+    for b in gb.get("benchmarks", []):
+        if b.get("error_occurred"):
+            continue
+        scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+        gres[b.get("name")] = {"cpu_ns": b["cpu_time"] * scale, "real_ns": b["real_time"] * scale}
+    res["gbench"] = gres
+    if gres:
+        def g(name):
+            return gres.get(name, {}).get("cpu_ns")
+        p("  no agent, Google Benchmark (CPU): convert only %s ms per 10^5 records; the library's buffer path "
+          "(convert + USDT sites) %s ms per 10^5 records, %s µs per batch of 256; an unattached USDT site %s ns "
+          "(an empty asm with the same arguments %s ns)" % (
+              fmt(g("BM_ConvertBatch/100000") and g("BM_ConvertBatch/100000") / 1e6, ".2f"),
+              fmt(g("BM_SoProcessBuffer/100000") and g("BM_SoProcessBuffer/100000") / 1e6, ".2f"),
+              fmt(g("BM_SoProcessBuffer/256") and g("BM_SoProcessBuffer/256") / 1e3, ".1f"),
+              fmt(g("BM_UsdtFireBatch"), ".2f"), fmt(g("BM_NoopBatch"), ".2f")))
+
+    m1 = metrics(os.path.join(gdir, "attached-t1.metrics"))
+    job = facts.get("job", "")
+    fired = int(facts.get("records_fired_attached", "0") or 0)
+    recv = msum(m1, "argus_gpu_records_total", job_id=job)
+    kinds = {l.get("kind"): v for n, l, v in m1 if n == "argus_gpu_records_total" and l.get("job_id") == job}
+    lost_ev = msum(m1, "argus_agent_events_lost_total", source="gpu")
+    lost_rec = msum(m1, "argus_gpu_records_lost_total", job_id=job)
+    bpf_gpu = {l.get("error"): v for n, l, v in m1 if n == "argus_agent_bpf_errors_total"
+               and "gpu" in l.get("error", "") and v}
+    batches = sum(int(facts.get("batches_per_run", "0") or 0) + 1 for r in runs.get("attached", []) if "error" not in r)
+    ticks = int(facts.get("agent_cpu_ticks_attached", "0") or 0)
+    tck = int(facts.get("clk_tck", "100") or 100)
+    agent_us = ticks / tck * 1e6 / batches if batches else None
+    res["agent"] = {"records_fired": fired, "records_received": recv, "received_by_kind": kinds,
+                    "events_lost_gpu": lost_ev, "records_lost": lost_rec, "bpf_gpu_errors": bpf_gpu,
+                    "agent_cpu_us_per_batch": agent_us, "batches": batches,
+                    "fire_phase_wall_s": facts.get("fire_phase_wall_s"),
+                    "attached_phase_wall_s": facts.get("attached_phase_wall_s"),
+                    "attach_after_s": facts.get("attach_after_s"),
+                    "gpu_probes_attached": facts.get("agent_gpu_probes_attached")}
+    p("  agent: %d records fired, %d received (%s); events lost (source gpu) %d; records lost %d; "
+      "BPF gpu errors %s" % (fired, recv, ", ".join("%s %d" % (k, v) for k, v in sorted(kinds.items())), lost_ev,
+                            lost_rec, bpf_gpu or "none"))
+    p("  agent CPU: %s µs per batch of %d records (%d batches fired in %s s, all received after %s s; the "
+      "bench repeats one buffer's timestamps, which the agent's timeline handles in quadratic time: not a figure "
+      "for real jobs); attached %s s after a process mapped the library" % (
+          fmt(agent_us, ".0f"), GPU_BATCH, batches, facts.get("fire_phase_wall_s", "?"),
+          facts.get("attached_phase_wall_s") or "?", facts.get("attach_after_s", "?")))
+
+    ms = metrics(os.path.join(gdir, "sim.metrics"))
+    sjob = facts.get("sim_job", "")
+    sizes = {l.get("rank"): v for n, l, v in ms if n == "argus_gpu_step_summary_bytes" and l.get("job_id") == sjob}
+    srec = msum(ms, "argus_gpu_records_total", job_id=sjob)
+    skern = msum(ms, "argus_gpu_records_total", job_id=sjob, kind="kernel")
+    slost = msum(ms, "argus_gpu_records_lost_total", job_id=sjob)
+    unit = facts.get("unit_realistic_step_bytes") or None
+    truth = {"batches": 0, "records": 0, "kernels": 0, "dropped": 0, "ranks": 0}
+    for path in glob.glob(os.path.join(gdir, "sim", "rank-*.json")):
+        g = (load_json(path, {}) or {}).get("gpu") or {}
+        truth["ranks"] += 1
+        for k in ("batches", "records", "kernels", "dropped"):
+            truth[k] += g.get(k, 0)
+    sim_ticks = int(facts.get("agent_cpu_ticks_sim", "0") or 0)
+    sim_wall = float(facts.get("sim_phase_wall_s", "0") or 0)
+    sim_cpu_pct = sim_ticks / tck / sim_wall * 100 if sim_wall else None
+    res["sketch"] = {"sim_step_summary_bytes_by_rank": sizes, "sim_records": srec, "sim_kernels": skern,
+                     "sim_records_lost": slost, "unit_realistic_step_bytes": unit, "sim_truth": truth,
+                     "agent_cpu_pct_during_sim": sim_cpu_pct, "sim_phase_wall_s": sim_wall}
+    p("")
+    p("2. Per-step kernel sketch (argus_gpu_step_summary_bytes, mean of the last 100 steps)")
+    if sizes:
+        v = sorted(sizes.values())
+        p("  argus-sim --ranks 8 --steps 100 --step-ms 50: %d ranks, %s bytes per step (min %s, max %s); "
+          "%d GPU records (%d kernels), %d lost" % (len(v), fmt(median(v), ".0f"), fmt(v[0], ".0f"),
+                                                   fmt(v[-1], ".0f"), srec, skern, slost))
+        p("  the sim's ranks fired %d batches, %d records (%d kernels, %d dropped): agent / sim records = %s; "
+          "agent CPU %s%% of a core over the %.1f s of the job (everything it does, not only GPU records)" % (
+              truth["batches"], truth["records"], truth["kernels"], truth["dropped"],
+              fmt(ratio(srec, truth["records"]), ".4f"), fmt(sim_cpu_pct, ".2f"), sim_wall))
+    else:
+        p("  argus-sim: no argus_gpu_step_summary_bytes for job %s (see %s/sim.log, agent.log)" % (sjob, gdir))
+    p("  unit test StepSketch.RealisticStepStaysUnderTwoKilobytes (2 400 kernels, 150 names): %s bytes per step" % (
+        unit or "n/a"))
+    with open(os.path.join(gdir, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+    return out, res
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--gpu":
+        lines, _ = gpu_section(sys.argv[2])
+        print("\n".join(lines) if lines else "no GPU-layer results in %s" % sys.argv[2])
+        return
     work = sys.argv[1]
     facts = read_facts(work)
     res = {"facts": facts, "probe_cost": {}, "agent_load": {}, "estimates": {}}
@@ -407,6 +610,12 @@ def main():
             res["estimates"]["agent_8_ranks_200_coll_s"] = {"events_per_s": ev_s, "agent_cpu_pct_here": agent}
             p("  %-55s %7.2f%% of one core for argus-agent's event handling here" % (
                 "agent: 8 ranks x 200 collectives/s = %d events/s" % ev_s, agent))
+
+    gdir = os.path.join(work, "gpu")
+    if os.path.isdir(gdir):
+        lines, gres = gpu_section(gdir)
+        out.extend(lines)
+        res["gpu"] = gres
 
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump(res, f, indent=1, default=str)

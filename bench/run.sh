@@ -7,14 +7,18 @@
 #  b. agent cost: argus-agent's CPU (share of one core) and RSS while it watches
 #     an 8-rank argus-sim job, with --probes default and --probes deep; its floor
 #     with no rank to watch; and its discovery cost under 10 execs/s of short-lived processes.
+#  c. GPU layer (bench/gpu_handoff.sh): libargus-cupti.so's per-batch cost with and without
+#     the agent attached (the USDT hand-off), records fired vs received, and the size of the
+#     agent's per-step kernel sketch. Skipped when libargus-cupti.so was not built.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
-# Needs root (BPF). Takes ~2.5 minutes.
+# Needs root (BPF). Takes ~3 minutes.
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
-# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1,
+# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1
+# (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
 set -euo pipefail
 
@@ -343,6 +347,17 @@ for k in kids:
     fi
     stop_agent "$probes"
   done
+fi
+
+# c. GPU layer ---------------------------------------------------------------
+if [ "${ARGUS_BENCH_SKIP_GPU:-0}" != 1 ] && [ -e "$BUILD/lib/libargus-cupti.so" ]; then
+  log "c. GPU layer: bench/gpu_handoff.sh"
+  gpu_rc=0
+  BUILD_DIR=$BUILD "$ROOT/bench/gpu_handoff.sh" "$WORK/gpu" >"$WORK/gpu-handoff.log" 2>&1 || gpu_rc=$?
+  fact gpu_handoff_exit_code "$gpu_rc"
+  [ "$gpu_rc" -eq 0 ] || log "bench/gpu_handoff.sh failed (status $gpu_rc): $WORK/gpu-handoff.log"
+else
+  log "c. GPU layer: skipped"
 fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 

@@ -12,6 +12,7 @@
 
 #define ARGUS_CLS_NCCL 1 /* in-flight slot classes: one per library */
 #define ARGUS_CLS_CUDA 2
+#define ARGUS_CLS_LAUNCH 3 /* --probes deep: a kernel launch timed entry->return */
 
 /* Values of the tracked-tgid map. A tgid absent from the map that calls into a
  * probed library is auto-tracked (ARGUS_TGID_AUTO) and reported once. */
@@ -66,7 +67,14 @@ enum argus_stat_kind {
 	ARGUS_STAT_CUDA_LAUNCH = 4,   /* sub = api: count = launches (deep only) */
 	ARGUS_STAT_CUDA_ERROR = 5,    /* sub = api, code = CUresult: count = calls that failed */
 	ARGUS_STAT_NCCL_ERROR = 6,    /* sub = op or init api, code = ncclResult_t */
+	ARGUS_STAT_CUDA_MEMCPY = 7,   /* sub = enum argus_gpu_copy_dir: count = calls, sum = bytes */
+	ARGUS_STAT_CUDA_LAUNCH_TIME = 8, /* sub = api: count = timed launches, sum = ns inside (deep only) */
+	ARGUS_STAT_CUDA_LAUNCH_HIST = 9, /* sub = log2 bucket (ARGUS_LOG2_BUCKET): count, sum = ns (deep only) */
 };
+
+/* Bucket of a duration in the log2 histograms: its bit length, so that bucket
+ * b holds durations in [2^(b-1), 2^b) ns (bucket 0: 0 ns). */
+#define ARGUS_LOG2_BUCKETS 65
 
 /* Named BPF error counters (an array map indexed by this enum). Every failure
  * path in BPF increments one; the agent exports them. */
@@ -100,7 +108,14 @@ enum argus_cuda_api {
 	ARGUS_CU_MEM_ALLOC_HOST = 9,
 	ARGUS_CU_INIT = 10,
 	ARGUS_CU_CTX_CREATE = 11,
-	ARGUS_CU_API_MAX = 12,
+	ARGUS_CU_MEM_ALLOC_PITCH = 12,
+	ARGUS_CU_MEMCPY_HTOD = 13,
+	ARGUS_CU_MEMCPY_DTOH = 14,
+	ARGUS_CU_MEMCPY_DTOD = 15,
+	ARGUS_CU_MEMCPY_HTOD_ASYNC = 16,
+	ARGUS_CU_MEMCPY_DTOH_ASYNC = 17,
+	ARGUS_CU_MEMCPY_DTOD_ASYNC = 18,
+	ARGUS_CU_API_MAX = 19,
 };
 
 /* NCCL init APIs (sub of ARGUS_STAT_NCCL_ERROR beyond ARGUS_OP_MAX). */
@@ -123,6 +138,11 @@ enum argus_nccl_init_api {
 #define ARGUS_COOKIE_COMM_ARG(c) ((__u32)(((c) >> 16) & 0xf))
 #define ARGUS_COOKIE_FLAGS(c) ((__u32)(((c) >> 20) & 0xf))
 #define ARGUS_COOKIE_GROUP_END 1 /* flag for the group program: this is ncclGroupEnd */
+/* Flags of the memcpy program: bits 0-2 the direction (enum argus_gpu_copy_dir),
+ * bit 3 set when the byte count is a 32-bit `unsigned int` (the unversioned
+ * legacy ABI: the register's upper half is garbage). */
+#define ARGUS_COOKIE_COPY_DIR(flags) ((flags) & 0x7)
+#define ARGUS_COOKIE_COPY_U32 8
 
 #define ARGUS_NCCL_UID_PREFIX 16 /* bytes of ncclUniqueId copied: identifies a communicator job-wide */
 

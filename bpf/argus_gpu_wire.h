@@ -39,7 +39,8 @@ enum argus_gpu_kind {
 /* flags, bits 0-3 */
 #define ARGUS_GPU_F_NCCL 0x1 /* an NCCL kernel (name starts with "nccl") */
 #define ARGUS_GPU_F_P2P 0x2  /* an NCCL point-to-point kernel (send/recv) */
-#define ARGUS_GPU_F_RECV 0x4 /* ... that receives (when the producer can tell) */
+#define ARGUS_GPU_F_RECV 0x4 /* ... that only receives (when the producer can tell) */
+#define ARGUS_GPU_F_SEND 0x8 /* ... that only sends (when the producer can tell) */
 /* bits 4-7 of flags: memcpy direction (enum argus_gpu_copy_dir) */
 #define ARGUS_GPU_COPY_SHIFT 4
 

@@ -72,8 +72,23 @@ json rank_json(const RankSnapshot& r) {
   }
   j["comm_seq"] = r.comm_seq;
   j["nccl"] = std::move(nccl);
+  json copies = json::object();
+  for (const char* dir : {"htod", "dtoh", "dtod"}) copies[dir] = {{"calls", 0}, {"bytes", 0}};
+  for (const auto& [dir, c] : r.memcpy) copies[dir] = {{"calls", c.calls}, {"bytes", c.bytes}};
+  json timing = nullptr;
+  if (r.launches_counted) {
+    // log2 buckets by their upper bound in ns: "1024" counts launches of [512, 1024) ns.
+    json buckets = json::object();
+    for (const auto& [b, n] : r.launch_timing.log2_buckets)
+      buckets[b >= 64 ? std::string("+Inf") : std::to_string(uint64_t{1} << b)] = n;
+    timing = {{"count", r.launch_timing.count},
+              {"seconds", static_cast<double>(r.launch_timing.ns) / 1e9},
+              {"log2_buckets_ns", std::move(buckets)}};
+  }
   j["cuda"] = {{"sync", std::move(sync)},
                {"kernel_launches", r.launches_counted ? json(r.kernel_launches) : json(nullptr)},
+               {"launch_timing", std::move(timing)},
+               {"memcpy", std::move(copies)},
                {"errors", error_list(r.cuda_errors)}};
   j["nccl_errors"] = error_list(r.nccl_errors);
   j["libraries"] = r.libraries;
@@ -120,6 +135,39 @@ nlohmann::json comms_json(const Snapshot& snap) {
                     {"missing_ranks", c.missing_ranks}});
   }
   return {{"comms", list}};
+}
+
+}  // namespace argus
+
+namespace argus {
+
+json gpu_steps_json(const std::string& job_id, int rank, int pid, const std::vector<gpu::StepSummary>& steps,
+                    const std::map<uint32_t, std::string>& names, double mono_to_unix_offset_s) {
+  json list = json::array();
+  for (const auto& s : steps) {
+    json kernels = json::array();
+    auto sketch = gpu::StepSketch::decode(s.sketch);
+    if (sketch) {
+      std::vector<std::pair<uint32_t, const gpu::KernelDistribution*>> order;
+      for (const auto& [id, k] : sketch->kernels()) order.push_back({id, &k});
+      std::stable_sort(order.begin(), order.end(),
+                       [](const auto& a, const auto& b) { return a.second->sum_ns > b.second->sum_ns; });
+      for (const auto& [id, k] : order) {
+        auto n = names.find(id);
+        kernels.push_back({{"name", n != names.end() ? n->second : "kernel#" + std::to_string(id)},
+                           {"count", k->count},
+                           {"total_us", static_cast<double>(k->sum_ns) / 1e3},
+                           {"p50_us", k->quantile_ns(0.5) / 1e3},
+                           {"p90_us", k->quantile_ns(0.9) / 1e3},
+                           {"max_us", k->quantile_ns(1.0) / 1e3}});
+      }
+    }
+    list.push_back({{"start", static_cast<double>(s.start_ns) / 1e9 + mono_to_unix_offset_s},
+                    {"bytes", s.sketch.size()},
+                    {"decoded", sketch.has_value()},
+                    {"kernels", std::move(kernels)}});
+  }
+  return {{"job_id", job_id}, {"rank", rank}, {"pid", pid}, {"steps", std::move(list)}};
 }
 
 }  // namespace argus

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu/timeline.h"
 #include "userspace/model.h"
 
 namespace argus {
@@ -23,6 +24,9 @@ inline constexpr const char* kJsonContentType = "application/json";
 //             "nccl": {op: {"calls", "bytes", "wait_seconds"}},
 //             "cuda": {"sync": {api: {"calls", "wait_seconds"}},
 //                      "kernel_launches": N | null when not counted,
+//                      "launch_timing": null unless --probes deep | {"count", "seconds",
+//                              "log2_buckets_ns": {"<2^b>": launches of [2^(b-1), 2^b) ns}},
+//                      "memcpy": {"htod"|"dtoh"|"dtod": {"calls", "bytes"}} (host copy APIs),
 //                      "errors": [{"api", "code", "count"}]},
 //             "nccl_errors": [{"api", "code", "count"}], "libraries": [...]}]}
 // Every process, identified or not. Ranks are sorted by job_id, rank, pid; a process
@@ -39,5 +43,17 @@ std::string dump_json(const nlohmann::json& j, int indent = -1);
 // GET /api/v1/comms: {"comms": [{"job_id", "comm", "nranks", "ranks_here", "newest_seq",
 //                                "stalled_seconds", "hung", "missing_ranks": [...]}]}
 nlohmann::json comms_json(const Snapshot& snap);
+
+}  // namespace argus
+
+namespace argus {
+
+// GET /api/v1/ranks/{job_id}/{rank}/gpu-steps?last=N: the rank's per-step kernel
+// summaries (decoded sketches), oldest first:
+// {"job_id", "rank", "pid", "steps": [{"start" (unix seconds), "bytes" (encoded size),
+//   "kernels": [{"name", "count", "total_us", "p50_us", "p90_us", "max_us"}] (by total_us, largest first)}]}
+// mono_to_unix_offset_s: added to a CLOCK_MONOTONIC time in seconds gives unix seconds.
+nlohmann::json gpu_steps_json(const std::string& job_id, int rank, int pid, const std::vector<gpu::StepSummary>& steps,
+                              const std::map<uint32_t, std::string>& names, double mono_to_unix_offset_s);
 
 }  // namespace argus

@@ -3,6 +3,7 @@
 #include "exporters/metric_family.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -20,6 +21,11 @@ using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
 constexpr double kNsPerSecond = 1e9;
+
+// Buckets of argus_cuda_launch_duration_seconds: le = 2^b ns for b in this range
+// (about 1 us to 1 s), from the BPF log2 histogram (bucket b: [2^(b-1), 2^b) ns).
+constexpr uint32_t kLaunchBucketFirst = 10;
+constexpr uint32_t kLaunchBucketLast = 30;
 
 MetricFamily family(std::string name, std::string help, MetricType type) {
   return metric_family(std::move(name), std::move(help), type);
@@ -49,6 +55,22 @@ const RankSnapshot* preferred(const std::vector<const RankSnapshot*>& members) {
   return best;
 }
 
+// The log2 histogram as cumulative Prometheus buckets (+Inf last).
+void add_launch_histogram(MetricFamily& f, Labels labels, const LaunchTiming& t) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.histogram.sample_count = t.count;
+  m.histogram.sample_sum = static_cast<double>(t.ns) / kNsPerSecond;
+  uint64_t cumulative = 0;
+  auto it = t.log2_buckets.begin();
+  for (uint32_t b = kLaunchBucketFirst; b <= kLaunchBucketLast; ++b) {
+    for (; it != t.log2_buckets.end() && it->first <= b; ++it) cumulative += it->second;
+    m.histogram.bucket.push_back({cumulative, static_cast<double>(uint64_t{1} << b) / kNsPerSecond});
+  }
+  m.histogram.bucket.push_back({t.count, std::numeric_limits<double>::infinity()});
+  f.metric.push_back(std::move(m));
+}
+
 }  // namespace
 
 std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
@@ -67,6 +89,21 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                          MetricType::Counter);
   auto cuda_err = family("argus_cuda_errors_total", "CUDA driver calls that returned an error.",
                          MetricType::Counter);
+  auto launch_s = family("argus_cuda_launch_seconds_total",
+                         "Host time inside CUDA kernel-launch calls (only where launches are timed: --probes deep).",
+                         MetricType::Counter);
+  auto launch_hist = family("argus_cuda_launch_duration_seconds",
+                            "Host time inside one CUDA kernel-launch call (only where launches are timed: --probes "
+                            "deep).",
+                            MetricType::Histogram);
+  auto copy_bytes = family("argus_cuda_memcpy_bytes_total",
+                           "Bytes passed to the CUDA host copy APIs (cuMemcpyHtoD/DtoH/DtoD and their Async "
+                           "variants), by direction.",
+                           MetricType::Counter);
+  auto copy_calls = family("argus_cuda_memcpy_calls_total",
+                           "Calls of the CUDA host copy APIs (cuMemcpyHtoD/DtoH/DtoD and their Async variants), by "
+                           "direction.",
+                           MetricType::Counter);
   auto nccl_err = family("argus_nccl_errors_total", "NCCL calls that returned an error.", MetricType::Counter);
   auto ratio = family("argus_collective_wait_ratio",
                       "Share of wall time blocked in collectives and CUDA synchronize, last window.",
@@ -177,6 +214,8 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     std::map<std::string, uint64_t> exit_reasons;
     uint64_t launch_count = 0;
     bool counted = false;
+    LaunchTiming timing;
+    std::map<std::string, CopyCounters> copies;
     for (const auto* r : members) {
       for (const auto& [op, c] : r->nccl) {
         auto& t = nccl[op];
@@ -194,6 +233,14 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
       if (r->launches_counted) {
         counted = true;
         launch_count += r->kernel_launches;
+        timing.count += r->launch_timing.count;
+        timing.ns += r->launch_timing.ns;
+        for (const auto& [b, n] : r->launch_timing.log2_buckets) timing.log2_buckets[b] += n;
+      }
+      for (const auto& [dir, c] : r->memcpy) {
+        auto& t = copies[dir];
+        t.calls += c.calls;
+        t.bytes += c.bytes;
       }
       if (r->exited) exit_reasons[r->exit_reason.empty() ? "unknown" : r->exit_reason] += 1;
     }
@@ -207,7 +254,15 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
       add(sync_wait, with(base, {{"api", api}}), static_cast<double>(c.wait_ns) / kNsPerSecond);
       add(sync_calls, with(base, {{"api", api}}), static_cast<double>(c.calls));
     }
-    if (counted) add(launches, base, static_cast<double>(launch_count));
+    if (counted) {
+      add(launches, base, static_cast<double>(launch_count));
+      add(launch_s, base, static_cast<double>(timing.ns) / kNsPerSecond);
+      add_launch_histogram(launch_hist, base, timing);
+    }
+    for (const auto& [dir, c] : copies) {
+      add(copy_bytes, with(base, {{"direction", dir}}), static_cast<double>(c.bytes));
+      add(copy_calls, with(base, {{"direction", dir}}), static_cast<double>(c.calls));
+    }
     for (const auto& [k, v] : cerr) add(cuda_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
     for (const auto& [k, v] : nerr) add(nccl_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
     add(ratio, base, lead->collective_wait_ratio);
@@ -254,7 +309,8 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
 
   std::vector<MetricFamily> out;
   out.reserve(40);
-  for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &cuda_err, &nccl_err,
+  for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &launch_s, &launch_hist, &cuda_err,
+                  &copy_bytes, &copy_calls, &nccl_err,
                   &ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,

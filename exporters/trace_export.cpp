@@ -41,8 +41,8 @@ TraceSecondsParse parse_trace_seconds(const std::string& value, bool present) {
   }
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || v <= 0 || v > 300) {
-    p.error = "seconds must be a number in (0, 300], got '" + value + "'";
+  if (value.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || v <= 0 || v > kTraceMaxSeconds) {
+    p.error = "seconds must be a number above 0 and at most 60 (the agent keeps the last 60 s), got '" + value + "'";
     return p;
   }
   p.ok = true;

@@ -26,7 +26,10 @@ struct TraceRequest {
 nlohmann::json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnapshot>& identities,
                           const std::vector<DetectedEvent>& events, const TraceRequest& req);
 
-// ?seconds=N: 1..300, default 10. nullopt with a message on a bad value.
+// The agent keeps the last 60 s of the timeline (NodeTimelineOptions).
+inline constexpr double kTraceMaxSeconds = 60;
+
+// ?seconds=N: above 0 and at most kTraceMaxSeconds, default 10; a message on a bad value.
 struct TraceSecondsParse {
   bool ok = false;
   double seconds = 10;

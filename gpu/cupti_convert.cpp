@@ -36,6 +36,7 @@ uint8_t classify_kernel_name(std::string_view name) {
   bool recv = op.find("Recv") != std::string_view::npos;
   if (send || recv) flags |= ARGUS_GPU_F_P2P;
   if (recv && !send) flags |= ARGUS_GPU_F_RECV;
+  if (send && !recv) flags |= ARGUS_GPU_F_SEND;
   return flags;
 }
 

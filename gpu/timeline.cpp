@@ -1,13 +1,19 @@
 #include "gpu/timeline.h"
 
 #include <algorithm>
+#include <iterator>
 
 namespace argus::gpu {
 namespace {
 
 constexpr double kNs = 1e9;
 
-bool is_p2p(const argus_gpu_rec& r) { return (r.flags & ARGUS_GPU_F_P2P) != 0; }
+// A pipeline stage waits for its input at a P2P kernel that receives: one known to
+// receive, or a send/recv kernel that may (CUPTI cannot tell which half), never a
+// pure send.
+bool ends_in_receive(const argus_gpu_rec& r) {
+  return (r.flags & ARGUS_GPU_F_P2P) != 0 && (r.flags & ARGUS_GPU_F_SEND) == 0;
+}
 bool is_nccl(const argus_gpu_rec& r) { return (r.flags & ARGUS_GPU_F_NCCL) != 0; }
 
 // Length of the union of [start, end) intervals (sorted by start) clipped to [lo, hi).
@@ -61,13 +67,18 @@ void Timeline::add_batch(const argus_gpu_rec* recs, size_t n, uint64_t dropped, 
   // measured in start order.
   std::stable_sort(batch.begin(), batch.end(),
                    [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; });
+  std::vector<argus_gpu_rec> batch_kernels;  // sorted by start, as the batch
   for (const auto& r : batch) {
-    if (r.end_ns < r.start_ns) continue;  // malformed: never counted
+    if (r.end_ns < r.start_ns) {  // malformed: counted as such, never used
+      totals_.malformed += 1;
+      continue;
+    }
     totals_.records += 1;
     recent_.push_back(r);
     switch (r.kind) {
       case ARGUS_GPU_KERNEL:
         add_kernel(r, max_gap_ns);
+        batch_kernels.push_back(r);
         break;
       case ARGUS_GPU_MEMCPY:
         totals_.memcpys += 1;
@@ -80,7 +91,23 @@ void Timeline::add_batch(const argus_gpu_rec* recs, size_t n, uint64_t dropped, 
         break;
     }
   }
+  merge_kernels(batch_kernels);
   trim();
+}
+
+// kernels_ stays sorted by start. Batches nearly always follow the previous
+// one (an append); one that goes back in time is merged in one pass.
+void Timeline::merge_kernels(const std::vector<argus_gpu_rec>& sorted) {
+  if (sorted.empty()) return;
+  if (kernels_.empty() || kernels_.back().start_ns <= sorted.front().start_ns) {
+    kernels_.insert(kernels_.end(), sorted.begin(), sorted.end());
+    return;
+  }
+  std::vector<argus_gpu_rec> merged;
+  merged.reserve(kernels_.size() + sorted.size());
+  auto by_start = [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; };
+  std::merge(kernels_.begin(), kernels_.end(), sorted.begin(), sorted.end(), std::back_inserter(merged), by_start);
+  kernels_.assign(merged.begin(), merged.end());
 }
 
 void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {
@@ -92,17 +119,14 @@ void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {
   if (frontier_ns_ != 0 && r.start_ns > frontier_ns_) {
     const uint64_t gap = r.start_ns - frontier_ns_;
     if (gap <= max_gap_ns) {
-      const bool bubble = is_p2p(r);
+      const bool bubble = ends_in_receive(r);
       totals_.idle_ns += gap;
       if (bubble) totals_.bubble_ns += gap;
       gaps_.push_back({r.start_ns, gap, bubble});
+      recent_gaps_.push_back({r.start_ns, gap, bubble});
     }
   }
   frontier_ns_ = std::max<uint64_t>(frontier_ns_, r.end_ns);
-  // Kept sorted by start (insertion from the back: arrivals are nearly sorted).
-  auto pos = kernels_.end();
-  while (pos != kernels_.begin() && std::prev(pos)->start_ns > r.start_ns) --pos;
-  kernels_.insert(pos, r);
   sketch_kernel(r);
 }
 
@@ -152,6 +176,9 @@ void Timeline::trim() {
   while (!kernels_.empty() && (kernels_.size() > opts_.max_records || kernels_.front().end_ns < lo))
     kernels_.pop_front();
   while (!gaps_.empty() && gaps_.front().end_ns < lo) gaps_.pop_front();
+  const uint64_t keep_lo = frontier_ns_ > keep_ns ? frontier_ns_ - keep_ns : 0;
+  while (!recent_gaps_.empty() && (recent_gaps_.size() > opts_.max_records || recent_gaps_.front().end_ns < keep_lo))
+    recent_gaps_.pop_front();
 }
 
 WindowStats Timeline::window(uint64_t now_ns) const {
@@ -179,6 +206,13 @@ WindowStats Timeline::window(uint64_t now_ns) const {
   w.idle_s = static_cast<double>(idle) / kNs;
   w.bubble_ratio = static_cast<double>(bubble) / span;
   return w;
+}
+
+std::vector<Timeline::Gap> Timeline::gaps_since(uint64_t since_ns) const {
+  std::vector<Gap> out;
+  for (const auto& g : recent_gaps_)
+    if (g.end_ns >= since_ns) out.push_back(g);
+  return out;
 }
 
 std::vector<argus_gpu_rec> Timeline::recent(uint64_t since_ns) const {

@@ -33,6 +33,7 @@ struct GpuTotals {
   uint64_t idle_ns = 0;         // gaps between kernels inside steps
   uint64_t bubble_ns = 0;       // ... that end at a P2P kernel
   uint64_t dropped = 0;         // records the producer lost
+  uint64_t malformed = 0;       // records that end before they start: never counted
   std::map<std::string, uint64_t> memcpy_bytes;  // direction label -> bytes
 };
 
@@ -69,17 +70,20 @@ class Timeline {
   const GpuTotals& totals() const { return totals_; }
   std::vector<argus_gpu_rec> recent(uint64_t since_ns) const;
   const std::deque<StepSummary>& steps() const { return steps_; }
-  double mean_step_bytes(size_t last) const;  // encoded sketch bytes per step, 0 when none
-  uint64_t latest_end_ns() const { return frontier_ns_; }
-
- private:
+  // In-step idle gaps that ended at or after since_ns (bubble: it ended at a receive).
   struct Gap {
     uint64_t end_ns;  // the start of the kernel that ended it
     uint64_t ns;
     bool bubble;
   };
+  std::vector<Gap> gaps_since(uint64_t since_ns) const;
+  double mean_step_bytes(size_t last) const;  // encoded sketch bytes per step, 0 when none
+  uint64_t latest_end_ns() const { return frontier_ns_; }
+
+ private:
   void add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns);
   void sketch_kernel(const argus_gpu_rec& r);
+  void merge_kernels(const std::vector<argus_gpu_rec>& sorted);
   void close_step(uint64_t next_start_ns);
   void trim();
 
@@ -90,7 +94,8 @@ class Timeline {
   uint64_t first_ns_ = 0;     // earliest kernel start seen
   std::deque<argus_gpu_rec> recent_;  // kernels and copies, by arrival
   std::deque<argus_gpu_rec> kernels_;  // kernels within the window, by start
-  std::deque<Gap> gaps_;
+  std::deque<Gap> gaps_;         // within the window
+  std::deque<Gap> recent_gaps_;  // within the trace horizon
   std::deque<uint64_t> marks_;  // step starts not yet reached by the records
   uint64_t open_step_ns_ = 0;
   StepSketch open_;

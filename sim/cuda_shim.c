@@ -17,12 +17,12 @@
  * Handles are encoded integers checked against tables, so garbage handles give
  * CUDA_ERROR_INVALID_HANDLE instead of a crash.
  *
- * GPU activity (bpf/argus_gpu_wire.h): every launch, synchronous copy and NCCL
- * kernel (argus_sim_gpu_kernel, called by the NCCL shim) becomes a record on the
- * emulated timeline, kept in a bounded pending buffer. Completed records (end <=
- * now) cross the USDT probe argus:gpu_batch, sorted by start, at most
- * ARGUS_GPU_BATCH_MAX at a time: after every synchronize call, when
- * ARGUS_GPU_BATCH_MAX completed records are pending, and at
+ * GPU activity (bpf/argus_gpu_wire.h): every launch, copy (synchronous or on a
+ * stream) and NCCL kernel (argus_sim_gpu_kernel, called by the NCCL shim)
+ * becomes a record on the emulated timeline, kept in a bounded pending buffer.
+ * Completed records (end <= now) cross the USDT probe argus:gpu_batch, sorted
+ * by start, at most ARGUS_GPU_BATCH_MAX at a time: after every synchronize call,
+ * when ARGUS_GPU_BATCH_MAX completed records are pending, and at
  * argus_sim_gpu_flush_all. Each kernel-name id is announced once through
  * argus:gpu_name before the first batch that uses it. ARGUS_SIM_GPU_ACTIVITY=0
  * turns it off. The probes fire under g_mu, so batches never interleave. The
@@ -340,6 +340,8 @@ static void emit(const struct argus_gpu_rec *recs, size_t n)
 					g_totals.memcpy_bytes_htod += r->bytes;
 				else if (dir == ARGUS_GPU_COPY_DTOH)
 					g_totals.memcpy_bytes_dtoh += r->bytes;
+				else if (dir == ARGUS_GPU_COPY_DTOD)
+					g_totals.memcpy_bytes_dtod += r->bytes;
 			}
 		}
 		off += m;
@@ -553,6 +555,53 @@ static CUresult memcpy_sync(CUdeviceptr dptr, const void *host, size_t n, unsign
 		return CUDA_ERROR_INVALID_VALUE;
 	sleep_until(end);
 	return CUDA_SUCCESS;
+}
+
+/* Device-to-device copy, synchronous: waits for the device, then for the copy. */
+static CUresult memcpy_dtod_sync(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	if (!initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	pthread_mutex_lock(&g_mu);
+	int ok = n == 0 || (dptr_valid(dst, n) && dptr_valid(src, n));
+	long long idle = device_busy_until();
+	long long now = now_ns();
+	long long start = idle > now ? idle : now;
+	long long end = start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL;
+	if (ok)
+		enqueue(start, end, n, 0, 0, ARGUS_GPU_MEMCPY, ARGUS_GPU_COPY_DTOD << ARGUS_GPU_COPY_SHIFT);
+	pthread_mutex_unlock(&g_mu);
+	if (!ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	sleep_until(end);
+	return CUDA_SUCCESS;
+}
+
+/* Asynchronous copy: queued on the stream after its work, the caller does not
+ * wait. `dptr` is the device side (both sides checked for DtoD: `dptr2`). */
+static CUresult memcpy_async(CUdeviceptr dptr, CUdeviceptr dptr2, const void *host, size_t n,
+			     unsigned dir, CUstream hstream)
+{
+	if (!initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (n > 0 && dir != ARGUS_GPU_COPY_DTOD && !host)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = CUDA_SUCCESS;
+	pthread_mutex_lock(&g_mu);
+	struct stream *s = stream_get(hstream);
+	if (!s) {
+		r = CUDA_ERROR_INVALID_HANDLE;
+	} else if (n > 0 && (!dptr_valid(dptr, n) || (dir == ARGUS_GPU_COPY_DTOD && !dptr_valid(dptr2, n)))) {
+		r = CUDA_ERROR_INVALID_VALUE;
+	} else {
+		long long now = now_ns();
+		long long start = s->busy_until > now ? s->busy_until : now;
+		s->busy_until = start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL;
+		enqueue(start, s->busy_until, n, 0, (size_t)(s - g_streams), ARGUS_GPU_MEMCPY,
+			dir << ARGUS_GPU_COPY_SHIFT);
+	}
+	pthread_mutex_unlock(&g_mu);
+	return r;
 }
 
 static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -1038,6 +1087,32 @@ CU_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t Byt
 {
 	/* The host buffer is not written: device memory is fake. */
 	CUresult r = memcpy_sync(srcDevice, dstHost, ByteCount, ARGUS_GPU_COPY_DTOH);
+	return r;
+}
+
+CU_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return memcpy_dtod_sync(dstDevice, srcDevice, ByteCount);
+}
+
+CU_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+				     CUstream hStream)
+{
+	return memcpy_async(dstDevice, 0, srcHost, ByteCount, ARGUS_GPU_COPY_HTOD, hStream);
+}
+
+CU_API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+				     CUstream hStream)
+{
+	/* The host buffer is not written: device memory is fake. */
+	CUresult r = memcpy_async(srcDevice, 0, dstHost, ByteCount, ARGUS_GPU_COPY_DTOH, hStream);
+	return r;
+}
+
+CU_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+				     CUstream hStream)
+{
+	CUresult r = memcpy_async(dstDevice, srcDevice, NULL, ByteCount, ARGUS_GPU_COPY_DTOD, hStream);
 	return r;
 }
 

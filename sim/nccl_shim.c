@@ -554,7 +554,7 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 		argus_sim_futex_wake(&s->p2p_bell[peer]);
 		const long long start = gpu_ready_at();
 		gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes),
-			   ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P);
+			   ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | ARGUS_GPU_F_SEND);
 		return ncclSuccess;
 	}
 	/* Receive: wait until the peer has posted one more send to us. */

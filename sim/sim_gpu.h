@@ -45,6 +45,7 @@ struct argus_sim_gpu_totals {
 	uint64_t memcpy_bytes_dtoh;
 	uint64_t dropped;        /* sum of the `dropped` argument of gpu_batch */
 	uint64_t names;          /* gpu_name fires */
+	uint64_t memcpy_bytes_dtod; /* appended: callers built before it copy less */
 };
 
 #define ARGUS_SIM_GPU_ACTIVITY_ENV "ARGUS_SIM_GPU_ACTIVITY"

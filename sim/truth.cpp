@@ -32,6 +32,12 @@ nlohmann::json Truth::to_json() const
 	cuda["sync"] = sync.empty() ? nlohmann::json::object() : nlohmann::json(sync);
 	cuda["errors"] = cuda_errors.empty() ? nlohmann::json::object() : nlohmann::json(cuda_errors);
 	cuda["calls"] = cuda_calls.empty() ? nlohmann::json::object() : nlohmann::json(cuda_calls);
+	nlohmann::json copies = nlohmann::json::object();
+	for (const char *dir : {"htod", "dtoh", "dtod"})
+		copies[dir] = {{"calls", 0}, {"bytes", 0}};
+	for (const auto &[dir, c] : memcpy)
+		copies[dir] = {{"calls", c.calls}, {"bytes", c.bytes}};
+	cuda["memcpy"] = copies;
 	j["cuda"] = cuda;
 	if (pp_stage >= 0)
 		j["pp_stage"] = pp_stage;
@@ -46,7 +52,9 @@ nlohmann::json Truth::to_json() const
 			g["nccl_kernel_ns"] = gpu.nccl_kernel_ns;
 			g["recv_kernels"] = gpu.recv_kernels;
 			g["memcpy"] = gpu.memcpy;
-			g["memcpy_bytes"] = {{"htod", gpu.memcpy_bytes_htod}, {"dtoh", gpu.memcpy_bytes_dtoh}};
+			g["memcpy_bytes"] = {{"htod", gpu.memcpy_bytes_htod},
+					     {"dtoh", gpu.memcpy_bytes_dtoh},
+					     {"dtod", gpu.memcpy_bytes_dtod}};
 			g["dropped"] = gpu.dropped;
 			g["names"] = gpu.names;
 		}

@@ -29,6 +29,7 @@ struct GpuTruth {
 	std::uint64_t memcpy = 0;
 	std::uint64_t memcpy_bytes_htod = 0;
 	std::uint64_t memcpy_bytes_dtoh = 0;
+	std::uint64_t memcpy_bytes_dtod = 0;
 	std::uint64_t dropped = 0;
 	std::uint64_t names = 0;
 };
@@ -61,6 +62,9 @@ struct Truth {
 	std::map<std::string, std::uint64_t> sync;  // base api -> calls
 	std::map<std::string, std::map<std::string, std::uint64_t>> cuda_errors; // base api -> code name
 	std::map<std::string, std::uint64_t> cuda_calls; // exact symbol -> calls
+	// Host-API copies (cuMemcpyHtoD/DtoH/DtoD and Async variants) by direction
+	// ("htod", "dtoh", "dtod"): calls, and the ByteCount passed.
+	std::map<std::string, OpCount> memcpy;
 
 	// "gpu": written when the CUDA library is the simulator's (has_gpu), or with --pp.
 	bool has_gpu = false;

@@ -89,6 +89,10 @@ struct CudaApi {
 	CUresult (*cuMemAllocAsync)(CUdeviceptr *, std::size_t, CUstream);
 	CUresult (*cuMemFree_v2)(CUdeviceptr);
 	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, std::size_t);
+	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, std::size_t);
+	CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void *, std::size_t, CUstream);
+	CUresult (*cuMemcpyDtoHAsync_v2)(void *, CUdeviceptr, std::size_t, CUstream);
+	CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, std::size_t, CUstream);
 	// Optional, sim only (a real libcuda has none of them; sim_gpu.h).
 	void (*argus_sim_set_kernel_us)(CUfunction, unsigned);
 	argus_sim_gpu_flush_all_fn argus_sim_gpu_flush_all;
@@ -319,6 +323,16 @@ private:
 		return r;
 	}
 
+	// Records a host-API copy (calls and bytes per direction, whatever it
+	// returned) and passes its result on.
+	CUresult copy(const char *symbol, const char *direction, std::size_t bytes, CUresult r)
+	{
+		auto &c = truth_.memcpy[direction];
+		c.calls++;
+		c.bytes += bytes;
+		return cuda(symbol, r);
+	}
+
 	// Records a NCCL collective/p2p call.
 	ncclResult_t nccl(Op op, std::uint64_t bytes, ncclResult_t r)
 	{
@@ -358,6 +372,8 @@ private:
 	CUfunction kernels_[kKernelCount] = {};
 	double kernel_us_[kKernelCount] = {}; // nominal emulated durations
 	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
+	float loss_host_[16] = {};   // each step's loss, copied back (DtoH)
+	float lr_host_[64] = {};     // optimizer state uploaded every 10 steps (HtoD)
 	ncclComm_t comm_ = nullptr;
 	std::string nccl_error_;
 };
@@ -404,6 +420,10 @@ bool Rank::load_libraries()
 	ARGUS_CU(cuMemAllocAsync);
 	ARGUS_CU(cuMemFree_v2);
 	ARGUS_CU(cuMemcpyHtoD_v2);
+	ARGUS_CU(cuMemcpyDtoD_v2);
+	ARGUS_CU(cuMemcpyHtoDAsync_v2);
+	ARGUS_CU(cuMemcpyDtoHAsync_v2);
+	ARGUS_CU(cuMemcpyDtoDAsync_v2);
 #undef ARGUS_CU
 #define ARGUS_NC(name) load_sym(nccl_lib_, #name, nc_.name, missing)
 	ARGUS_NC(ncclCommInitRank);
@@ -483,7 +503,8 @@ bool Rank::setup_cuda()
 		      cu_.cuMemAllocAsync(&comm_buf_, std::size_t{512} << 20, nccl_stream_))) != 0)
 		return fail("cuMemAllocAsync", r);
 	static const std::uint32_t init_weights[1024] = {};
-	cuda("cuMemcpyHtoD_v2", cu_.cuMemcpyHtoD_v2(params_, init_weights, sizeof init_weights));
+	copy("cuMemcpyHtoD_v2", "htod", sizeof init_weights,
+	     cu_.cuMemcpyHtoD_v2(params_, init_weights, sizeof init_weights));
 	// --cuda-errors: allocations no GPU can satisfy (1 PiB): CUDA_ERROR_OUT_OF_MEMORY.
 	for (int i = 0; i < plan_.cuda_errors; i++) {
 		CUdeviceptr p = 0;
@@ -614,6 +635,11 @@ StepResult Rank::step(std::int64_t s)
 	if (s == plan_.exit_step)
 		return StepResult::Exit;
 
+	// The gradient bucket is copied into the communication buffer (on the
+	// stream, no wait: the emulated copy takes no time at this size).
+	copy("cuMemcpyDtoDAsync_v2", "dtod", kGradBucketBytes,
+	     cu_.cuMemcpyDtoDAsync_v2(comm_buf_, grads_, kGradBucketBytes, stream_));
+
 	// (b) gradient sync and the rest of the step's communication.
 	bool in_group = false;
 	for (const NcclCall &c : step_nccl_calls(s, rank_, world_)) {
@@ -640,7 +666,9 @@ StepResult Rank::step(std::int64_t s)
 		}
 	}
 
-	// (c) wait for the GPU.
+	// (c) the loss comes back (on the stream), then wait for the GPU.
+	copy("cuMemcpyDtoHAsync_v2", "dtoh", sizeof loss_host_,
+	     cu_.cuMemcpyDtoHAsync_v2(loss_host_, grads_, sizeof loss_host_, stream_));
 	if (s % 2 == 1)
 		cuda("cuStreamSynchronize_ptsz", cu_.cuStreamSynchronize_ptsz(stream_));
 	else
@@ -649,6 +677,12 @@ StepResult Rank::step(std::int64_t s)
 		cuda("cuCtxSynchronize", cu_.cuCtxSynchronize());
 		cuda("cuEventRecord", cu_.cuEventRecord(event_, stream_));
 		cuda("cuEventSynchronize", cu_.cuEventSynchronize(event_));
+		// Every 10 steps, with the device idle: new optimizer state goes up and
+		// a checkpoint copy of the parameters is taken on the device.
+		copy("cuMemcpyHtoDAsync_v2", "htod", sizeof lr_host_,
+		     cu_.cuMemcpyHtoDAsync_v2(params_, lr_host_, sizeof lr_host_, stream_));
+		copy("cuMemcpyDtoD_v2", "dtod", kCheckpointBytes,
+		     cu_.cuMemcpyDtoD_v2(grads_, params_, kCheckpointBytes));
 	}
 	return StepResult::Ok;
 }
@@ -715,6 +749,7 @@ void Rank::write_truth()
 		truth_.gpu.memcpy = t.memcpy;
 		truth_.gpu.memcpy_bytes_htod = t.memcpy_bytes_htod;
 		truth_.gpu.memcpy_bytes_dtoh = t.memcpy_bytes_dtoh;
+		truth_.gpu.memcpy_bytes_dtod = t.memcpy_bytes_dtod;
 		truth_.gpu.dropped = t.dropped;
 		truth_.gpu.names = t.names;
 	}

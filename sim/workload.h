@@ -155,6 +155,11 @@ inline std::vector<NcclCall> step_pp_calls(std::int64_t step, int rank, int worl
 //   cuLaunchKernel_ptsz if i%8==3, else cuLaunchKernel;
 //   cuStreamSynchronize every step (cuStreamSynchronize_ptsz on odd steps);
 //   cuCtxSynchronize, cuEventRecord and cuEventSynchronize when s%10 == 0.
+//   Host-API copies: at setup one cuMemcpyHtoD_v2 of 4096 bytes; every step
+//   (after the launches) cuMemcpyDtoDAsync_v2 of kGradBucketBytes and (before
+//   the synchronize) cuMemcpyDtoHAsync_v2 of 64 bytes (the loss); when
+//   s%10 == 0 (after cuEventSynchronize) cuMemcpyHtoDAsync_v2 of 256 bytes and
+//   cuMemcpyDtoD_v2 of kCheckpointBytes. At ~25 GB/s all take 0 us emulated.
 //   Kernel durations (argus_sim_set_kernel_us): step_ms * kGpuBusyShare /
 //   kernels_per_step * kKernelWeights[k] us, truncated (at least 1); from a
 //   --gpu-slow rank's onset step on, that value x FACTOR, truncated.
@@ -164,5 +169,7 @@ inline constexpr const char *kKernelNames[kKernelCount] = {
 // Relative kernel durations (mean 1.0). The GPU is busy ~60% of step_ms.
 inline constexpr double kKernelWeights[kKernelCount] = {1.25, 1.5, 0.25, 1.0};
 inline constexpr double kGpuBusyShare = 0.6;
+inline constexpr std::size_t kGradBucketBytes = 4096;
+inline constexpr std::size_t kCheckpointBytes = 8192;
 
 } // namespace argus::sim

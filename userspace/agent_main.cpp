@@ -221,6 +221,35 @@ int main(int argc, char** argv) {
     return argus::HttpResponse::json(
         200, argus::dump_json(argus::trace_json(spans, snap.ranks, rt.events_since(tr.end_unix - tr.seconds), tr)));
   });
+  http.route("GET", "/api/v1/ranks/{job_id}/{rank}/gpu-steps", [&](const argus::HttpRequest& req) {
+    const std::string& job = req.params.at("job_id");
+    const std::string& rank_text = req.params.at("rank");
+    char* end = nullptr;
+    const long rank = std::strtol(rank_text.c_str(), &end, 10);
+    if (rank_text.empty() || end == nullptr || *end != '\0' || rank < 0 || rank > (1 << 24))
+      return argus::HttpResponse::json(400, argus::dump_json({{"error", "rank must be a non-negative integer"}}));
+    long last = 20;
+    if (auto it = req.query.find("last"); it != req.query.end()) {
+      last = std::strtol(it->second.c_str(), &end, 10);
+      if (it->second.empty() || end == nullptr || *end != '\0' || last < 1 || last > 600)
+        return argus::HttpResponse::json(400, argus::dump_json({{"error", "last must be 1..600"}}));
+    }
+    // The running process of that rank, else the newest one.
+    const argus::RankSnapshot* best = nullptr;
+    const auto snap = rt.snapshot();
+    for (const auto& r : snap.ranks) {
+      if (r.job_id != job || r.rank != rank) continue;
+      if (!best || (best->exited && !r.exited) || (best->exited == r.exited && r.first_seen_unix > best->first_seen_unix))
+        best = &r;
+    }
+    if (!best) return argus::HttpResponse::json(404, argus::dump_json({{"error", "no such rank on this node"}}));
+    const auto hist = rt.gpu_steps(best->pid, static_cast<size_t>(last));
+    const double now_unix =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const double offset = now_unix - static_cast<double>(rt.monotonic_ns()) / 1e9;
+    return argus::HttpResponse::json(
+        200, argus::dump_json(argus::gpu_steps_json(job, static_cast<int>(rank), best->pid, hist.steps, hist.names, offset)));
+  });
   http.route("GET", "/healthz", [&](const argus::HttpRequest&) {
     const double age = rt.seconds_since_heartbeat();
     if (age > 5) return argus::HttpResponse::text(503, "event loop stalled for " + std::to_string(age) + " s\n");

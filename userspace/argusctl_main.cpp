@@ -183,7 +183,9 @@ struct TraceCommand {
     app = parent.add_subcommand("trace", "save the node's recent timeline (GPU kernels, collectives, synchronize "
                                          "waits) as Chrome trace JSON for Perfetto");
     agent.add(*app);
-    app->add_option("--seconds", seconds, "how far back (1-300)")->check(CLI::Range(1.0, 300.0))->capture_default_str();
+    app->add_option("--seconds", seconds, "how far back (1-60: the agent keeps the last 60 s)")
+        ->check(CLI::Range(1.0, 60.0))
+        ->capture_default_str();
     app->add_option("-o,--output", output, "file to write ('-' = stdout)")->required();
   }
 

@@ -20,6 +20,20 @@ struct SyncCounters {
   uint64_t wait_ns = 0;
 };
 
+// Host-API copies (cuMemcpyHtoD*, ...) of one direction, counted at the call.
+struct CopyCounters {
+  uint64_t calls = 0;
+  uint64_t bytes = 0;
+};
+
+// Host time inside kernel-launch calls (--probes deep only).
+struct LaunchTiming {
+  uint64_t count = 0;  // timed launches (entry and return seen)
+  uint64_t ns = 0;     // sum of the time inside them
+  // log2 histogram: bucket b counts launches of [2^(b-1), 2^b) ns (b = 0: 0 ns).
+  std::map<uint32_t, uint64_t> log2_buckets;
+};
+
 // The rank's GPU timeline (GPU-activity records from CUPTI or the sim).
 struct GpuRankView {
   bool seen = false;          // any record arrived from this rank
@@ -56,6 +70,8 @@ struct RankSnapshot {
   std::map<std::string, SyncCounters> sync;  // api label -> counters
   uint64_t kernel_launches = 0;
   bool launches_counted = false;  // true only under --probes deep
+  LaunchTiming launch_timing;     // meaningful only where launches_counted
+  std::map<std::string, CopyCounters> memcpy;  // direction ("htod", "dtoh", "dtod") -> host-API copies
   std::map<std::pair<std::string, std::string>, uint64_t> cuda_errors;  // (api, code) -> calls
   std::map<std::pair<std::string, std::string>, uint64_t> nccl_errors;  // (api, code) -> calls
 

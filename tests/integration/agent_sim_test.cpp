@@ -1,5 +1,6 @@
 // The agent and the simulated job, end to end on the real kernel: the figures
 // the agent exports equal, exactly, what each rank recorded it called.
+#include <functional>
 #include <regex>
 
 #include "harness.h"
@@ -18,6 +19,29 @@ double metric_value(const std::string& text, const std::string& name, const std:
     if (all) return std::stod(line.substr(line.rfind(' ') + 1));
   }
   return -1;
+}
+
+// Polls /api/v1/ranks until `diff(truth, agent rank)` is empty for every rank of
+// the truth, or 20 s pass; returns the last differences.
+std::string wait_for(const Agent& agent, const std::map<int, json>& truth,
+                     const std::function<std::string(const json&, const json&)>& diff) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  std::string last;
+  while (true) {
+    last.clear();
+    auto doc = agent.get_json("/api/v1/ranks");
+    if (!doc || doc->is_discarded()) {
+      last = "no /api/v1/ranks answer";
+    } else {
+      for (const auto& [rank, t] : truth) {
+        const json a = agent_rank_by_pid(*doc, t.at("pid").get<int>());
+        const std::string d = a.is_null() ? std::string("rank missing from the agent") : diff(t, a);
+        if (!d.empty()) last += "rank " + std::to_string(rank) + ": " + d + "\n";
+      }
+    }
+    if (last.empty() || std::chrono::steady_clock::now() >= deadline) return last;
+    std::this_thread::sleep_for(250ms);
+  }
 }
 
 TEST(AgentSim, ExactCountsEqualSimTruth) {
@@ -76,9 +100,86 @@ TEST(AgentSim, DeepProbesCountEveryLaunch) {
   const auto truth = read_truth(out);
   ASSERT_EQ(truth.size(), 2u);
   EXPECT_EQ(wait_for_match(agent, truth, true), "") << agent.log();
+  // Every launch was also timed (entry and return), in BPF: the timed count and
+  // the histogram's +Inf bucket equal the launches each rank made.
+  EXPECT_EQ(wait_for(agent, truth, [](const json& t, const json& a) -> std::string {
+              const json timing = a.value("cuda", json::object()).value("launch_timing", json());
+              const json want = t.at("cuda").at("kernel_launches");
+              if (!timing.is_object()) return "no launch_timing";
+              if (timing.value("count", json()) != want) return "timed " + timing.value("count", json()).dump() + "!=" + want.dump();
+              uint64_t in_buckets = 0;
+              for (const auto& [le, n] : timing.at("log2_buckets_ns").items()) in_buckets += n.get<uint64_t>();
+              if (in_buckets != want.get<uint64_t>()) return "histogram " + std::to_string(in_buckets) + "!=" + want.dump();
+              return "";
+            }),
+            "")
+      << agent.log();
   const std::string metrics = agent.get_text("/metrics");
-  EXPECT_EQ(metric_value(metrics, "argus_cuda_kernel_launches_total", {{"job_id", "deep-job"}, {"rank", "0"}}),
-            truth.at(0).at("cuda").at("kernel_launches").get<double>());
+  EXPECT_NE(metrics.find("# TYPE argus_cuda_launch_duration_seconds histogram"), std::string::npos);
+  for (const auto& [rank, t] : truth) {
+    const std::map<std::string, std::string> labels{{"job_id", "deep-job"}, {"rank", std::to_string(rank)}};
+    const double launches = t.at("cuda").at("kernel_launches").get<double>();
+    ASSERT_GT(launches, 0);
+    EXPECT_EQ(metric_value(metrics, "argus_cuda_kernel_launches_total", labels), launches);
+    EXPECT_EQ(metric_value(metrics, "argus_cuda_launch_duration_seconds_count", labels), launches);
+    auto inf = labels;
+    inf["le"] = "+Inf";
+    EXPECT_EQ(metric_value(metrics, "argus_cuda_launch_duration_seconds_bucket", inf), launches);
+    // Host time inside the launches: positive, and below the rank's whole run.
+    const double secs = metric_value(metrics, "argus_cuda_launch_seconds_total", labels);
+    EXPECT_GT(secs, 0.0);
+    EXPECT_LT(secs, 60.0);
+    EXPECT_DOUBLE_EQ(metric_value(metrics, "argus_cuda_launch_duration_seconds_sum", labels), secs);
+  }
+}
+
+// Host copies are in the default set: calls and bytes per direction equal,
+// exactly, what each rank passed to cuMemcpy{HtoD,DtoH,DtoD}[Async]; launches are
+// neither counted nor timed.
+TEST(AgentSim, MemcpyBytesByDirectionEqualSimTruth) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("memcpy");
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const auto out = dir / "truth";
+  Child sim(sim_args(out, "copy-job", 2, 12), dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 2u);
+  EXPECT_EQ(wait_for(agent, truth, [](const json& t, const json& a) -> std::string {
+              const json got = a.value("cuda", json::object()).value("memcpy", json::object());
+              std::string d;
+              for (const char* direction : {"htod", "dtoh", "dtod"}) {
+                const json& want = t.at("cuda").at("memcpy").at(direction);
+                const json g = got.value(direction, json::object());
+                if (g.value("calls", json()) != want.at("calls") || g.value("bytes", json()) != want.at("bytes"))
+                  d += std::string(" ") + direction + " " + g.dump() + "!=" + want.dump();
+              }
+              return d;
+            }),
+            "")
+      << agent.log();
+
+  const std::string metrics = agent.get_text("/metrics");
+  EXPECT_NE(metrics.find("# TYPE argus_cuda_memcpy_bytes_total counter"), std::string::npos);
+  EXPECT_NE(metrics.find("# TYPE argus_cuda_memcpy_calls_total counter"), std::string::npos);
+  for (const auto& [rank, t] : truth) {
+    for (const char* direction : {"htod", "dtoh", "dtod"}) {
+      SCOPED_TRACE(std::string("rank ") + std::to_string(rank) + " " + direction);
+      const json& want = t.at("cuda").at("memcpy").at(direction);
+      ASSERT_GT(want.at("calls").get<uint64_t>(), 0u);
+      const std::map<std::string, std::string> labels{
+          {"job_id", "copy-job"}, {"rank", std::to_string(rank)}, {"direction", direction}};
+      EXPECT_EQ(metric_value(metrics, "argus_cuda_memcpy_bytes_total", labels), want.at("bytes").get<double>());
+      EXPECT_EQ(metric_value(metrics, "argus_cuda_memcpy_calls_total", labels), want.at("calls").get<double>());
+    }
+  }
+  // The copies returned CUDA_SUCCESS: no error series for them.
+  EXPECT_EQ(metrics.find("api=\"cuMemcpy"), std::string::npos);
+  // The default set never traps on a launch.
+  EXPECT_EQ(metrics.find("argus_cuda_launch_seconds_total{"), std::string::npos);
+  EXPECT_EQ(metrics.find("argus_cuda_launch_duration_seconds_count{"), std::string::npos);
 }
 
 // The libraries exist only inside the rank's own mount namespace: the agent

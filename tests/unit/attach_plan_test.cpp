@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iterator>
+#include <map>
 #include <set>
 
 #include "argus.h"
@@ -79,9 +81,10 @@ TEST(AttachPlan, CudaStubDefaultAndDeep) {
   ASSERT_EQ(classify_library(t), LibraryKind::Cuda);
   auto def = plan_probes(t, LibraryKind::Cuda, ProbeSet::Default);
   auto deep = plan_probes(t, LibraryKind::Cuda, ProbeSet::Deep);
-  // The default set never traps on a launch.
+  // The default set never traps on a launch: no launch program, no cuLaunch* symbol.
   for (const auto& s : def) {
     EXPECT_NE(s.program, ProbeProgram::CudaCount) << s.symbol;
+    EXPECT_NE(s.program, ProbeProgram::CudaLaunchExit) << s.symbol;
     EXPECT_EQ(s.symbol.find("cuLaunch"), std::string::npos) << s.symbol;
   }
   // Synchronize: entry + return on both cuStreamSynchronize and its _ptsz twin.
@@ -89,10 +92,132 @@ TEST(AttachPlan, CudaStubDefaultAndDeep) {
   EXPECT_NE(find_spec(def, "cuStreamSynchronize_ptsz", ProbeProgram::CudaSyncEnter), nullptr);
   EXPECT_NE(find_spec(def, "cuMemAlloc_v2", ProbeProgram::CudaRet), nullptr);
   EXPECT_NE(find_spec(def, "cuMemAlloc", ProbeProgram::CudaRet), nullptr);
-  // Deep adds every launch variant.
-  for (const char* name : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"})
+  // Deep adds every launch variant: entry (count, start time) and a timed return
+  // (time inside the launch, log2 histogram, error code), nothing else.
+  for (const char* name : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+                           "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"}) {
+    const auto* entry = find_spec(deep, name, ProbeProgram::CudaCount);
+    ASSERT_NE(entry, nullptr) << name;
+    EXPECT_FALSE(entry->retprobe);
+    const auto* exit = find_spec(deep, name, ProbeProgram::CudaLaunchExit);
+    ASSERT_NE(exit, nullptr) << name;
+    EXPECT_TRUE(exit->retprobe);
+    EXPECT_EQ(ARGUS_COOKIE_ID(exit->cookie), ARGUS_COOKIE_ID(entry->cookie)) << name;
+    EXPECT_EQ(find_spec(deep, name, ProbeProgram::CudaRet), nullptr) << name;  // the timed return counts errors
+  }
+  EXPECT_EQ(deep.size(), def.size() + 6u * 2);
+}
+
+// Every cuMemAlloc variant the stub exports gets a return probe (error codes).
+TEST(AttachPlan, CudaStubAllocationErrorsOnEveryVariant) {
+  if (!std::filesystem::exists(kCudaStub)) GTEST_SKIP() << kCudaStub << " not installed";
+  auto t = load(kCudaStub);
+  auto def = plan_probes(t, LibraryKind::Cuda, ProbeSet::Default);
+  const std::map<std::string, uint32_t> want = {
+      {"cuMemAlloc", ARGUS_CU_MEM_ALLOC},
+      {"cuMemAlloc_v2", ARGUS_CU_MEM_ALLOC},
+      {"cuMemAllocAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
+      {"cuMemAllocAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC},
+      {"cuMemAllocFromPoolAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
+      {"cuMemAllocManaged", ARGUS_CU_MEM_ALLOC_MANAGED},
+      {"cuMemAllocHost", ARGUS_CU_MEM_ALLOC_HOST},
+      {"cuMemAllocHost_v2", ARGUS_CU_MEM_ALLOC_HOST},
+      {"cuMemAllocPitch", ARGUS_CU_MEM_ALLOC_PITCH},
+      {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC_PITCH},
+  };
+  for (const auto& [name, api] : want) {
+    const auto* s = find_spec(def, name, ProbeProgram::CudaRet);
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_TRUE(s->retprobe) << name;
+    EXPECT_EQ(ARGUS_COOKIE_ID(s->cookie), api) << name;
+  }
+  // Every exported cuMemAlloc* name is covered.
+  for (const auto& sym : t.symbols()) {
+    if (sym.name.rfind("cuMemAlloc", 0) == 0 && sym.is_function) {
+      EXPECT_NE(find_spec(def, sym.name, ProbeProgram::CudaRet), nullptr) << sym.name;
+    }
+  }
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEM_ALLOC), "cuMemAlloc");
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEM_ALLOC_PITCH), "cuMemAllocPitch");
+}
+
+// Host copies in the default set: entry (ByteCount at arg 3, direction) and
+// return (error code); the unversioned legacy names read a 32-bit count.
+TEST(AttachPlan, CudaStubMemcpyDirectionsAndByteCount) {
+  if (!std::filesystem::exists(kCudaStub)) GTEST_SKIP() << kCudaStub << " not installed";
+  auto t = load(kCudaStub);
+  auto def = plan_probes(t, LibraryKind::Cuda, ProbeSet::Default);
+  struct Want {
+    const char* name;
+    uint32_t api, dir;
+    bool u32;
+  };
+  const Want wants[] = {
+      {"cuMemcpyHtoD", ARGUS_CU_MEMCPY_HTOD, ARGUS_GPU_COPY_HTOD, true},
+      {"cuMemcpyHtoD_v2", ARGUS_CU_MEMCPY_HTOD, ARGUS_GPU_COPY_HTOD, false},
+      {"cuMemcpyHtoD_v2_ptds", ARGUS_CU_MEMCPY_HTOD, ARGUS_GPU_COPY_HTOD, false},
+      {"cuMemcpyDtoH", ARGUS_CU_MEMCPY_DTOH, ARGUS_GPU_COPY_DTOH, true},
+      {"cuMemcpyDtoH_v2", ARGUS_CU_MEMCPY_DTOH, ARGUS_GPU_COPY_DTOH, false},
+      {"cuMemcpyDtoH_v2_ptds", ARGUS_CU_MEMCPY_DTOH, ARGUS_GPU_COPY_DTOH, false},
+      {"cuMemcpyDtoD", ARGUS_CU_MEMCPY_DTOD, ARGUS_GPU_COPY_DTOD, true},
+      {"cuMemcpyDtoD_v2", ARGUS_CU_MEMCPY_DTOD, ARGUS_GPU_COPY_DTOD, false},
+      {"cuMemcpyDtoD_v2_ptds", ARGUS_CU_MEMCPY_DTOD, ARGUS_GPU_COPY_DTOD, false},
+      {"cuMemcpyHtoDAsync", ARGUS_CU_MEMCPY_HTOD_ASYNC, ARGUS_GPU_COPY_HTOD, true},
+      {"cuMemcpyHtoDAsync_v2", ARGUS_CU_MEMCPY_HTOD_ASYNC, ARGUS_GPU_COPY_HTOD, false},
+      {"cuMemcpyHtoDAsync_v2_ptsz", ARGUS_CU_MEMCPY_HTOD_ASYNC, ARGUS_GPU_COPY_HTOD, false},
+      {"cuMemcpyDtoHAsync", ARGUS_CU_MEMCPY_DTOH_ASYNC, ARGUS_GPU_COPY_DTOH, true},
+      {"cuMemcpyDtoHAsync_v2", ARGUS_CU_MEMCPY_DTOH_ASYNC, ARGUS_GPU_COPY_DTOH, false},
+      {"cuMemcpyDtoHAsync_v2_ptsz", ARGUS_CU_MEMCPY_DTOH_ASYNC, ARGUS_GPU_COPY_DTOH, false},
+      {"cuMemcpyDtoDAsync", ARGUS_CU_MEMCPY_DTOD_ASYNC, ARGUS_GPU_COPY_DTOD, true},
+      {"cuMemcpyDtoDAsync_v2", ARGUS_CU_MEMCPY_DTOD_ASYNC, ARGUS_GPU_COPY_DTOD, false},
+      {"cuMemcpyDtoDAsync_v2_ptsz", ARGUS_CU_MEMCPY_DTOD_ASYNC, ARGUS_GPU_COPY_DTOD, false},
+  };
+  for (const auto& w : wants) {
+    SCOPED_TRACE(w.name);
+    const auto* entry = find_spec(def, w.name, ProbeProgram::CudaMemcpy);
+    ASSERT_NE(entry, nullptr);
+    EXPECT_FALSE(entry->retprobe);
+    EXPECT_EQ(entry->file_offset, t.find(w.name)->file_offset);
+    EXPECT_EQ(ARGUS_COOKIE_ID(entry->cookie), w.api);
+    EXPECT_EQ(ARGUS_COOKIE_COUNT_ARG(entry->cookie), 3u);  // (dst, src, ByteCount[, stream])
+    const uint32_t flags = ARGUS_COOKIE_FLAGS(entry->cookie);
+    EXPECT_EQ(ARGUS_COOKIE_COPY_DIR(flags), w.dir);
+    EXPECT_EQ((flags & ARGUS_COOKIE_COPY_U32) != 0, w.u32);
+    const auto* ret = find_spec(def, w.name, ProbeProgram::CudaRet);
+    ASSERT_NE(ret, nullptr);
+    EXPECT_TRUE(ret->retprobe);
+    EXPECT_EQ(ARGUS_COOKIE_ID(ret->cookie), w.api);
+  }
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEMCPY_HTOD_ASYNC), "cuMemcpyHtoDAsync");
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEMCPY_DTOD), "cuMemcpyDtoD");
+  // Deep adds launches only: the copy probes are the same in both sets.
+  auto deep = plan_probes(t, LibraryKind::Cuda, ProbeSet::Deep);
+  size_t def_copies = 0, deep_copies = 0;
+  for (const auto& s : def) def_copies += s.program == ProbeProgram::CudaMemcpy;
+  for (const auto& s : deep) deep_copies += s.program == ProbeProgram::CudaMemcpy;
+  EXPECT_EQ(def_copies, std::size(wants));
+  EXPECT_EQ(deep_copies, def_copies);
+}
+
+// The sim's shim exports the copies the worker makes, each probed on its own.
+TEST(AttachPlan, SimShimCudaCopiesAndLaunches) {
+  if (!std::filesystem::exists(kShimCuda)) GTEST_SKIP() << "shim not built";
+  auto t = load(kShimCuda);
+  auto def = plan_probes(t, LibraryKind::Cuda, ProbeSet::Default);
+  for (const char* name : {"cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyHtoDAsync_v2",
+                           "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2"}) {
+    EXPECT_NE(find_spec(def, name, ProbeProgram::CudaMemcpy), nullptr) << name;
+    EXPECT_NE(find_spec(def, name, ProbeProgram::CudaRet), nullptr) << name;
+  }
+  for (const auto& s : def) {
+    EXPECT_NE(s.program, ProbeProgram::CudaCount) << s.symbol;
+    EXPECT_NE(s.program, ProbeProgram::CudaLaunchExit) << s.symbol;
+  }
+  auto deep = plan_probes(t, LibraryKind::Cuda, ProbeSet::Deep);
+  for (const char* name : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"}) {
     EXPECT_NE(find_spec(deep, name, ProbeProgram::CudaCount), nullptr) << name;
-  EXPECT_GT(deep.size(), def.size());
+    EXPECT_NE(find_spec(deep, name, ProbeProgram::CudaLaunchExit), nullptr) << name;
+  }
 }
 
 TEST(AttachPlan, LibrariesAreRecognisedBySymbolsNotNames) {

@@ -240,7 +240,7 @@ TEST(CuptiConvert, NcclFlags) {
   EXPECT_EQ(classify_kernel_name("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"), N | P);
   EXPECT_EQ(classify_kernel_name("ncclDevKernel_SendRecv"), N | P);
   EXPECT_EQ(classify_kernel_name("ncclDevKernel_Recv"), N | P | R);
-  EXPECT_EQ(classify_kernel_name("ncclDevKernel_Send_RING"), N | P);
+  EXPECT_EQ(classify_kernel_name("ncclDevKernel_Send_RING"), N | P | ARGUS_GPU_F_SEND);
   EXPECT_EQ(classify_kernel_name("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL"), N);
   EXPECT_EQ(classify_kernel_name("ncclDevKernel_AllGather_RING_LL"), N);
   // As CUPTI reports them: Itanium-mangled.

@@ -68,6 +68,35 @@ TEST(GpuTimeline, GapsEndingAtP2PKernelsAreBubbles) {
   EXPECT_NEAR(w.bubble_ratio, 30.0 / 150, 1e-12);
 }
 
+TEST(GpuTimeline, GapsBeforePureSendsAreNotBubblesAndGapsAreKeptForTheTrace) {
+  Timeline t;
+  std::vector<argus_gpu_rec> recs = {
+      kernel(0, 10, 1),
+      kernel(20, 21, 5, ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | ARGUS_GPU_F_SEND),  // 10 ms: idle, not a bubble
+      kernel(26, 27, 6, ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P),                     // 5 ms before a SendRecv: bubble
+      kernel(27, 40, 1),
+  };
+  t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  EXPECT_EQ(t.totals().idle_ns, 15 * kMs);
+  EXPECT_EQ(t.totals().bubble_ns, 5 * kMs);
+  const auto gaps = t.gaps_since(0);
+  ASSERT_EQ(gaps.size(), 2u);
+  EXPECT_FALSE(gaps[0].bubble);
+  EXPECT_TRUE(gaps[1].bubble);
+  EXPECT_EQ(gaps[1].end_ns, kT0 + 26 * kMs);
+  EXPECT_EQ(gaps[1].ns, 5 * kMs);
+}
+
+TEST(GpuTimeline, AProducerGoingBackInTimeStaysSortedAndCheap) {
+  Timeline t(TimelineOptions{10, 60, 100000});
+  std::vector<argus_gpu_rec> recs;
+  for (int i = 0; i < 256; ++i) recs.push_back(kernel(i * 2, i * 2 + 1, 1));
+  for (int fire = 0; fire < 200; ++fire) t.add_batch(recs.data(), recs.size(), 0, 0.1);  // the same batch again
+  EXPECT_EQ(t.totals().kernels, 256u * 200);
+  const auto w = t.window(kT0 + 512 * kMs);
+  EXPECT_NEAR(w.busy_ratio, 256.0 / 511, 1e-9);  // 1 ms of every 2, over 0..511 ms
+}
+
 TEST(GpuTimeline, LongGapsAreOutsideStepsAndOldDataGoesStale) {
   Timeline t(TimelineOptions{10, 60, 1000, 1.0});
   std::vector<argus_gpu_rec> a = {kernel(0, 10, 1)};
@@ -96,6 +125,7 @@ TEST(GpuTimeline, CopiesCountByDirectionAndLostRecordsAdd) {
   t.add_batch(recs.data(), recs.size(), 7, 0);
   EXPECT_EQ(t.totals().memcpys, 3u);
   EXPECT_EQ(t.totals().records, 3u);
+  EXPECT_EQ(t.totals().malformed, 1u);
   EXPECT_EQ(t.totals().memcpy_bytes.at("htod"), 8192u);
   EXPECT_EQ(t.totals().memcpy_bytes.at("dtoh"), 100u);
   EXPECT_EQ(t.totals().dropped, 7u);

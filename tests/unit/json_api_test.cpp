@@ -39,6 +39,10 @@ Snapshot make_snapshot() {
   a1.sync["cuStreamSynchronize"] = {5, 250'000'000};
   a1.launches_counted = true;
   a1.kernel_launches = 777;
+  a1.launch_timing.count = 5;
+  a1.launch_timing.ns = 250'000;
+  a1.launch_timing.log2_buckets = {{16, 5}};
+  a1.memcpy["dtoh"] = {15, 960};
   a1.cuda_errors[{"cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY"}] = 3;
   a1.nccl_errors[{"ncclAllReduce", "ncclSystemError"}] = 1;
   a1.collective_wait_ratio = 0.375;
@@ -90,6 +94,11 @@ TEST(JsonApi, RoundTripsThroughNlohmann) {
   EXPECT_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["calls"], 5);
   EXPECT_DOUBLE_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["wait_seconds"].get<double>(), 0.25);
   EXPECT_EQ(a1["cuda"]["kernel_launches"], 777);
+  EXPECT_EQ(a1["cuda"]["launch_timing"],
+            json::parse(R"({"count":5,"seconds":0.00025,"log2_buckets_ns":{"65536":5}})"));
+  // Every direction is listed, zero when no copy was made.
+  EXPECT_EQ(a1["cuda"]["memcpy"], json::parse(R"({"htod":{"calls":0,"bytes":0},"dtoh":{"calls":15,"bytes":960},
+                                                   "dtod":{"calls":0,"bytes":0}})"));
   EXPECT_EQ(a1["cuda"]["errors"], json::parse(R"([{"api":"cuMemAlloc","code":"CUDA_ERROR_OUT_OF_MEMORY","count":3}])"));
   EXPECT_EQ(a1["nccl_errors"], json::parse(R"([{"api":"ncclAllReduce","code":"ncclSystemError","count":1}])"));
   EXPECT_EQ(a1["libraries"], json::parse(R"(["/usr/lib/libnccl.so.2","/usr/lib/libcuda.so.1"])"));
@@ -107,6 +116,7 @@ TEST(JsonApi, NullsForUnknownFields) {
   EXPECT_TRUE(a0["local_world_size"].is_null());
   EXPECT_TRUE(a0["identity_source"].is_null());
   EXPECT_TRUE(a0["cuda"]["kernel_launches"].is_null()) << "not counted -> null, not 0";
+  EXPECT_TRUE(a0["cuda"]["launch_timing"].is_null()) << "not timed -> null";
   EXPECT_EQ(a0["nccl"], json::object());
   EXPECT_EQ(a0["cuda"]["sync"], json::object());
   EXPECT_EQ(a0["cuda"]["errors"], json::array());
@@ -141,4 +151,23 @@ TEST(JsonApi, DumpJsonNeverThrows) {
 }
 
 }  // namespace
+TEST(JsonApi, GpuStepsDecodeTheSketches) {
+  gpu::StepSketch sk;
+  for (int i = 0; i < 9; ++i) sk.add(3, 100'000);  // 9 x 100 µs
+  sk.add(4, 2'000'000);                            // 1 x 2 ms: the largest total first
+  std::vector<gpu::StepSummary> steps = {{5'000'000'000ull, sk.encode()}, {6'000'000'000ull, {0xff}}};
+  auto j = gpu_steps_json("job", 2, 77, steps, {{3, "gemm"}}, 1000.0);
+  ASSERT_EQ(j["steps"].size(), 2u);
+  const auto& s0 = j["steps"][0];
+  EXPECT_DOUBLE_EQ(s0["start"].get<double>(), 1005.0);
+  EXPECT_EQ(s0["bytes"], steps[0].sketch.size());
+  ASSERT_EQ(s0["kernels"].size(), 2u);
+  EXPECT_EQ(s0["kernels"][0]["name"], "kernel#4");
+  EXPECT_EQ(s0["kernels"][1]["name"], "gemm");
+  EXPECT_EQ(s0["kernels"][1]["count"], 9);
+  EXPECT_NEAR(s0["kernels"][1]["p50_us"].get<double>(), 100, 100 * gpu::kSketchRelativeError);
+  EXPECT_EQ(j["steps"][1]["decoded"], false);  // a corrupt sketch is said so, not guessed
+  EXPECT_EQ(j["steps"][1]["kernels"].size(), 0u);
+}
+
 }  // namespace argus

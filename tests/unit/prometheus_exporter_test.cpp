@@ -50,6 +50,10 @@ Snapshot make_snapshot() {
   r0.collective_wait_ratio = 0.25;
   r0.kernel_launches = 999;  // not counted: must not be exported
   r0.launches_counted = false;
+  r0.launch_timing.count = 7;  // not timed either
+  r0.memcpy["htod"] = {3, 12288};
+  r0.memcpy["dtoh"] = {15, 960};
+  r0.memcpy["dtod"] = {16, 69632};
 
   RankSnapshot r1;
   r1.pid = 101;
@@ -61,6 +65,10 @@ Snapshot make_snapshot() {
   r1.node = "";  // falls back to the agent's node
   r1.launches_counted = true;
   r1.kernel_launches = 12345;
+  // 10 launches of [2^14, 2^15) ns, 2 of [2^20, 2^21) ns, 1 of [2^40, 2^41) ns (beyond the last le).
+  r1.launch_timing.count = 13;
+  r1.launch_timing.ns = 1'500'000'000;
+  r1.launch_timing.log2_buckets = {{15, 10}, {21, 2}, {41, 1}};
   r1.exited = true;
   r1.exit_reason = "oom";
   r1.collective_wait_ratio = 0.5;
@@ -108,6 +116,11 @@ std::map<std::string, std::string> types_of(const std::vector<std::string>& line
       continue;
     } else if (!l.empty()) {
       std::string name = l.substr(0, l.find_first_of("{ "));
+      if (types[current] == "histogram") {
+        for (const std::string suffix : {"_bucket", "_sum", "_count"}) {
+          if (name == current + suffix) name = current;
+        }
+      }
       EXPECT_EQ(name, current) << "sample outside its family: " << l;
     }
   }
@@ -140,6 +153,10 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_cuda_sync_wait_seconds_total", "counter"},
       {"argus_cuda_sync_calls_total", "counter"},
       {"argus_cuda_kernel_launches_total", "counter"},
+      {"argus_cuda_launch_seconds_total", "counter"},
+      {"argus_cuda_launch_duration_seconds", "histogram"},
+      {"argus_cuda_memcpy_bytes_total", "counter"},
+      {"argus_cuda_memcpy_calls_total", "counter"},
       {"argus_cuda_errors_total", "counter"},
       {"argus_nccl_errors_total", "counter"},
       {"argus_collective_wait_ratio", "gauge"},
@@ -215,6 +232,45 @@ TEST(PrometheusExporter, SampleValues) {
   // Launches only where counted; exits only for exited ranks.
   EXPECT_EQ(count_prefix(lines, "argus_cuda_kernel_launches_total{"), 1u);
   EXPECT_EQ(count_prefix(lines, "argus_rank_exits_total{"), 1u);
+}
+
+TEST(PrometheusExporter, HostCopiesByDirection) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  for (const char* want : {
+           R"(argus_cuda_memcpy_bytes_total{job_id="job1",rank="0",direction="htod"} 12288)",
+           R"(argus_cuda_memcpy_bytes_total{job_id="job1",rank="0",direction="dtoh"} 960)",
+           R"(argus_cuda_memcpy_bytes_total{job_id="job1",rank="0",direction="dtod"} 69632)",
+           R"(argus_cuda_memcpy_calls_total{job_id="job1",rank="0",direction="htod"} 3)",
+           R"(argus_cuda_memcpy_calls_total{job_id="job1",rank="0",direction="dtoh"} 15)",
+           R"(argus_cuda_memcpy_calls_total{job_id="job1",rank="0",direction="dtod"} 16)",
+       }) {
+    EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
+  }
+  EXPECT_EQ(count_prefix(lines, "argus_cuda_memcpy_bytes_total{"), 3u);
+  EXPECT_EQ(count_prefix(lines, "argus_cuda_memcpy_calls_total{"), 3u);
+}
+
+TEST(PrometheusExporter, LaunchTimingOnlyWhereLaunchesAreTimed) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  // Rank 1 runs under --probes deep; rank 0 does not (no sample at all).
+  EXPECT_TRUE(has_line(lines, R"(argus_cuda_launch_seconds_total{job_id="job1",rank="1"} 1.5)"));
+  EXPECT_EQ(count_prefix(lines, "argus_cuda_launch_seconds_total{"), 1u);
+  EXPECT_TRUE(has_line(lines, R"(argus_cuda_launch_duration_seconds_count{job_id="job1",rank="1"} 13)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_cuda_launch_duration_seconds_sum{job_id="job1",rank="1"} 1.5)"));
+  EXPECT_EQ(count_prefix(lines, "argus_cuda_launch_duration_seconds_count{"), 1u);
+  // le = 2^b ns for b = 10..30, then +Inf; cumulative.
+  EXPECT_EQ(count_prefix(lines, R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le=)"), 22u);
+  for (const char* want : {
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="1.024e-06"} 0)",
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="1.6384e-05"} 0)",
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="3.2768e-05"} 10)",
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="0.001048576"} 10)",
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="0.002097152"} 12)",
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="1.073741824"} 12)",
+           R"(argus_cuda_launch_duration_seconds_bucket{job_id="job1",rank="1",le="+Inf"} 13)",
+       }) {
+    EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
+  }
 }
 
 TEST(PrometheusExporter, UnidentifiedProcessesAreNotExportedPerRank) {
@@ -342,7 +398,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 38u);
+  EXPECT_EQ(types_of(lines).size(), 42u);
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
 }

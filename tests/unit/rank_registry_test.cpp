@@ -46,6 +46,13 @@ TEST(RankRegistry, TotalsReplaceNeverAdd) {
       {100, ARGUS_STAT_CUDA_SYNC, ARGUS_CU_STREAM_SYNCHRONIZE, 0, 5, 5'000'000},
       {100, ARGUS_STAT_CUDA_ERROR, ARGUS_CU_MEM_ALLOC, 2, 1, 0},
       {100, ARGUS_STAT_NCCL_ERROR, static_cast<uint16_t>(ARGUS_OP_MAX), 6, 1, 0},
+      {100, ARGUS_STAT_CUDA_MEMCPY, ARGUS_GPU_COPY_HTOD, 0, 2, 4352},
+      {100, ARGUS_STAT_CUDA_MEMCPY, ARGUS_GPU_COPY_DTOD, 0, 8, 36864},
+      {100, ARGUS_STAT_CUDA_ERROR, ARGUS_CU_MEMCPY_DTOH_ASYNC, 1, 1, 0},
+      {100, ARGUS_STAT_CUDA_LAUNCH_TIME, ARGUS_CU_LAUNCH_KERNEL, 0, 3, 90'000},
+      {100, ARGUS_STAT_CUDA_LAUNCH_TIME, ARGUS_CU_LAUNCH_KERNEL_EX, 0, 1, 10'000},
+      {100, ARGUS_STAT_CUDA_LAUNCH_HIST, 15, 0, 3, 90'000},
+      {100, ARGUS_STAT_CUDA_LAUNCH_HIST, 14, 0, 1, 10'000},
   };
   reg.apply_totals(100, totals);
   reg.apply_totals(100, totals);  // the same totals twice: still the same figures
@@ -58,6 +65,14 @@ TEST(RankRegistry, TotalsReplaceNeverAdd) {
   EXPECT_EQ(s->sync.at("cuStreamSynchronize").wait_ns, 5'000'000u);
   EXPECT_EQ((s->cuda_errors.at({"cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY"})), 1u);
   EXPECT_EQ((s->nccl_errors.at({"ncclCommInitRank", "ncclRemoteError"})), 1u);
+  EXPECT_EQ(s->memcpy.size(), 2u);
+  EXPECT_EQ(s->memcpy.at("htod").calls, 2u);
+  EXPECT_EQ(s->memcpy.at("htod").bytes, 4352u);
+  EXPECT_EQ(s->memcpy.at("dtod").bytes, 36864u);
+  EXPECT_EQ((s->cuda_errors.at({"cuMemcpyDtoHAsync", "CUDA_ERROR_INVALID_VALUE"})), 1u);
+  EXPECT_EQ(s->launch_timing.count, 4u);
+  EXPECT_EQ(s->launch_timing.ns, 100'000u);
+  EXPECT_EQ(s->launch_timing.log2_buckets, (std::map<uint32_t, uint64_t>{{14, 1}, {15, 3}}));
   EXPECT_EQ(s->job_id, "job");
   EXPECT_EQ(s->rank, 3);
   EXPECT_EQ(s->node, "node-a");

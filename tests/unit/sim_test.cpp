@@ -282,6 +282,15 @@ TEST(SimTest, TruthFilesMatchTheCallPattern)
 		EXPECT_EQ(t["cuda"]["calls"]["cuLaunchKernel_ptsz"], 7 * 2);
 		EXPECT_EQ(t["cuda"]["calls"]["cuLaunchKernelEx"], 7);
 		EXPECT_EQ(t["cuda"]["calls"]["cuLaunchKernelEx_ptsz"], 7);
+		// Host copies (workload.h): setup HtoD 4096; per step DtoDAsync 4096 and
+		// DtoHAsync 64; at step 0 (s%10 == 0) HtoDAsync 256 and DtoD 8192.
+		EXPECT_EQ(t["cuda"]["memcpy"]["htod"], json::parse(R"({"calls":2,"bytes":4352})"));
+		EXPECT_EQ(t["cuda"]["memcpy"]["dtoh"], json::parse(R"({"calls":7,"bytes":448})"));
+		EXPECT_EQ(t["cuda"]["memcpy"]["dtod"], json::parse(R"({"calls":8,"bytes":36864})"));
+		EXPECT_EQ(t["cuda"]["calls"]["cuMemcpyDtoHAsync_v2"], 7);
+		EXPECT_EQ(t["cuda"]["calls"]["cuMemcpyDtoDAsync_v2"], 7);
+		EXPECT_EQ(t["cuda"]["calls"]["cuMemcpyHtoDAsync_v2"], 1);
+		EXPECT_EQ(t["cuda"]["calls"]["cuMemcpyDtoD_v2"], 1);
 		if (r == 2) {
 			EXPECT_EQ(t["cuda"]["errors"], json::parse(R"({"cuMemAlloc":{"CUDA_ERROR_OUT_OF_MEMORY":3}})"));
 			EXPECT_EQ(t["cuda"]["calls"]["cuMemAlloc_v2"], 2 + 3);
@@ -414,7 +423,8 @@ TEST(SimTest, ShimLibrariesLookLikeTheRealOnes)
 	      "cuEventRecord", "cuEventRecord_ptsz", "cuEventSynchronize", "cuEventDestroy_v2",
 	      "cuModuleLoadData", "cuModuleGetFunction", "cuLaunchKernel", "cuLaunchKernel_ptsz",
 	      "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuMemAlloc", "cuMemAlloc_v2",
-	      "cuMemAllocAsync", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuGetErrorString",
+	      "cuMemAllocAsync", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2",
+	      "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuGetErrorString",
 	      "cuGetErrorName", "argus_sim_set_kernel_us"}) {
 		SCOPED_TRACE(api);
 		ASSERT_EQ(cuda.syms.count(api), 1u);

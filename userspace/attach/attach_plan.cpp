@@ -51,7 +51,7 @@ constexpr std::array<NamedId, 5> kCudaSync{{
 
 // Rare calls whose error codes matter (out of memory, init failures): a
 // uretprobe only, in the default set.
-constexpr std::array<NamedId, 15> kCudaChecked{{
+constexpr std::array<NamedId, 16> kCudaChecked{{
     {"cuInit", ARGUS_CU_INIT},
     {"cuCtxCreate", ARGUS_CU_CTX_CREATE},
     {"cuCtxCreate_v2", ARGUS_CU_CTX_CREATE},
@@ -66,7 +66,41 @@ constexpr std::array<NamedId, 15> kCudaChecked{{
     {"cuMemAllocManaged", ARGUS_CU_MEM_ALLOC_MANAGED},
     {"cuMemAllocHost", ARGUS_CU_MEM_ALLOC_HOST},
     {"cuMemAllocHost_v2", ARGUS_CU_MEM_ALLOC_HOST},
-    {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC},
+    {"cuMemAllocPitch", ARGUS_CU_MEM_ALLOC_PITCH},
+    {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC_PITCH},
+}};
+
+struct CudaCopy {
+  const char* name;
+  uint32_t api;
+  uint8_t dir;        // enum argus_gpu_copy_dir
+  uint8_t bytes_arg;  // 1-based SysV position of ByteCount (cuda.h)
+  bool u32;           // the unversioned legacy ABI: ByteCount is an unsigned int
+};
+
+// Host-API copies with a known direction: a few per step, so in the default set
+// (entry: calls and bytes; return: error codes). Per-thread-stream variants
+// (_ptds, _ptsz) share the id of their base API.
+constexpr std::array<CudaCopy, 18> kCudaCopies{{
+    {"cuMemcpyHtoD", ARGUS_CU_MEMCPY_HTOD, ARGUS_GPU_COPY_HTOD, 3, true},   // (dst, src, n)
+    {"cuMemcpyHtoD_v2", ARGUS_CU_MEMCPY_HTOD, ARGUS_GPU_COPY_HTOD, 3, false},
+    {"cuMemcpyHtoD_v2_ptds", ARGUS_CU_MEMCPY_HTOD, ARGUS_GPU_COPY_HTOD, 3, false},
+    {"cuMemcpyDtoH", ARGUS_CU_MEMCPY_DTOH, ARGUS_GPU_COPY_DTOH, 3, true},   // (dstHost, src, n)
+    {"cuMemcpyDtoH_v2", ARGUS_CU_MEMCPY_DTOH, ARGUS_GPU_COPY_DTOH, 3, false},
+    {"cuMemcpyDtoH_v2_ptds", ARGUS_CU_MEMCPY_DTOH, ARGUS_GPU_COPY_DTOH, 3, false},
+    {"cuMemcpyDtoD", ARGUS_CU_MEMCPY_DTOD, ARGUS_GPU_COPY_DTOD, 3, true},   // (dst, src, n)
+    {"cuMemcpyDtoD_v2", ARGUS_CU_MEMCPY_DTOD, ARGUS_GPU_COPY_DTOD, 3, false},
+    {"cuMemcpyDtoD_v2_ptds", ARGUS_CU_MEMCPY_DTOD, ARGUS_GPU_COPY_DTOD, 3, false},
+    // (dst, src, n, stream)
+    {"cuMemcpyHtoDAsync", ARGUS_CU_MEMCPY_HTOD_ASYNC, ARGUS_GPU_COPY_HTOD, 3, true},
+    {"cuMemcpyHtoDAsync_v2", ARGUS_CU_MEMCPY_HTOD_ASYNC, ARGUS_GPU_COPY_HTOD, 3, false},
+    {"cuMemcpyHtoDAsync_v2_ptsz", ARGUS_CU_MEMCPY_HTOD_ASYNC, ARGUS_GPU_COPY_HTOD, 3, false},
+    {"cuMemcpyDtoHAsync", ARGUS_CU_MEMCPY_DTOH_ASYNC, ARGUS_GPU_COPY_DTOH, 3, true},
+    {"cuMemcpyDtoHAsync_v2", ARGUS_CU_MEMCPY_DTOH_ASYNC, ARGUS_GPU_COPY_DTOH, 3, false},
+    {"cuMemcpyDtoHAsync_v2_ptsz", ARGUS_CU_MEMCPY_DTOH_ASYNC, ARGUS_GPU_COPY_DTOH, 3, false},
+    {"cuMemcpyDtoDAsync", ARGUS_CU_MEMCPY_DTOD_ASYNC, ARGUS_GPU_COPY_DTOD, 3, true},
+    {"cuMemcpyDtoDAsync_v2", ARGUS_CU_MEMCPY_DTOD_ASYNC, ARGUS_GPU_COPY_DTOD, 3, false},
+    {"cuMemcpyDtoDAsync_v2_ptsz", ARGUS_CU_MEMCPY_DTOD_ASYNC, ARGUS_GPU_COPY_DTOD, 3, false},
 }};
 
 // Kernel launches: thousands a second in a launch-bound rank, so only under
@@ -139,12 +173,20 @@ void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
     if (const auto* sym = probeable(symbols, s.name))
       plan.add(*sym, ProbeProgram::CudaRet, true, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
   }
+  for (const auto& c : kCudaCopies) {
+    const auto* sym = probeable(symbols, c.name);
+    if (sym == nullptr) continue;
+    const uint32_t flags = c.dir | (c.u32 ? ARGUS_COOKIE_COPY_U32 : 0u);
+    plan.add(*sym, ProbeProgram::CudaMemcpy, false, ARGUS_COOKIE(c.api, c.bytes_arg, 0, 0, flags));
+    plan.add(*sym, ProbeProgram::CudaRet, true, ARGUS_COOKIE(c.api, 0, 0, 0, 0));
+  }
   if (set != ProbeSet::Deep) return;
+  // Entry: count + start time; return: time inside the launch and its error code.
   for (const auto& s : kCudaLaunch) {
     const auto* sym = probeable(symbols, s.name);
     if (sym == nullptr) continue;
     plan.add(*sym, ProbeProgram::CudaCount, false, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
-    plan.add(*sym, ProbeProgram::CudaRet, true, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
+    plan.add(*sym, ProbeProgram::CudaLaunchExit, true, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
   }
 }
 
@@ -170,6 +212,8 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::CudaCount: return "argus_cuda_count";
     case ProbeProgram::CudaRet: return "argus_cuda_ret";
     case ProbeProgram::TimedExit: return "argus_timed_exit";
+    case ProbeProgram::CudaMemcpy: return "argus_cuda_memcpy";
+    case ProbeProgram::CudaLaunchExit: return "argus_cuda_launch_exit";
   }
   return "unknown";
 }
@@ -209,7 +253,9 @@ const char* cuda_api_label(uint32_t api) {
   static constexpr std::array<const char*, ARGUS_CU_API_MAX> kLabels{
       "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuLaunchKernel",
       "cuLaunchKernelEx",    "cuLaunchCooperativeKernel", "cuMemAlloc", "cuMemAllocAsync",
-      "cuMemAllocManaged",   "cuMemAllocHost",      "cuInit",           "cuCtxCreate"};
+      "cuMemAllocManaged",   "cuMemAllocHost",      "cuInit",           "cuCtxCreate",
+      "cuMemAllocPitch",     "cuMemcpyHtoD",        "cuMemcpyDtoH",     "cuMemcpyDtoD",
+      "cuMemcpyHtoDAsync",   "cuMemcpyDtoHAsync",   "cuMemcpyDtoDAsync"};
   return api < kLabels.size() ? kLabels[api] : "unknown";
 }
 

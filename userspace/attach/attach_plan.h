@@ -23,9 +23,11 @@ enum class ProbeProgram {
   NcclInitExit,   // argus_nccl_init_exit (uretprobe)
   NcclGroup,      // argus_nccl_group
   CudaSyncEnter,  // argus_cuda_sync_enter
-  CudaCount,      // argus_cuda_count (deep)
+  CudaCount,      // argus_cuda_count (deep): counts a launch, keeps its entry time
   CudaRet,        // argus_cuda_ret (uretprobe)
   TimedExit,      // argus_timed_exit (uretprobe)
+  CudaMemcpy,     // argus_cuda_memcpy: calls and bytes per copy direction
+  CudaLaunchExit, // argus_cuda_launch_exit (uretprobe, deep): launch time, log2 histogram, errors
 };
 
 struct ProbeSpec {

@@ -51,6 +51,8 @@ class AgentRuntime {
   // The node's timeline over the last `seconds` (GET /api/v1/trace), and the
   // CLOCK_MONOTONIC time it ends at.
   std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const;
+  NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const { return timeline_.step_history(pid, last); }
+  uint64_t monotonic_ns() const { return clock_.monotonic_ns(); }
 
  private:
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader);

@@ -23,6 +23,8 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::CudaSyncEnter: return skel->progs.argus_cuda_sync_enter;
     case ProbeProgram::CudaCount: return skel->progs.argus_cuda_count;
     case ProbeProgram::CudaRet: return skel->progs.argus_cuda_ret;
+    case ProbeProgram::CudaMemcpy: return skel->progs.argus_cuda_memcpy;
+    case ProbeProgram::CudaLaunchExit: return skel->progs.argus_cuda_launch_exit;
     case ProbeProgram::TimedExit: return skel->progs.argus_timed_exit;
   }
   return nullptr;

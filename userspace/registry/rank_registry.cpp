@@ -5,6 +5,7 @@
 
 #include "argus.h"
 #include "attach/attach_plan.h"
+#include "gpu/timeline.h"
 
 namespace argus {
 
@@ -84,6 +85,8 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
   s.cuda_errors.clear();
   s.nccl_errors.clear();
   s.kernel_launches = 0;
+  s.launch_timing = LaunchTiming{};
+  s.memcpy.clear();
   for (const auto& r : records) {
     switch (r.kind) {
       case ARGUS_STAT_NCCL_CALLS: {
@@ -104,6 +107,19 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
       case ARGUS_STAT_CUDA_LAUNCH:
         s.kernel_launches += r.count;
         break;
+      case ARGUS_STAT_CUDA_LAUNCH_TIME:
+        s.launch_timing.count += r.count;
+        s.launch_timing.ns += r.sum;
+        break;
+      case ARGUS_STAT_CUDA_LAUNCH_HIST:
+        s.launch_timing.log2_buckets[r.sub] += r.count;
+        break;
+      case ARGUS_STAT_CUDA_MEMCPY: {
+        auto& c = s.memcpy[gpu::copy_direction_label(r.sub)];
+        c.calls += r.count;
+        c.bytes += r.sum;
+        break;
+      }
       case ARGUS_STAT_CUDA_ERROR:
         s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
         break;

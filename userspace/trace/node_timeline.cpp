@@ -87,18 +87,27 @@ GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
   v.nccl_kernel_ns = t.nccl_kernel_ns;
   v.idle_ns = t.idle_ns;
   v.bubble_ns = t.bubble_ns;
-  v.lost = r.lost;
+  v.lost = r.lost + t.malformed;
   v.memcpy_bytes = t.memcpy_bytes;
   v.step_summary_bytes = r.gpu.mean_step_bytes(100);
   v.steps_summarized = r.gpu.steps().size();
   return v;
 }
 
+NodeTimeline::StepHistory NodeTimeline::step_history(int pid, size_t last) const {
+  StepHistory h;
+  std::lock_guard lock(mu_);
+  auto it = ranks_.find(pid);
+  if (it == ranks_.end()) return h;
+  const auto& steps = it->second.gpu.steps();
+  const size_t n = std::min(last, steps.size());
+  h.steps.assign(steps.end() - static_cast<std::ptrdiff_t>(n), steps.end());
+  h.names = it->second.gpu.names();
+  return h;
+}
+
 void NodeTimeline::gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, std::vector<TraceSpan>& out) const {
-  const auto recs = r.gpu.recent(from_ns);
-  uint64_t frontier = 0;
-  std::vector<argus_gpu_rec> kernels;
-  for (const auto& g : recs) {
+  for (const auto& g : r.gpu.recent(from_ns)) {
     if (g.start_ns > to_ns) continue;
     TraceSpan s;
     s.start_ns = g.start_ns;
@@ -107,7 +116,6 @@ void NodeTimeline::gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, st
     if (g.kind == ARGUS_GPU_KERNEL) {
       s.track = "GPU stream " + std::to_string(g.stream_id);
       s.name = r.gpu.name(g.name_id);
-      kernels.push_back(g);
     } else {
       s.track = "GPU copies";
       s.name = s.category == "memcpy"
@@ -119,16 +127,12 @@ void NodeTimeline::gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, st
     s.args["correlation_id"] = std::to_string(g.correlation_id);
     out.push_back(std::move(s));
   }
-  // Idle gaps of the whole GPU, bubbles (ending at a P2P kernel) named as such.
-  std::sort(kernels.begin(), kernels.end(),
-            [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; });
-  for (const auto& k : kernels) {
-    if (frontier != 0 && k.start_ns > frontier) {
-      const bool bubble = (k.flags & ARGUS_GPU_F_P2P) != 0;
-      out.push_back({"GPU idle", bubble ? "pipeline bubble" : "idle", frontier, k.start_ns,
-                     bubble ? "bubble" : "idle", {}});
-    }
-    frontier = std::max<uint64_t>(frontier, k.end_ns);
+  // The in-step idle gaps the metrics count (gaps outside steps are not drawn),
+  // bubbles named as such.
+  for (const auto& g : r.gpu.gaps_since(from_ns)) {
+    if (g.end_ns - g.ns > to_ns) continue;
+    out.push_back({"GPU idle", g.bubble ? "pipeline bubble" : "idle", g.end_ns - g.ns, g.end_ns,
+                   g.bubble ? "bubble" : "idle", {}});
   }
 }
 

@@ -53,6 +53,12 @@ class NodeTimeline {
   void retain(const std::set<int>& pids);  // forgets every other rank
 
   GpuRankView gpu_view(int pid, uint64_t now_ns) const;
+  // The rank's last `last` per-step kernel summaries, oldest first, and its kernel names.
+  struct StepHistory {
+    std::vector<gpu::StepSummary> steps;
+    std::map<uint32_t, std::string> names;
+  };
+  StepHistory step_history(int pid, size_t last) const;
   std::vector<TraceRank> trace(uint64_t from_ns, uint64_t to_ns) const;
 
  private:
