@@ -1,5 +1,6 @@
 #include "gpu/sketch.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace argus::gpu {
@@ -60,35 +61,60 @@ double KernelDistribution::quantile_ns(double q) const {
 }
 
 void StepSketch::add(uint32_t name_id, uint64_t duration_ns) {
-  auto& k = kernels_[name_id];
-  k.count += 1;
-  k.sum_ns += duration_ns;
-  k.buckets[bucket_of(duration_ns)] += 1;
+  entries_.push_back({name_id, bucket_of(duration_ns), duration_ns});
 }
 
-// Layout: names, then per name: id, count, sum (µs), buckets, then per bucket the
-// index delta (zigzag) and its count. Everything varint.
-std::vector<uint8_t> StepSketch::encode() const {
-  std::vector<uint8_t> out;
-  put_varint(out, kernels_.size());
-  for (const auto& [id, k] : kernels_) {
-    put_varint(out, id);
-    put_varint(out, k.count);
-    put_varint(out, (k.sum_ns + 500) / 1000);
-    put_varint(out, k.buckets.size());
-    int64_t prev = 0;
-    for (const auto& [b, n] : k.buckets) {
-      put_varint(out, zigzag(static_cast<int64_t>(b) - prev));
-      put_varint(out, n);
-      prev = b;
-    }
+std::map<uint32_t, KernelDistribution> StepSketch::kernels() const {
+  std::map<uint32_t, KernelDistribution> out;
+  for (const auto& e : entries_) {
+    auto& k = out[e.name_id];
+    k.count += 1;
+    k.sum_ns += e.duration_ns;
+    k.buckets[e.bucket] += 1;
   }
   return out;
 }
 
-std::optional<StepSketch> StepSketch::decode(const std::vector<uint8_t>& bytes) {
+// Layout: names, then per name: id, count, sum (µs), buckets, then per bucket the
+// index delta (zigzag) and its count. Everything varint.
+std::vector<uint8_t> StepSketch::encode() {
+  std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
+    return a.name_id != b.name_id ? a.name_id < b.name_id : a.bucket < b.bucket;
+  });
+  std::vector<uint8_t> out;
+  size_t names = 0;
+  for (size_t i = 0; i < entries_.size(); ++i)
+    if (i == 0 || entries_[i].name_id != entries_[i - 1].name_id) ++names;
+  put_varint(out, names);
+  for (size_t i = 0; i < entries_.size();) {
+    const uint32_t id = entries_[i].name_id;
+    size_t end = i;
+    uint64_t sum = 0, nb = 0;
+    for (; end < entries_.size() && entries_[end].name_id == id; ++end) {
+      sum += entries_[end].duration_ns;
+      if (end == i || entries_[end].bucket != entries_[end - 1].bucket) ++nb;
+    }
+    put_varint(out, id);
+    put_varint(out, end - i);
+    put_varint(out, (sum + 500) / 1000);
+    put_varint(out, nb);
+    int64_t prev = 0;
+    for (size_t j = i; j < end;) {
+      const int32_t b = entries_[j].bucket;
+      size_t n = 0;
+      for (; j < end && entries_[j].bucket == b; ++j) ++n;
+      put_varint(out, zigzag(static_cast<int64_t>(b) - prev));
+      put_varint(out, n);
+      prev = b;
+    }
+    i = end;
+  }
+  return out;
+}
+
+std::optional<DecodedSketch> StepSketch::decode(const std::vector<uint8_t>& bytes) {
   Reader r{bytes};
-  StepSketch s;
+  DecodedSketch s;
   uint64_t names = 0;
   if (!r.get(names) || names > bytes.size()) return std::nullopt;
   for (uint64_t i = 0; i < names; ++i) {

@@ -22,21 +22,41 @@ struct KernelDistribution {
   double quantile_ns(double q) const;
 };
 
+// A sketch read back from its bytes.
+class DecodedSketch {
+ public:
+  const std::map<uint32_t, KernelDistribution>& kernels() const { return kernels_; }
+
+ private:
+  friend class StepSketch;
+  std::map<uint32_t, KernelDistribution> kernels_;
+};
+
+// The builder: add() is on the agent's per-record path, so it only appends to a
+// buffer that keeps its capacity from step to step (no allocation per record);
+// encode() sorts once per step.
 class StepSketch {
  public:
   void add(uint32_t name_id, uint64_t duration_ns);
-  bool empty() const { return kernels_.empty(); }
-  const std::map<uint32_t, KernelDistribution>& kernels() const { return kernels_; }
+  bool empty() const { return entries_.empty(); }
+  void clear() { entries_.clear(); }
 
-  std::vector<uint8_t> encode() const;
+  std::vector<uint8_t> encode();
+  // The distributions of what was added (what decode(encode()) gives, before rounding).
+  std::map<uint32_t, KernelDistribution> kernels() const;
   // nullopt on malformed input (truncated, bad varints, trailing bytes).
-  static std::optional<StepSketch> decode(const std::vector<uint8_t>& bytes);
+  static std::optional<DecodedSketch> decode(const std::vector<uint8_t>& bytes);
 
   static int32_t bucket_of(uint64_t duration_ns);
   static double bucket_value_ns(int32_t bucket);  // a representative duration of the bucket
 
  private:
-  std::map<uint32_t, KernelDistribution> kernels_;
+  struct Entry {
+    uint32_t name_id;
+    int32_t bucket;
+    uint64_t duration_ns;
+  };
+  std::vector<Entry> entries_;
 };
 
 }  // namespace argus::gpu

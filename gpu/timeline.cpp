@@ -153,7 +153,7 @@ void Timeline::close_step(uint64_t next_start_ns) {
     steps_.push_back({open_step_ns_, open_.encode()});
     while (steps_.size() > opts_.max_steps) steps_.pop_front();
   }
-  open_ = StepSketch();
+  open_.clear();  // keeps its buffer: no allocation per record
   open_step_ns_ = next_start_ns;
 }
 
