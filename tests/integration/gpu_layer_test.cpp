@@ -2,6 +2,7 @@
 // CUPTI injection library) hand GPU activity records to the agent through the
 // USDT probes; the agent's figures are compared with what the producers
 // recorded, and the injected GPU faults must be named.
+#include <algorithm>
 #include <set>
 
 #include "harness.h"
@@ -94,6 +95,27 @@ TEST(GpuLayer, EveryRecordTheSimSentIsCountedExactly) {
   EXPECT_NE(m.find("argus_agent_bpf_errors_total{error=\"gpu_batch_truncated\"} 0\n"), std::string::npos);
   EXPECT_NE(m.find("argus_nccl_kernel_seconds_total{job_id=\"gpu-exact\",rank=\"0\"}"), std::string::npos);
   EXPECT_NE(m.find("argus_gpu_step_summary_bytes{job_id=\"gpu-exact\",rank=\"0\"}"), std::string::npos);
+
+  // The per-step summaries: every step runs each of the sim's 4 compute kernels
+  // kernels_per_step / 4 = 4 times (workload.h).
+  auto steps = agent.get_json("/api/v1/ranks/gpu-exact/0/gpu-steps?last=30");
+  ASSERT_TRUE(steps.has_value());
+  ASSERT_GE((*steps)["steps"].size(), 10u) << steps->dump();  // of 40 (the first ones before the period is known may merge)
+  std::vector<uint64_t> fwd;
+  for (const auto& st : (*steps)["steps"]) {
+    EXPECT_TRUE(st["decoded"].get<bool>());
+    for (const auto& k : st["kernels"])
+      if (k["name"] == "sim_gemm_fwd") fwd.push_back(k["count"].get<uint64_t>());
+  }
+  ASSERT_FALSE(fwd.empty());
+  std::sort(fwd.begin(), fwd.end());
+  EXPECT_EQ(fwd[fwd.size() / 2], 4u) << steps->dump();
+  auto bad = cli::http_get(agent.url("/api/v1/ranks/gpu-exact/0/gpu-steps?last=0"), 5s);
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(bad->status, 400);
+  auto none = cli::http_get(agent.url("/api/v1/ranks/gpu-exact/99/gpu-steps"), 5s);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->status, 404);
 }
 
 TEST(GpuLayer, SlowGpuNamedWithReasonGpuAndNobodyElse) {

@@ -50,8 +50,8 @@ void NodeTimeline::on_collective_enter(int pid, uint64_t ts_ns, double step_seco
   std::lock_guard lock(mu_);
   Rank& r = rank(pid);
   // The collectives of a step come in a burst after its compute: a quiet gap of
-  // half a step (50 ms while the period is unknown) means a new step began.
-  const auto quiet_ns = static_cast<uint64_t>((step_seconds > 0 ? step_seconds / 2 : 0.05) * kNs);
+  // half a step (10 ms while the period is unknown) means a new step began.
+  const auto quiet_ns = static_cast<uint64_t>((step_seconds > 0 ? step_seconds / 2 : 0.01) * kNs);
   if (r.last_enter_ns == 0 || ts_ns >= r.last_enter_ns + quiet_ns) r.gpu.mark_step(ts_ns);
   r.last_enter_ns = std::max(r.last_enter_ns, ts_ns);
 }
