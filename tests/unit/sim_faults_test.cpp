@@ -23,109 +23,23 @@
 
 #include <nlohmann/json.hpp>
 
-extern char **environ;
+#include "sim_test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
+using namespace argus::simtest;
+using Sim = SimProcess;
 
-const std::string kSim = std::string(ARGUS_BUILD_DIR) + "/bin/argus-sim";
 constexpr const char *kNodeEnvName = "ARGUS_SIM_NODE";
-
-struct TempDir {
-	fs::path path;
-	TempDir()
-	{
-		std::string tmpl = (fs::temp_directory_path() / "argus-simf-test-XXXXXX").string();
-		if (char *p = mkdtemp(tmpl.data()))
-			path = p;
-	}
-	~TempDir()
-	{
-		std::error_code ec;
-		if (!path.empty())
-			fs::remove_all(path, ec);
-	}
-};
-
-std::string slurp(const fs::path &p)
-{
-	std::ifstream in(p);
-	std::stringstream ss;
-	ss << in.rdbuf();
-	return ss.str();
-}
 
 double realtime_s()
 {
 	timespec ts{};
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// A running argus-sim (launcher) with stdout/stderr captured to files. The
-// destructor kills and reaps it if a test left it running.
-struct Sim {
-	pid_t pid = -1;
-	fs::path out, err;
-	Sim() = default;
-	Sim(const Sim &) = delete;
-	Sim &operator=(const Sim &) = delete;
-	~Sim()
-	{
-		if (pid > 0) {
-			kill(pid, SIGKILL);
-			waitpid(pid, nullptr, 0);
-		}
-	}
-	// Waits at most `timeout`; kills on timeout. Returns the exit code, or -1.
-	int wait(std::chrono::milliseconds timeout = 10s)
-	{
-		auto deadline = std::chrono::steady_clock::now() + timeout;
-		for (;;) {
-			int st = 0;
-			pid_t r = waitpid(pid, &st, WNOHANG);
-			if (r == pid) {
-				pid = -1;
-				return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-			}
-			if (r < 0)
-				return -1;
-			if (std::chrono::steady_clock::now() > deadline) {
-				kill(pid, SIGKILL);
-				waitpid(pid, nullptr, 0);
-				pid = -1;
-				return -1;
-			}
-			std::this_thread::sleep_for(10ms);
-		}
-	}
-	bool running() const
-	{
-		int st = 0;
-		return pid > 0 && waitpid(pid, &st, WNOHANG) == 0;
-	}
-};
-
-void start(Sim &s, const std::vector<std::string> &args, const fs::path &dir)
-{
-	s.out = dir / "stdout.txt";
-	s.err = dir / "stderr.txt";
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, s.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_addopen(&fa, 2, s.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	std::vector<std::string> argv_s = {kSim};
-	argv_s.insert(argv_s.end(), args.begin(), args.end());
-	std::vector<char *> argv;
-	for (auto &a : argv_s)
-		argv.push_back(a.data());
-	argv.push_back(nullptr);
-	if (posix_spawn(&s.pid, kSim.c_str(), &fa, nullptr, argv.data(), environ) != 0)
-		s.pid = -1;
-	posix_spawn_file_actions_destroy(&fa);
 }
 
 // Polls until `pred` holds or `timeout` passes.
@@ -185,17 +99,6 @@ std::map<std::string, std::string> proc_environ(int pid)
 	return env;
 }
 
-std::vector<std::string> lines_of(const std::string &s)
-{
-	std::vector<std::string> v;
-	std::stringstream ss(s);
-	std::string line;
-	while (std::getline(ss, line))
-		if (!line.empty())
-			v.push_back(line);
-	return v;
-}
-
 // Blocked peers sit in the collective (a futex sleep), alive, writing nothing.
 void expect_blocked(const json &job, const fs::path &out, const std::vector<int> &ranks)
 {
@@ -227,7 +130,7 @@ TEST(SimFaultsTest, HangBlocksThePeersUntilTheJobIsStopped)
 	const fs::path out = dir.path / "truth";
 	const double t0 = realtime_s();
 	Sim sim;
-	start(sim, args({"--ranks", "3", "--steps", "0", "--hang", "1:3"}, out), dir.path);
+	sim.start(args({"--ranks", "3", "--steps", "0", "--hang", "1:3"}, out), dir.path);
 	ASSERT_GT(sim.pid, 0);
 
 	// The hung rank writes its truth as the hang starts.
@@ -278,7 +181,7 @@ TEST(SimFaultsTest, ExitLeavesThePeersBlockedUntilTheJobIsStopped)
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
 	Sim sim;
-	start(sim, args({"--ranks", "3", "--steps", "0", "--exit", "2:2"}, out), dir.path);
+	sim.start(args({"--ranks", "3", "--steps", "0", "--exit", "2:2"}, out), dir.path);
 	ASSERT_GT(sim.pid, 0);
 
 	json t = truth_with_status(out / "rank-2.json", "exited", 5s);
@@ -313,7 +216,7 @@ TEST(SimFaultsTest, HangTimeoutStopsTheJobWithStatus124)
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
 	Sim sim;
-	start(sim, args({"--ranks", "2", "--steps", "5", "--hang", "0:1", "--hang-timeout", "0.3"}, out),
+	sim.start(args({"--ranks", "2", "--steps", "5", "--hang", "0:1", "--hang-timeout", "0.3"}, out),
 	      dir.path);
 	auto t0 = std::chrono::steady_clock::now();
 	EXPECT_EQ(sim.wait(5s), 124) << slurp(sim.err);
@@ -328,7 +231,7 @@ TEST(SimFaultsTest, NodesGiveEachRankItsNodeEnvironment)
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
 	Sim sim;
-	start(sim, args({"--ranks", "4", "--nodes", "2", "--steps", "0"}, out), dir.path);
+	sim.start(args({"--ranks", "4", "--nodes", "2", "--steps", "0"}, out), dir.path);
 	ASSERT_TRUE(wait_until([&] { return fs::exists(out / "job.json"); }, 5s)) << slurp(sim.err);
 	json job = json::parse(slurp(out / "job.json"));
 	EXPECT_EQ(job["nodes"], 2);
@@ -366,7 +269,7 @@ TEST(SimFaultsTest, NodesGiveEachRankItsNodeEnvironment)
 	TempDir dir2;
 	const fs::path out2 = dir2.path / "truth";
 	Sim sim2;
-	start(sim2, args({"--ranks", "5", "--nodes", "2", "--steps", "1"}, out2), dir2.path);
+	sim2.start(args({"--ranks", "5", "--nodes", "2", "--steps", "1"}, out2), dir2.path);
 	ASSERT_EQ(sim2.wait(10s), 0) << slurp(sim2.err);
 	const int want_node[] = {0, 0, 0, 1, 1}, want_local[] = {0, 1, 2, 0, 1}, want_lws[] = {3, 3, 3, 2, 2};
 	for (int r = 0; r < 5; r++) {
@@ -385,9 +288,8 @@ TEST(SimFaultsTest, StragglerOnsetIsRecorded)
 	const fs::path out = dir.path / "truth";
 	const double t0 = realtime_s();
 	Sim sim;
-	start(sim,
-	      args({"--ranks", "3", "--steps", "6", "--straggler", "1:3@2", "--straggler", "2:1.5"}, out),
-	      dir.path);
+	sim.start(args({"--ranks", "3", "--steps", "6", "--straggler", "1:3@2", "--straggler", "2:1.5"}, out),
+		  dir.path);
 	ASSERT_EQ(sim.wait(10s), 0) << slurp(sim.err);
 	const double t1 = realtime_s();
 	json late = json::parse(slurp(out / "rank-1.json"));
@@ -450,7 +352,7 @@ TEST(SimFaultsTest, BadValuesExit2WithOneLine)
 		SCOPED_TRACE(joined);
 		TempDir dir;
 		Sim sim;
-		start(sim, a, dir.path);
+		sim.start(a, dir.path);
 		EXPECT_EQ(sim.wait(5s), 2);
 		auto err = lines_of(slurp(dir.path / "stderr.txt"));
 		ASSERT_EQ(err.size(), 1u) << slurp(dir.path / "stderr.txt");

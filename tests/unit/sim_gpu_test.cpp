@@ -31,101 +31,14 @@
 
 #include "../../bpf/argus_gpu_wire.h"
 #include "../../sim/sim_gpu.h"
-
-extern char **environ;
+#include "sim_test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-const std::string kBuild = ARGUS_BUILD_DIR;
-const std::string kSim = kBuild + "/bin/argus-sim";
-const std::string kCudaLib = kBuild + "/lib/libcuda.so.1";
-const std::string kNcclLib = kBuild + "/lib/libnccl.so.2";
-
-struct TempDir {
-	fs::path path;
-	TempDir()
-	{
-		std::string tmpl = (fs::temp_directory_path() / "argus-simg-test-XXXXXX").string();
-		if (char *p = mkdtemp(tmpl.data()))
-			path = p;
-	}
-	~TempDir()
-	{
-		std::error_code ec;
-		if (!path.empty())
-			fs::remove_all(path, ec);
-	}
-};
-
-std::string slurp(const fs::path &p)
-{
-	std::ifstream in(p, std::ios::binary);
-	std::stringstream ss;
-	ss << in.rdbuf();
-	return ss.str();
-}
-
-std::vector<std::string> lines_of(const std::string &s)
-{
-	std::vector<std::string> v;
-	std::stringstream ss(s);
-	std::string line;
-	while (std::getline(ss, line))
-		if (!line.empty())
-			v.push_back(line);
-	return v;
-}
-
-// Runs argus-sim to completion (killed after `timeout`); returns its exit code or -1.
-// `env` entries (KEY=VALUE) are added to ours.
-int run_sim(const std::vector<std::string> &args, const fs::path &dir,
-	    const std::vector<std::string> &env = {}, std::chrono::milliseconds timeout = 30s)
-{
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, (dir / "stdout.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-					 0644);
-	posix_spawn_file_actions_addopen(&fa, 2, (dir / "stderr.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-					 0644);
-	std::vector<std::string> argv_s = {kSim};
-	argv_s.insert(argv_s.end(), args.begin(), args.end());
-	std::vector<char *> argv;
-	for (auto &a : argv_s)
-		argv.push_back(a.data());
-	argv.push_back(nullptr);
-	std::vector<std::string> env_s;
-	for (char **e = environ; e && *e; e++)
-		env_s.emplace_back(*e);
-	env_s.insert(env_s.end(), env.begin(), env.end());
-	std::vector<char *> envp;
-	for (auto &e : env_s)
-		envp.push_back(e.data());
-	envp.push_back(nullptr);
-	pid_t pid = -1;
-	int rc = posix_spawn(&pid, kSim.c_str(), &fa, nullptr, argv.data(), envp.data());
-	posix_spawn_file_actions_destroy(&fa);
-	if (rc != 0)
-		return -1;
-	auto deadline = std::chrono::steady_clock::now() + timeout;
-	for (;;) {
-		int st = 0;
-		pid_t r = waitpid(pid, &st, WNOHANG);
-		if (r == pid)
-			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-		if (r < 0)
-			return -1;
-		if (std::chrono::steady_clock::now() > deadline) {
-			kill(pid, SIGKILL);
-			waitpid(pid, nullptr, 0);
-			return -1;
-		}
-		std::this_thread::sleep_for(10ms);
-	}
-}
+using namespace argus::simtest;
 
 json truth_of(const fs::path &out, int rank)
 {

@@ -25,105 +25,13 @@
 
 #include <nlohmann/json.hpp>
 
-extern char **environ;
+#include "sim_test_util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const std::string kBuild = ARGUS_BUILD_DIR;
-const std::string kSim = kBuild + "/bin/argus-sim";
-const std::string kNcclLib = kBuild + "/lib/libnccl.so.2";
-const std::string kCudaLib = kBuild + "/lib/libcuda.so.1";
-
-struct TempDir {
-	fs::path path;
-	TempDir()
-	{
-		std::string tmpl = (fs::temp_directory_path() / "argus-sim-test-XXXXXX").string();
-		char *p = mkdtemp(tmpl.data());
-		if (p)
-			path = p;
-	}
-	~TempDir()
-	{
-		std::error_code ec;
-		if (!path.empty())
-			fs::remove_all(path, ec);
-	}
-};
-
-std::string slurp(const fs::path &p)
-{
-	std::ifstream in(p);
-	std::stringstream ss;
-	ss << in.rdbuf();
-	return ss.str();
-}
-
-// A running argus-sim with stdout/stderr captured to files.
-struct Proc {
-	pid_t pid = -1;
-	fs::path out, err;
-};
-
-Proc start_sim(const std::vector<std::string> &args, const fs::path &dir)
-{
-	Proc p;
-	p.out = dir / "stdout.txt";
-	p.err = dir / "stderr.txt";
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, p.out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_addopen(&fa, 2, p.err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	std::vector<std::string> argv_s = {kSim};
-	argv_s.insert(argv_s.end(), args.begin(), args.end());
-	std::vector<char *> argv;
-	for (auto &s : argv_s)
-		argv.push_back(s.data());
-	argv.push_back(nullptr);
-	if (posix_spawn(&p.pid, kSim.c_str(), &fa, nullptr, argv.data(), environ) != 0)
-		p.pid = -1;
-	posix_spawn_file_actions_destroy(&fa);
-	return p;
-}
-
-// Waits at most `timeout`; kills the process on timeout. Returns the wait status or -1.
-int wait_sim(const Proc &p, std::chrono::milliseconds timeout = std::chrono::seconds(20))
-{
-	auto deadline = std::chrono::steady_clock::now() + timeout;
-	for (;;) {
-		int st = 0;
-		pid_t r = waitpid(p.pid, &st, WNOHANG);
-		if (r == p.pid)
-			return st;
-		if (r < 0)
-			return -1;
-		if (std::chrono::steady_clock::now() > deadline) {
-			kill(p.pid, SIGKILL);
-			waitpid(p.pid, &st, 0);
-			return -1;
-		}
-		std::this_thread::sleep_for(std::chrono::milliseconds(10));
-	}
-}
-
-int exit_code(int st)
-{
-	return (st >= 0 && WIFEXITED(st)) ? WEXITSTATUS(st) : -1;
-}
-
-std::vector<std::string> lines_of(const std::string &s)
-{
-	std::vector<std::string> v;
-	std::stringstream ss(s);
-	std::string line;
-	while (std::getline(ss, line))
-		if (!line.empty())
-			v.push_back(line);
-	return v;
-}
+using namespace argus::simtest;
 
 // Waits until `path` exists (job.json is written once all ranks are started).
 bool wait_for_file(const fs::path &path, std::chrono::milliseconds timeout)
@@ -227,13 +135,13 @@ TEST(SimTest, TruthFilesMatchTheCallPattern)
 	TempDir dir;
 	ASSERT_FALSE(dir.path.empty());
 	const fs::path out = dir.path / "truth";
-	Proc p = start_sim({"--ranks", "3", "--steps", "7", "--step-ms", "5", "--init-ms", "0", "--out",
+	SimProcess p;
+	p.start({"--ranks", "3", "--steps", "7", "--step-ms", "5", "--init-ms", "0", "--out",
 			    out.string(), "--straggler", "1:2", "--cuda-errors", "2:3", "--job-id",
 			    "unit-job", "--quiet"},
 			   dir.path);
 	ASSERT_GT(p.pid, 0);
-	int st = wait_sim(p);
-	ASSERT_EQ(exit_code(st), 0) << slurp(p.err);
+	ASSERT_EQ(p.wait(), 0) << slurp(p.err);
 	EXPECT_EQ(slurp(p.out), ""); // --quiet
 
 	json job = json::parse(slurp(out / "job.json"));
@@ -306,10 +214,11 @@ TEST(SimTest, OneRankNeedsNoPeers)
 {
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
-	Proc p = start_sim({"--ranks", "1", "--steps", "3", "--step-ms", "1", "--init-ms", "0",
+	SimProcess p;
+	p.start({"--ranks", "1", "--steps", "3", "--step-ms", "1", "--init-ms", "0",
 			    "--kernels-per-step", "4", "--out", out.string()},
 			   dir.path);
-	ASSERT_EQ(exit_code(wait_sim(p)), 0) << slurp(p.err);
+	ASSERT_EQ(p.wait(), 0) << slurp(p.err);
 	EXPECT_EQ(lines_of(slurp(p.out)).size(), 2u); // one line per rank started + the summary
 	json t = json::parse(slurp(out / "rank-0.json"));
 	EXPECT_EQ(t["steps_completed"], 3);
@@ -334,8 +243,9 @@ TEST(SimTest, BadFlagsExitNonZeroWithOneLine)
 			joined += a + " ";
 		SCOPED_TRACE(joined);
 		TempDir dir;
-		Proc p = start_sim(args, dir.path);
-		int code = exit_code(wait_sim(p, std::chrono::seconds(5)));
+		SimProcess p;
+	p.start(args, dir.path);
+		int code = p.wait(std::chrono::seconds(5));
 		EXPECT_EQ(code, 2);
 		auto err = lines_of(slurp(p.err));
 		ASSERT_EQ(err.size(), 1u) << slurp(p.err);
@@ -348,13 +258,14 @@ TEST(SimTest, SigtermStopsEveryRankCleanly)
 {
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
-	Proc p = start_sim({"--ranks", "3", "--steps", "0", "--step-ms", "10", "--init-ms", "0",
+	SimProcess p;
+	p.start({"--ranks", "3", "--steps", "0", "--step-ms", "10", "--init-ms", "0",
 			    "--out", out.string(), "--quiet"},
 			   dir.path);
 	ASSERT_TRUE(wait_for_file(out / "job.json", std::chrono::seconds(5)));
 	std::this_thread::sleep_for(std::chrono::milliseconds(300));
 	kill(p.pid, SIGTERM);
-	ASSERT_EQ(exit_code(wait_sim(p, std::chrono::seconds(10))), 0) << slurp(p.err);
+	ASSERT_EQ(p.wait(std::chrono::seconds(10)), 0) << slurp(p.err);
 	json job = json::parse(slurp(out / "job.json"));
 	for (int r = 0; r < 3; r++) {
 		json t = json::parse(slurp(out / ("rank-" + std::to_string(r) + ".json")));
@@ -371,14 +282,15 @@ TEST(SimTest, DeadRankAbortsItsPeers)
 {
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
-	Proc p = start_sim({"--ranks", "3", "--steps", "0", "--step-ms", "10", "--init-ms", "0",
+	SimProcess p;
+	p.start({"--ranks", "3", "--steps", "0", "--step-ms", "10", "--init-ms", "0",
 			    "--out", out.string(), "--quiet"},
 			   dir.path);
 	ASSERT_TRUE(wait_for_file(out / "job.json", std::chrono::seconds(5)));
 	std::this_thread::sleep_for(std::chrono::milliseconds(200));
 	json job = json::parse(slurp(out / "job.json"));
 	kill(job["ranks"][1]["pid"].get<int>(), SIGKILL);
-	EXPECT_EQ(exit_code(wait_sim(p, std::chrono::seconds(10))), 1);
+	EXPECT_EQ(p.wait(std::chrono::seconds(10)), 1);
 	for (int r : {0, 2}) {
 		json t = json::parse(slurp(out / ("rank-" + std::to_string(r) + ".json")));
 		EXPECT_EQ(t["status"], "aborted");
