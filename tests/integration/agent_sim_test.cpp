@@ -8,42 +8,6 @@
 namespace argus::itest {
 namespace {
 
-// Value of one sample line in the Prometheus text, or -1.
-double metric_value(const std::string& text, const std::string& name, const std::map<std::string, std::string>& labels) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + "{", 0) != 0) continue;
-    bool all = true;
-    for (const auto& [k, v] : labels) all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
-    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return -1;
-}
-
-// Polls /api/v1/ranks until `diff(truth, agent rank)` is empty for every rank of
-// the truth, or 20 s pass; returns the last differences.
-std::string wait_for(const Agent& agent, const std::map<int, json>& truth,
-                     const std::function<std::string(const json&, const json&)>& diff) {
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  std::string last;
-  while (true) {
-    last.clear();
-    auto doc = agent.get_json("/api/v1/ranks");
-    if (!doc || doc->is_discarded()) {
-      last = "no /api/v1/ranks answer";
-    } else {
-      for (const auto& [rank, t] : truth) {
-        const json a = agent_rank_by_pid(*doc, t.at("pid").get<int>());
-        const std::string d = a.is_null() ? std::string("rank missing from the agent") : diff(t, a);
-        if (!d.empty()) last += "rank " + std::to_string(rank) + ": " + d + "\n";
-      }
-    }
-    if (last.empty() || std::chrono::steady_clock::now() >= deadline) return last;
-    std::this_thread::sleep_for(250ms);
-  }
-}
-
 TEST(AgentSim, ExactCountsEqualSimTruth) {
   ARGUS_REQUIRE_ROOT();
   const auto dir = make_temp_dir("exact");
@@ -102,7 +66,7 @@ TEST(AgentSim, DeepProbesCountEveryLaunch) {
   EXPECT_EQ(wait_for_match(agent, truth, true), "") << agent.log();
   // Every launch was also timed (entry and return), in BPF: the timed count and
   // the histogram's +Inf bucket equal the launches each rank made.
-  EXPECT_EQ(wait_for(agent, truth, [](const json& t, const json& a) -> std::string {
+  EXPECT_EQ(wait_for_truth(agent, truth, [](const json& t, const json& a) -> std::string {
               const json timing = a.value("cuda", json::object()).value("launch_timing", json());
               const json want = t.at("cuda").at("kernel_launches");
               if (!timing.is_object()) return "no launch_timing";
@@ -147,7 +111,7 @@ TEST(AgentSim, MemcpyBytesByDirectionEqualSimTruth) {
   ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
   const auto truth = read_truth(out);
   ASSERT_EQ(truth.size(), 2u);
-  EXPECT_EQ(wait_for(agent, truth, [](const json& t, const json& a) -> std::string {
+  EXPECT_EQ(wait_for_truth(agent, truth, [](const json& t, const json& a) -> std::string {
               const json got = a.value("cuda", json::object()).value("memcpy", json::object());
               std::string d;
               for (const char* direction : {"htod", "dtoh", "dtod"}) {

@@ -32,14 +32,6 @@ std::pair<std::set<int>, std::set<int>> wait_flag(const Agent& agent, const std:
   return {{}, ever};
 }
 
-json events_of(const Agent& agent, const std::string& kind, const std::string& job) {
-  json out = json::array();
-  if (auto doc = agent.get_json("/api/v1/events?since=0"))
-    for (const auto& e : (*doc)["events"])
-      if (e.value("kind", "") == kind && e.value("job_id", json()) == job) out.push_back(e);
-  return out;
-}
-
 int random_rank(int ranks) {
   std::random_device rd;
   return static_cast<int>(rd() % static_cast<unsigned>(ranks));

@@ -244,9 +244,11 @@ inline std::string diff_rank(const json& truth, const json& agent, bool launches
   return d.str();
 }
 
-// Polls the agent until every rank of the truth matches (the final aggregates
-// are read at exit), or the deadline passes; returns the last differences.
-inline std::string wait_for_match(const Agent& agent, const std::map<int, json>& truth, bool launches,
+// Polls /api/v1/ranks until `diff(truth, agent rank)` is empty for every rank of
+// the truth (final aggregates are read at exit), or the deadline passes; returns
+// the last differences.
+inline std::string wait_for_truth(const Agent& agent, const std::map<int, json>& truth,
+                                  const std::function<std::string(const json&, const json&)>& diff,
                                   std::chrono::milliseconds timeout = 20s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::string last;
@@ -257,13 +259,45 @@ inline std::string wait_for_match(const Agent& agent, const std::map<int, json>&
       last = "no /api/v1/ranks answer";
     } else {
       for (const auto& [rank, t] : truth) {
-        auto d = diff_rank(t, agent_rank_by_pid(*doc, t.at("pid").get<int>()), launches);
+        const json a = agent_rank_by_pid(*doc, t.at("pid").get<int>());
+        const std::string d = a.is_null() ? std::string("rank missing from the agent") : diff(t, a);
         if (!d.empty()) last += "rank " + std::to_string(rank) + ":" + d + "\n";
       }
     }
     if (last.empty() || std::chrono::steady_clock::now() >= deadline) return last;
     std::this_thread::sleep_for(250ms);
   }
+}
+
+// wait_for_truth on the NCCL/CUDA counts of diff_rank.
+inline std::string wait_for_match(const Agent& agent, const std::map<int, json>& truth, bool launches,
+                                  std::chrono::milliseconds timeout = 20s) {
+  return wait_for_truth(
+      agent, truth, [launches](const json& t, const json& a) { return diff_rank(t, a, launches); }, timeout);
+}
+
+// Value of one sample line in the Prometheus text (name, then labels including
+// these), or -1 when there is none.
+inline double metric_value(const std::string& text, const std::string& name,
+                           const std::map<std::string, std::string>& labels) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) != 0 && line.rfind(name + " ", 0) != 0) continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) all = all && line.find(k + "=\"" + v + "\"") != std::string::npos;
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+// The agent's events of one kind for one job, oldest first.
+inline json events_of(const Agent& agent, const std::string& kind, const std::string& job) {
+  json out = json::array();
+  if (auto doc = agent.get_json("/api/v1/events?since=0"))
+    for (const auto& e : (*doc)["events"])
+      if (e.value("kind", "") == kind && e.value("job_id", json()) == job) out.push_back(e);
+  return out;
 }
 
 inline std::vector<std::string> sim_args(const fs::path& out, const std::string& job, int ranks, int steps,
