@@ -44,7 +44,7 @@ void BM_TimelineAddRecords(benchmark::State& state) {
     auto step = make_step(t0, kernels, 150);
     for (size_t off = 0; off < step.size(); off += ARGUS_GPU_BATCH_MAX) {
       const size_t n = std::min<size_t>(ARGUS_GPU_BATCH_MAX, step.size() - off);
-      tl.add_batch(step.data() + off, n, 0, 0.1);
+      tl.add_batch(std::vector<argus_gpu_rec>(step.begin() + off, step.begin() + off + n), 0, 0.1);
     }
     records += step.size();
     t0 = step.back().end_ns + 1000 * kUs;
@@ -63,8 +63,10 @@ void BM_TimelineWindow(benchmark::State& state) {
   const int steps = static_cast<int>(state.range(0));
   for (int s = 0; s < steps; ++s) {
     auto step = make_step(t0, 200, 150);
-    tl.add_batch(step.data(), std::min<size_t>(step.size(), ARGUS_GPU_BATCH_MAX), 0, 0.1);
-    t0 = step.back().end_ns + 1000 * kUs;
+    const uint64_t next = step.back().end_ns + 1000 * kUs;
+    step.resize(std::min<size_t>(step.size(), ARGUS_GPU_BATCH_MAX));
+    tl.add_batch(std::move(step), 0, 0.1);
+    t0 = next;
   }
   for (auto _ : state) benchmark::DoNotOptimize(tl.window(t0));
 }

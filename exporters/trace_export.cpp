@@ -58,7 +58,6 @@ json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnaps
                                : 0;
   // Timestamps in µs from the start of the trace: small numbers, exact in a double.
   auto us = [&](uint64_t ns) { return static_cast<double>(static_cast<int64_t>(ns - from_ns)) / 1e3; };
-  std::map<int, int> pid_of_rank;  // sort index per pid
   for (const auto& tr : ranks) {
     const int pid = tr.pid;
     out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
@@ -98,7 +97,6 @@ json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnaps
       }
       ++tid;
     }
-    pid_of_rank[pid] = sort_key(pid, identities);
   }
   // Detected events in the window, as global instant markers.
   const double from_unix = req.end_unix - req.seconds;

@@ -58,15 +58,14 @@ std::string Timeline::name(uint32_t id) const {
   return it != names_.end() ? it->second : "kernel#" + std::to_string(id);
 }
 
-void Timeline::add_batch(const argus_gpu_rec* recs, size_t n, uint64_t dropped, double step_seconds) {
+void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, double step_seconds) {
   totals_.dropped += dropped;
   const double max_gap_s = std::max(opts_.min_step_gap_s, 2 * step_seconds);
   const auto max_gap_ns = static_cast<uint64_t>(max_gap_s * kNs);
-  std::vector<argus_gpu_rec> batch(recs, recs + n);
   // Producers send completed records roughly in completion order; gaps are
   // measured in start order.
-  std::stable_sort(batch.begin(), batch.end(),
-                   [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; });
+  auto by_start = [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; };
+  if (!std::is_sorted(batch.begin(), batch.end(), by_start)) std::stable_sort(batch.begin(), batch.end(), by_start);
   std::vector<argus_gpu_rec> batch_kernels;  // sorted by start, as the batch
   for (const auto& r : batch) {
     if (r.end_ns < r.start_ns) {  // malformed: counted as such, never used

@@ -61,8 +61,9 @@ class Timeline {
   std::string name(uint32_t id) const;  // "kernel#<id>" when never announced
   const std::map<uint32_t, std::string>& names() const { return names_; }
 
-  // A batch as the producer sent it. step_seconds: the rank's step period (0 = unknown).
-  void add_batch(const argus_gpu_rec* recs, size_t n, uint64_t dropped, double step_seconds);
+  // A batch as the producer sent it (taken: sorted in place if it is not yet).
+  // dropped: records lost before it. step_seconds: the rank's step period (0 = unknown).
+  void add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, double step_seconds);
   // The host saw a new step start at ts (CLOCK_MONOTONIC): closes the running sketch.
   void mark_step(uint64_t ts_ns);
 

@@ -535,41 +535,22 @@ static int dptr_valid(CUdeviceptr p, size_t n)
 	return 0;
 }
 
-/* Synchronous copy: waits for the device, then for the transfer. */
-static CUresult memcpy_sync(CUdeviceptr dptr, const void *host, size_t n, unsigned dir)
+/* Synchronous copy: waits for the device, then for the transfer. `dptr` is the
+ * device side (both sides checked for DtoD: `dptr2`); `host` the host side. */
+static CUresult memcpy_sync(CUdeviceptr dptr, CUdeviceptr dptr2, const void *host, size_t n, unsigned dir)
 {
 	if (!initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (n > 0 && !host)
+	if (n > 0 && dir != ARGUS_GPU_COPY_DTOD && !host)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&g_mu);
-	int ok = n == 0 || dptr_valid(dptr, n);
+	int ok = n == 0 || (dptr_valid(dptr, n) && (dir != ARGUS_GPU_COPY_DTOD || dptr_valid(dptr2, n)));
 	long long idle = device_busy_until();
 	long long now = now_ns();
 	long long start = idle > now ? idle : now;
 	long long end = start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL;
 	if (ok)
 		enqueue(start, end, n, 0, 0, ARGUS_GPU_MEMCPY, dir << ARGUS_GPU_COPY_SHIFT);
-	pthread_mutex_unlock(&g_mu);
-	if (!ok)
-		return CUDA_ERROR_INVALID_VALUE;
-	sleep_until(end);
-	return CUDA_SUCCESS;
-}
-
-/* Device-to-device copy, synchronous: waits for the device, then for the copy. */
-static CUresult memcpy_dtod_sync(CUdeviceptr dst, CUdeviceptr src, size_t n)
-{
-	if (!initialized())
-		return CUDA_ERROR_NOT_INITIALIZED;
-	pthread_mutex_lock(&g_mu);
-	int ok = n == 0 || (dptr_valid(dst, n) && dptr_valid(src, n));
-	long long idle = device_busy_until();
-	long long now = now_ns();
-	long long start = idle > now ? idle : now;
-	long long end = start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL;
-	if (ok)
-		enqueue(start, end, n, 0, 0, ARGUS_GPU_MEMCPY, ARGUS_GPU_COPY_DTOD << ARGUS_GPU_COPY_SHIFT);
 	pthread_mutex_unlock(&g_mu);
 	if (!ok)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1080,19 +1061,19 @@ CU_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 
 CU_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
-	return memcpy_sync(dstDevice, srcHost, ByteCount, ARGUS_GPU_COPY_HTOD);
+	return memcpy_sync(dstDevice, 0, srcHost, ByteCount, ARGUS_GPU_COPY_HTOD);
 }
 
 CU_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
 	/* The host buffer is not written: device memory is fake. */
-	CUresult r = memcpy_sync(srcDevice, dstHost, ByteCount, ARGUS_GPU_COPY_DTOH);
+	CUresult r = memcpy_sync(srcDevice, 0, dstHost, ByteCount, ARGUS_GPU_COPY_DTOH);
 	return r;
 }
 
 CU_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
-	return memcpy_dtod_sync(dstDevice, srcDevice, ByteCount);
+	return memcpy_sync(dstDevice, srcDevice, NULL, ByteCount, ARGUS_GPU_COPY_DTOD);
 }
 
 CU_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,

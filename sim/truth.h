@@ -9,29 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim_gpu.h"
+
 namespace argus::sim {
 
 struct OpCount {
 	std::uint64_t calls = 0;
 	std::uint64_t bytes = 0;
-};
-
-// What the emulated GPU handed to the agent through argus:gpu_batch
-// (argus_sim_gpu_totals of sim_gpu.h, taken after argus_sim_gpu_flush_all).
-struct GpuTruth {
-	std::uint64_t batches = 0;
-	std::uint64_t records = 0;
-	std::uint64_t kernels = 0;
-	std::uint64_t kernel_ns = 0;
-	std::uint64_t nccl_kernels = 0;
-	std::uint64_t nccl_kernel_ns = 0;
-	std::uint64_t recv_kernels = 0;
-	std::uint64_t memcpy = 0;
-	std::uint64_t memcpy_bytes_htod = 0;
-	std::uint64_t memcpy_bytes_dtoh = 0;
-	std::uint64_t memcpy_bytes_dtod = 0;
-	std::uint64_t dropped = 0;
-	std::uint64_t names = 0;
 };
 
 struct Truth {
@@ -68,7 +52,9 @@ struct Truth {
 
 	// "gpu": written when the CUDA library is the simulator's (has_gpu), or with --pp.
 	bool has_gpu = false;
-	GpuTruth gpu;
+	// What the emulated GPU handed to the agent through argus:gpu_batch
+	// (argus_sim_gpu_totals, taken after argus_sim_gpu_flush_all).
+	argus_sim_gpu_totals gpu{};
 	int pp_stage = -1;               // --pp: this rank's stage ("pp_stage", also in "gpu")
 	std::int64_t recv_delay_us = -1; // --pp: delay of each eager receive's kernel ("gpu")
 

@@ -736,23 +736,7 @@ void Rank::write_truth()
 {
 	if (cfg_.out_dir.empty())
 		return;
-	argus_sim_gpu_totals t{};
-	if (cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&t, sizeof t) == 0) {
-		truth_.has_gpu = true;
-		truth_.gpu.batches = t.batches;
-		truth_.gpu.records = t.records;
-		truth_.gpu.kernels = t.kernels;
-		truth_.gpu.kernel_ns = t.kernel_ns;
-		truth_.gpu.nccl_kernels = t.nccl_kernels;
-		truth_.gpu.nccl_kernel_ns = t.nccl_kernel_ns;
-		truth_.gpu.recv_kernels = t.recv_kernels;
-		truth_.gpu.memcpy = t.memcpy;
-		truth_.gpu.memcpy_bytes_htod = t.memcpy_bytes_htod;
-		truth_.gpu.memcpy_bytes_dtoh = t.memcpy_bytes_dtoh;
-		truth_.gpu.memcpy_bytes_dtod = t.memcpy_bytes_dtod;
-		truth_.gpu.dropped = t.dropped;
-		truth_.gpu.names = t.names;
-	}
+	truth_.has_gpu = cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&truth_.gpu, sizeof truth_.gpu) == 0;
 	std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
 	if (!write_json_atomic(path, truth_.to_json()))
 		log("cannot write " + path + ": " + std::strerror(errno));

@@ -28,7 +28,7 @@ TEST(GpuTimeline, BusyIdleAndNcclTimeOfOneWindow) {
   // step: compute 0-60, idle 60-70, nccl 70-90, idle 90-100; twice.
   std::vector<argus_gpu_rec> recs = {kernel(0, 60, 1), kernel(70, 90, 2, ARGUS_GPU_F_NCCL),
                                      kernel(100, 160, 1), kernel(170, 190, 2, ARGUS_GPU_F_NCCL)};
-  t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  t.add_batch(recs, 0, 0.1);
   const auto& tot = t.totals();
   EXPECT_EQ(tot.kernels, 4u);
   EXPECT_EQ(tot.kernel_ns, 160 * kMs);
@@ -46,7 +46,7 @@ TEST(GpuTimeline, BusyIdleAndNcclTimeOfOneWindow) {
 TEST(GpuTimeline, OverlappingStreamsCountOnceAndOutOfOrderBatchesSort) {
   Timeline t;
   std::vector<argus_gpu_rec> recs = {kernel(20, 50, 3, 0, 2), kernel(0, 30, 1, 0, 1)};
-  t.add_batch(recs.data(), recs.size(), 0, 0);
+  t.add_batch(recs, 0, 0);
   const auto w = t.window(kT0 + 50 * kMs);
   EXPECT_NEAR(w.busy_ratio, 1.0, 1e-12);  // union 0-50 of a 50 ms span
   EXPECT_EQ(t.totals().idle_ns, 0u);
@@ -61,7 +61,7 @@ TEST(GpuTimeline, GapsEndingAtP2PKernelsAreBubbles) {
       kernel(82, 140, 1),
       kernel(145, 150, 2, ARGUS_GPU_F_NCCL),  // 5 ms plain idle
   };
-  t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  t.add_batch(recs, 0, 0.1);
   EXPECT_EQ(t.totals().bubble_ns, 30 * kMs);
   EXPECT_EQ(t.totals().idle_ns, 35 * kMs);
   const auto w = t.window(kT0 + 150 * kMs);
@@ -76,7 +76,7 @@ TEST(GpuTimeline, GapsBeforePureSendsAreNotBubblesAndGapsAreKeptForTheTrace) {
       kernel(26, 27, 6, ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P),                     // 5 ms before a SendRecv: bubble
       kernel(27, 40, 1),
   };
-  t.add_batch(recs.data(), recs.size(), 0, 0.1);
+  t.add_batch(recs, 0, 0.1);
   EXPECT_EQ(t.totals().idle_ns, 15 * kMs);
   EXPECT_EQ(t.totals().bubble_ns, 5 * kMs);
   const auto gaps = t.gaps_since(0);
@@ -91,7 +91,7 @@ TEST(GpuTimeline, AProducerGoingBackInTimeStaysSortedAndCheap) {
   Timeline t(TimelineOptions{10, 60, 100000});
   std::vector<argus_gpu_rec> recs;
   for (int i = 0; i < 256; ++i) recs.push_back(kernel(i * 2, i * 2 + 1, 1));
-  for (int fire = 0; fire < 200; ++fire) t.add_batch(recs.data(), recs.size(), 0, 0.1);  // the same batch again
+  for (int fire = 0; fire < 200; ++fire) t.add_batch(recs, 0, 0.1);  // the same batch again
   EXPECT_EQ(t.totals().kernels, 256u * 200);
   const auto w = t.window(kT0 + 512 * kMs);
   EXPECT_NEAR(w.busy_ratio, 256.0 / 511, 1e-9);  // 1 ms of every 2, over 0..511 ms
@@ -101,8 +101,8 @@ TEST(GpuTimeline, LongGapsAreOutsideStepsAndOldDataGoesStale) {
   Timeline t(TimelineOptions{10, 60, 1000, 1.0});
   std::vector<argus_gpu_rec> a = {kernel(0, 10, 1)};
   std::vector<argus_gpu_rec> b = {kernel(5000, 5010, 1)};  // 5 s later: a checkpoint, not idle in a step
-  t.add_batch(a.data(), a.size(), 0, 0.1);
-  t.add_batch(b.data(), b.size(), 0, 0.1);
+  t.add_batch(a, 0, 0.1);
+  t.add_batch(b, 0, 0.1);
   EXPECT_EQ(t.totals().idle_ns, 0u);
   EXPECT_TRUE(t.window(kT0 + 6000 * kMs).has_data);
   EXPECT_FALSE(t.window(kT0 + 30000 * kMs).has_data);  // nothing for longer than a window
@@ -122,7 +122,7 @@ TEST(GpuTimeline, CopiesCountByDirectionAndLostRecordsAdd) {
   argus_gpu_rec bad = c;
   bad.end_ns = bad.start_ns - 1;  // malformed: never counted
   std::vector<argus_gpu_rec> recs = {c, d, c, bad};
-  t.add_batch(recs.data(), recs.size(), 7, 0);
+  t.add_batch(recs, 7, 0);
   EXPECT_EQ(t.totals().memcpys, 3u);
   EXPECT_EQ(t.totals().records, 3u);
   EXPECT_EQ(t.totals().malformed, 1u);
@@ -138,11 +138,11 @@ TEST(GpuTimeline, StepMarksCloseOneSketchPerStep) {
     t.mark_step(kT0 + s * 100 * kMs);
     std::vector<argus_gpu_rec> recs;
     for (int k = 0; k < 8; ++k) recs.push_back(kernel(s * 100 + k * 10, s * 100 + k * 10 + 5 + (k % 2), 1 + k % 4));
-    t.add_batch(recs.data(), recs.size(), 0, 0.1);
+    t.add_batch(recs, 0, 0.1);
   }
   t.mark_step(kT0 + 500 * kMs);
   std::vector<argus_gpu_rec> next = {kernel(500, 505, 1)};
-  t.add_batch(next.data(), next.size(), 0, 0.1);
+  t.add_batch(next, 0, 0.1);
   ASSERT_EQ(t.steps().size(), 5u);
   for (const auto& s : t.steps()) {
     auto sk = StepSketch::decode(s.sketch);

@@ -127,7 +127,7 @@ void AgentRuntime::handle_record(const void* data, size_t size) {
   handle_event(*ev);
 }
 
-void AgentRuntime::handle_event(const DecodedEvent& ev) {
+void AgentRuntime::handle_event(DecodedEvent& ev) {
   const double now = now_s();
   if (const auto* e = std::get_if<argus_exec_event>(&ev)) {
     discovery_->on_exec(static_cast<int>(e->hdr.tgid), now);
@@ -163,7 +163,7 @@ void AgentRuntime::handle_event(const DecodedEvent& ev) {
     registry_.on_group(static_cast<int>(e->hdr.tgid), e->is_end != 0);
   } else if (const auto* e = std::get_if<argus_call_done_event>(&ev)) {
     on_call_done(*e);
-  } else if (const auto* e = std::get_if<GpuBatch>(&ev)) {
+  } else if (auto* e = std::get_if<GpuBatch>(&ev)) {
     on_gpu_batch(*e);
   } else if (const auto* e = std::get_if<GpuName>(&ev)) {
     timeline_.on_gpu_name(static_cast<int>(e->hdr.tgid), e->name_id, e->name);
@@ -183,11 +183,11 @@ void AgentRuntime::on_call_done(const argus_call_done_event& e) {
                     e.hdr.ts_ns, e.ret);
 }
 
-void AgentRuntime::on_gpu_batch(const GpuBatch& b) {
+void AgentRuntime::on_gpu_batch(GpuBatch& b) {
   const int pid = static_cast<int>(b.hdr.tgid);
   const uint64_t truncated = b.sent > b.recs.size() ? b.sent - b.recs.size() : 0;
   auto step = step_seconds_.find(pid);
-  timeline_.on_gpu_batch(pid, b.recs, b.dropped + truncated, step == step_seconds_.end() ? 0 : step->second);
+  timeline_.on_gpu_batch(pid, std::move(b.recs), b.dropped + truncated, step == step_seconds_.end() ? 0 : step->second);
 }
 
 std::vector<TraceRank> AgentRuntime::trace(double seconds, uint64_t* end_ns) const {

@@ -58,14 +58,14 @@ class AgentRuntime {
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader);
   void loop();
   void handle_record(const void* data, size_t size);
-  void handle_event(const DecodedEvent& ev);
+  void handle_event(DecodedEvent& ev);
   void track_found(const FoundProcess& f);
   void refresh_stats();
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
   void on_collective(const argus_nccl_coll_event& e);
   void on_call_done(const argus_call_done_event& e);
-  void on_gpu_batch(const GpuBatch& b);
+  void on_gpu_batch(GpuBatch& b);  // takes its records
   std::string comm_key(int pid, uint64_t handle);
   void evaluate_detectors();
   double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }

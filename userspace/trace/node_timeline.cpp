@@ -27,12 +27,11 @@ void NodeTimeline::on_gpu_name(int pid, uint32_t id, std::string name) {
   rank(pid).gpu.set_name(id, std::move(name));
 }
 
-void NodeTimeline::on_gpu_batch(int pid, const std::vector<argus_gpu_rec>& recs, uint64_t lost, double step_seconds) {
+void NodeTimeline::on_gpu_batch(int pid, std::vector<argus_gpu_rec> recs, uint64_t lost, double step_seconds) {
   std::lock_guard lock(mu_);
   Rank& r = rank(pid);
   r.gpu_seen = true;
-  r.lost += lost;
-  r.gpu.add_batch(recs.data(), recs.size(), 0, step_seconds);
+  r.gpu.add_batch(std::move(recs), lost, step_seconds);
 }
 
 void NodeTimeline::on_call(int pid, bool collective, const std::string& label, const std::string& comm,
@@ -87,7 +86,7 @@ GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
   v.nccl_kernel_ns = t.nccl_kernel_ns;
   v.idle_ns = t.idle_ns;
   v.bubble_ns = t.bubble_ns;
-  v.lost = r.lost + t.malformed;
+  v.lost = t.dropped + t.malformed;
   v.memcpy_bytes = t.memcpy_bytes;
   v.step_summary_bytes = r.gpu.mean_step_bytes(100);
   v.steps_summarized = r.gpu.steps().size();

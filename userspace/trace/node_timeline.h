@@ -43,7 +43,7 @@ class NodeTimeline {
 
   void on_gpu_name(int pid, uint32_t id, std::string name);
   // lost: records the producer dropped plus any BPF could not copy.
-  void on_gpu_batch(int pid, const std::vector<argus_gpu_rec>& recs, uint64_t lost, double step_seconds);
+  void on_gpu_batch(int pid, std::vector<argus_gpu_rec> recs, uint64_t lost, double step_seconds);
   // A timed call returned. label: op or api name; comm: communicator name (collectives).
   void on_call(int pid, bool collective, const std::string& label, const std::string& comm, uint64_t start_ns,
                uint64_t end_ns, int ret);
@@ -72,7 +72,6 @@ class NodeTimeline {
     explicit Rank(const gpu::TimelineOptions& o) : gpu(o) {}
     gpu::Timeline gpu;
     bool gpu_seen = false;
-    uint64_t lost = 0;
     uint64_t last_enter_ns = 0;
     std::deque<HostSpan> host;
   };
