@@ -62,9 +62,11 @@ int BPF_USDT(argus_gpu_name, __u32 name_id, const char *name)
 		return 0;
 	ev->name_id = name_id;
 	ev->pad = 0;
-	if (bpf_probe_read_user_str(ev->name, sizeof(ev->name), name) < 0) {
+	if (bpf_probe_read_user_str(ev->name, sizeof(ev->name), name) <= 0) {
+		/* An unreadable name is counted, never sent: the id keeps what it had. */
 		argus_count_error(ARGUS_ERR_GPU_READ);
-		ev->name[0] = '\0';
+		bpf_ringbuf_discard(ev, 0);
+		return 0;
 	}
 	bpf_ringbuf_submit(ev, 0);
 	return 0;

@@ -22,7 +22,6 @@ NodeTimeline::Rank& NodeTimeline::rank(int pid) {
 }
 
 void NodeTimeline::on_gpu_name(int pid, uint32_t id, std::string name) {
-  if (name.empty()) return;  // BPF could not read it: keep what we have ("kernel#<id>" at worst)
   std::lock_guard lock(mu_);
   rank(pid).gpu.set_name(id, std::move(name));
 }
