@@ -408,13 +408,6 @@ TEST(SimGpuTest, CudaShimCarriesTheUsdtProbesAndTheProducerSymbol)
 	dlclose(lib);
 }
 
-template <typename Fn> Fn sym(void *lib, const char *name)
-{
-	Fn f = nullptr;
-	*reinterpret_cast<void **>(&f) = dlsym(lib, name);
-	return f;
-}
-
 long long mono_ns()
 {
 	timespec ts{};

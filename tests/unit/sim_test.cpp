@@ -351,13 +351,6 @@ TEST(SimTest, ShimLibrariesLookLikeTheRealOnes)
 
 // ---- the shims called in-process ----
 
-template <typename Fn> Fn sym(void *lib, const char *name)
-{
-	Fn f = nullptr;
-	*reinterpret_cast<void **>(&f) = dlsym(lib, name);
-	return f;
-}
-
 long long mono_ms()
 {
 	return std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -142,6 +143,14 @@ class SimProcess {
 	pid_t pid = -1;
 	fs::path out, err;
 };
+
+// A function of a dlopen'ed library (the shims), typed; nullptr when absent.
+template <typename Fn> Fn sym(void *lib, const char *name)
+{
+	Fn f = nullptr;
+	*reinterpret_cast<void **>(&f) = dlsym(lib, name);
+	return f;
+}
 
 // Runs argus-sim to completion (killed after `timeout`); its exit code or -1.
 inline int run_sim(const std::vector<std::string> &args, const fs::path &dir, const std::vector<std::string> &env = {},
