@@ -44,6 +44,7 @@ json rank_json(const RankSnapshot& r) {
   j["identity_source"] = str_or_null(r.identity_source);
   j["first_seen"] = r.first_seen_unix;
   j["collective_wait_ratio"] = r.collective_wait_ratio;
+  j["sync_wait_ratio"] = r.sync_wait_ratio;
   j["arrival_lag_seconds"] = r.arrival_lag_seconds;
   j["late_fraction"] = r.late_fraction;
   j["step_seconds"] = r.step_seconds;

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 
 /* ---- minimal driver API types ---- */
@@ -166,6 +167,32 @@ static long long g_next_check_ns;
 static struct gpu_name *g_names;
 static size_t g_nnames, g_capnames;
 static struct argus_sim_gpu_totals g_totals; /* exactly what crossed argus:gpu_batch */
+
+/* Work queued behind an operation whose end is not known when it is issued (an
+ * asynchronous NCCL collective ends when the last rank's GPU reaches it). The
+ * host never waits for it at issue: it is resolved, in issue order, by the
+ * emulated GPU's own thread (gpu_thread_main), and the launches, copies and
+ * event records issued after it are queued here and timed when it is resolved.
+ * Synchronising calls wait until the queue is empty, as a real host waits for
+ * its GPU. A full queue blocks the issuing call, as CUDA's launch queue does. */
+enum { DEF_KERNEL = 1, DEF_COPY, DEF_EVENT, DEF_EXTERNAL };
+#define DEF_QUEUE_MAX 4096u
+struct deferred {
+	int type;
+	long long issued;   /* host time of the call */
+	size_t stream;      /* stream index */
+	long long dur_ns;   /* kernel or copy duration */
+	unsigned long long bytes;
+	unsigned name_id;
+	unsigned flags;
+	long event;         /* DEF_EVENT */
+	argus_sim_gpu_resolve_fn resolve; /* DEF_EXTERNAL */
+	void *ctx;
+};
+static struct deferred g_def[DEF_QUEUE_MAX]; /* a ring */
+static size_t g_def_head, g_def_n;
+static pthread_cond_t g_def_cv = PTHREAD_COND_INITIALIZER; /* the queue moved */
+static int g_gpu_thread_started;
 
 /* Grow an array to hold one more element; returns 0 on failure. */
 static int grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -416,6 +443,144 @@ static void enqueue(long long start, long long end, unsigned long long bytes, un
 	maybe_flush_full(now);
 }
 
+/* Runs a kernel or copy on stream `si` issued at `issued` (g_mu held). */
+static void run_on_stream(size_t si, long long issued, long long dur_ns, unsigned long long bytes,
+			  unsigned name_id, unsigned kind, unsigned flags)
+{
+	struct stream *s = &g_streams[si];
+	long long start = s->busy_until > issued ? s->busy_until : issued;
+	s->busy_until = start + dur_ns;
+	enqueue(start, s->busy_until, bytes, name_id, si, kind, flags);
+}
+
+/* An NCCL (or other externally timed) kernel [start, end] on stream `si`: the
+ * stream runs it, and every stream waits for its result (PyTorch makes the
+ * compute stream wait on the NCCL stream's event). g_mu held. */
+static void run_external(size_t si, unsigned name_id, long long start, long long end, unsigned flags)
+{
+	enqueue(start, end, 0, name_id, si, ARGUS_GPU_KERNEL, flags & 0x0fu);
+	for (size_t i = 0; i < g_nstreams; i++)
+		if (g_streams[i].live && g_streams[i].busy_until < end)
+			g_streams[i].busy_until = end;
+}
+
+static int deferring(void)
+{
+	return g_def_n > 0;
+}
+
+static struct deferred *def_tail(void)
+{
+	return &g_def[(g_def_head + g_def_n) % DEF_QUEUE_MAX];
+}
+
+/* Waits (g_mu held) until there is room for one more deferred item. */
+static void def_wait_room(void)
+{
+	while (g_def_n >= DEF_QUEUE_MAX)
+		pthread_cond_wait(&g_def_cv, &g_mu);
+}
+
+/* Waits (g_mu held) until every deferred item has been resolved and timed. */
+static void def_wait_empty(void)
+{
+	while (g_def_n > 0)
+		pthread_cond_wait(&g_def_cv, &g_mu);
+}
+
+/* Times one queued item that needs no peer (g_mu held). */
+static void def_replay(const struct deferred *d)
+{
+	if (d->type == DEF_EVENT) {
+		struct stream *s = &g_streams[d->stream];
+		if (d->event >= 0 && (size_t)d->event < g_nevents) {
+			g_events[d->event].recorded = 1;
+			g_events[d->event].at = s->busy_until > d->issued ? s->busy_until : d->issued;
+		}
+		return;
+	}
+	run_on_stream(d->stream, d->issued, d->dur_ns, d->bytes, d->name_id,
+		      d->type == DEF_COPY ? ARGUS_GPU_MEMCPY : ARGUS_GPU_KERNEL, d->flags);
+}
+
+/* The emulated GPU's thread: resolves external items in issue order (the call
+ * into `resolve` may block on the peers, without g_mu), then times what was
+ * queued behind them. */
+static void *gpu_thread_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g_mu);
+	for (;;) {
+		while (g_def_n == 0)
+			pthread_cond_wait(&g_def_cv, &g_mu);
+		struct deferred d = g_def[g_def_head];
+		if (d.type == DEF_EXTERNAL) {
+			long long ready = device_busy_until();
+			if (ready < d.issued)
+				ready = d.issued;
+			pthread_mutex_unlock(&g_mu);
+			long long start = ready, end = ready;
+			int ok = d.resolve(d.ctx, ready, &start, &end) == 0 && end >= start && start >= 0;
+			pthread_mutex_lock(&g_mu);
+			if (ok)
+				run_external(d.stream, d.name_id, start, end, d.flags);
+		} else {
+			def_replay(&d);
+		}
+		g_def_head = (g_def_head + 1) % DEF_QUEUE_MAX;
+		g_def_n--;
+		pthread_cond_broadcast(&g_def_cv);
+	}
+	return NULL;
+}
+
+/* Starts the GPU thread once (g_mu held); 0 on failure. */
+static int gpu_thread_start(void)
+{
+	if (g_gpu_thread_started)
+		return 1;
+	pthread_attr_t a;
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	/* The thread must not take the host's signals (the sim's stop signals). */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_t t;
+	int rc = pthread_create(&t, &a, gpu_thread_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&a);
+	if (rc != 0)
+		return 0;
+	g_gpu_thread_started = 1;
+	return 1;
+}
+
+/* A launch or async copy: timed now, or queued behind an unresolved item
+ * (g_mu held; may wait for room in the queue). */
+static void defer_or_run(size_t si, int type, long long dur_ns, unsigned long long bytes, unsigned name_id,
+			 unsigned flags)
+{
+	long long now = now_ns();
+	if (!deferring()) {
+		run_on_stream(si, now, dur_ns, bytes, name_id, type == DEF_COPY ? ARGUS_GPU_MEMCPY : ARGUS_GPU_KERNEL,
+			      flags);
+		return;
+	}
+	def_wait_room();
+	struct deferred *d = def_tail();
+	memset(d, 0, sizeof *d);
+	d->type = type;
+	d->issued = now;
+	d->stream = si;
+	d->dur_ns = dur_ns;
+	d->bytes = bytes;
+	d->name_id = name_id;
+	d->flags = flags;
+	g_def_n++;
+	pthread_cond_broadcast(&g_def_cv);
+}
+
 /* After a synchronize call returned: hand over what has completed. */
 static void after_sync(void)
 {
@@ -544,6 +709,7 @@ static CUresult memcpy_sync(CUdeviceptr dptr, CUdeviceptr dptr2, const void *hos
 	if (n > 0 && dir != ARGUS_GPU_COPY_DTOD && !host)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&g_mu);
+	def_wait_empty();
 	int ok = n == 0 || (dptr_valid(dptr, n) && (dir != ARGUS_GPU_COPY_DTOD || dptr_valid(dptr2, n)));
 	long long idle = device_busy_until();
 	long long now = now_ns();
@@ -575,11 +741,8 @@ static CUresult memcpy_async(CUdeviceptr dptr, CUdeviceptr dptr2, const void *ho
 	} else if (n > 0 && (!dptr_valid(dptr, n) || (dir == ARGUS_GPU_COPY_DTOD && !dptr_valid(dptr2, n)))) {
 		r = CUDA_ERROR_INVALID_VALUE;
 	} else {
-		long long now = now_ns();
-		long long start = s->busy_until > now ? s->busy_until : now;
-		s->busy_until = start + (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL;
-		enqueue(start, s->busy_until, n, 0, (size_t)(s - g_streams), ARGUS_GPU_MEMCPY,
-			dir << ARGUS_GPU_COPY_SHIFT);
+		defer_or_run((size_t)(s - g_streams), DEF_COPY, (long long)(n / SIM_COPY_BYTES_PER_US) * 1000LL,
+			     n, 0, dir << ARGUS_GPU_COPY_SHIFT);
 	}
 	pthread_mutex_unlock(&g_mu);
 	return r;
@@ -599,11 +762,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 	if (fi < 0 || !g_funcs[fi].live || !s) {
 		r = CUDA_ERROR_INVALID_HANDLE;
 	} else {
-		long long now = now_ns();
-		long long start = s->busy_until > now ? s->busy_until : now;
-		s->busy_until = start + (long long)g_funcs[fi].us * 1000LL;
-		enqueue(start, s->busy_until, 0, g_funcs[fi].name_id, (size_t)(s - g_streams),
-			ARGUS_GPU_KERNEL, 0);
+		defer_or_run((size_t)(s - g_streams), DEF_KERNEL, (long long)g_funcs[fi].us * 1000LL, 0,
+			     g_funcs[fi].name_id, 0);
 	}
 	pthread_mutex_unlock(&g_mu);
 	return r;
@@ -625,6 +785,8 @@ static CUresult stream_sync(CUstream h)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	pthread_mutex_lock(&g_mu);
 	struct stream *s = stream_get(h);
+	if (s)
+		def_wait_empty();
 	long long until = s ? s->busy_until : 0;
 	pthread_mutex_unlock(&g_mu);
 	if (!s)
@@ -644,6 +806,18 @@ static CUresult event_record(CUevent ev, CUstream h)
 	struct stream *s = stream_get(h);
 	if (ei < 0 || !g_events[ei].live || !s) {
 		r = CUDA_ERROR_INVALID_HANDLE;
+	} else if (deferring()) {
+		def_wait_room();
+		struct deferred *d = def_tail();
+		memset(d, 0, sizeof *d);
+		d->type = DEF_EVENT;
+		d->issued = now_ns();
+		d->stream = (size_t)(s - g_streams);
+		d->event = ei;
+		g_def_n++;
+		pthread_cond_broadcast(&g_def_cv);
+		g_events[ei].recorded = 1;
+		g_events[ei].at = 0; /* until the GPU thread times it */
 	} else {
 		long long now = now_ns();
 		g_events[ei].recorded = 1;
@@ -735,6 +909,7 @@ CU_API CUresult cuCtxSynchronize(void)
 	if (!initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
 	pthread_mutex_lock(&g_mu);
+	def_wait_empty();
 	long long until = device_busy_until();
 	pthread_mutex_unlock(&g_mu);
 	sleep_until(until);
@@ -824,6 +999,8 @@ CU_API CUresult cuEventSynchronize(CUevent hEvent)
 	pthread_mutex_lock(&g_mu);
 	long i = h_decode(hEvent, H_EVENT_BASE, g_nevents);
 	int ok = i >= 0 && g_events[i].live;
+	if (ok)
+		def_wait_empty();
 	long long until = (ok && g_events[i].recorded) ? g_events[i].at : 0;
 	pthread_mutex_unlock(&g_mu);
 	if (!ok)
@@ -924,8 +1101,10 @@ CU_API long long argus_sim_gpu_ready_ns(void)
 	if (!initialized())
 		return now;
 	pthread_mutex_lock(&g_mu);
+	def_wait_empty();
 	long long t = device_busy_until();
 	pthread_mutex_unlock(&g_mu);
+	now = now_ns();
 	return t > now ? t : now;
 }
 
@@ -940,21 +1119,95 @@ CU_API int argus_sim_gpu_kernel(void *stream, const char *name, long long start_
 		pthread_mutex_unlock(&g_mu);
 		return -1;
 	}
-	enqueue(start_ns, end_ns, 0, name && *name ? name_id_for(name) : 0, (size_t)(s - g_streams),
-		ARGUS_GPU_KERNEL, flags & 0x0fu);
-	/* The stream runs it, and every stream waits for its result (PyTorch makes
-	 * the compute stream wait on the NCCL stream's event). */
-	for (size_t i = 0; i < g_nstreams; i++)
-		if (g_streams[i].live && g_streams[i].busy_until < end_ns)
-			g_streams[i].busy_until = end_ns;
+	run_external((size_t)(s - g_streams), name && *name ? name_id_for(name) : 0, start_ns, end_ns, flags);
 	pthread_mutex_unlock(&g_mu);
 	return 0;
+}
+
+CU_API int argus_sim_gpu_external(void *stream, const char *name, unsigned flags,
+				  argus_sim_gpu_resolve_fn resolve, void *ctx)
+{
+	if (!initialized() || !resolve)
+		return -1;
+	pthread_mutex_lock(&g_mu);
+	struct stream *s = stream_get((CUstream)stream);
+	if (!s || !gpu_thread_start()) {
+		pthread_mutex_unlock(&g_mu);
+		return -1;
+	}
+	def_wait_room();
+	struct deferred *d = def_tail();
+	memset(d, 0, sizeof *d);
+	d->type = DEF_EXTERNAL;
+	d->issued = now_ns();
+	d->stream = (size_t)(s - g_streams);
+	d->name_id = name && *name ? name_id_for(name) : 0;
+	d->flags = flags;
+	d->resolve = resolve;
+	d->ctx = ctx;
+	g_def_n++;
+	pthread_cond_broadcast(&g_def_cv);
+	pthread_mutex_unlock(&g_mu);
+	return 0;
+}
+
+/* The truth's collective log (sim_gpu.h): a ring of the newest entries. */
+static pthread_mutex_t g_coll_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct argus_sim_coll_rec *g_coll;
+static size_t g_coll_next; /* entries ever added */
+#define COLL_UPDATE_LOOKBACK 4096u
+
+CU_API void argus_sim_coll_note(uint64_t comm, uint64_t seq, long long call_ns, long long gpu_start_ns,
+				long long gpu_end_ns)
+{
+	pthread_mutex_lock(&g_coll_mu);
+	if (!g_coll)
+		g_coll = calloc(ARGUS_SIM_COLL_LOG_MAX, sizeof *g_coll);
+	if (!g_coll) {
+		pthread_mutex_unlock(&g_coll_mu);
+		return;
+	}
+	if (call_ns != 0) {
+		struct argus_sim_coll_rec *e = &g_coll[g_coll_next++ % ARGUS_SIM_COLL_LOG_MAX];
+		e->comm = comm;
+		e->seq = seq;
+		e->call_ns = call_ns;
+		e->gpu_start_ns = gpu_start_ns;
+		e->gpu_end_ns = gpu_end_ns;
+	} else {
+		size_t kept = g_coll_next < ARGUS_SIM_COLL_LOG_MAX ? g_coll_next : ARGUS_SIM_COLL_LOG_MAX;
+		size_t look = kept < COLL_UPDATE_LOOKBACK ? kept : COLL_UPDATE_LOOKBACK;
+		for (size_t k = 1; k <= look; k++) {
+			struct argus_sim_coll_rec *e = &g_coll[(g_coll_next - k) % ARGUS_SIM_COLL_LOG_MAX];
+			if (e->comm == comm && e->seq == seq) {
+				e->gpu_start_ns = gpu_start_ns;
+				e->gpu_end_ns = gpu_end_ns;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&g_coll_mu);
+}
+
+CU_API int argus_sim_coll_log(struct argus_sim_coll_rec *out, int max)
+{
+	if (!out || max <= 0)
+		return 0;
+	pthread_mutex_lock(&g_coll_mu);
+	size_t kept = g_coll_next < ARGUS_SIM_COLL_LOG_MAX ? g_coll_next : ARGUS_SIM_COLL_LOG_MAX;
+	if ((size_t)max < kept)
+		kept = (size_t)max;
+	for (size_t k = 0; k < kept; k++)
+		out[k] = g_coll[(g_coll_next - kept + k) % ARGUS_SIM_COLL_LOG_MAX];
+	pthread_mutex_unlock(&g_coll_mu);
+	return (int)kept;
 }
 
 CU_API void argus_sim_gpu_flush_all(void)
 {
 	for (int round = 0; round < 1000; round++) {
 		pthread_mutex_lock(&g_mu);
+		def_wait_empty();
 		long long until = device_busy_until();
 		for (size_t i = 0; i < g_npending; i++)
 			if ((long long)g_pending[i].end_ns > until)

@@ -128,6 +128,8 @@ std::vector<std::string> rank_env(const SimConfig &cfg, int rank, int local_rank
 		// --pp/--bubble: the delay of this rank's eager receives on the emulated GPU
 		// (always set, so that an inherited value never skews a run).
 		{ARGUS_SIM_PP_RECV_DELAY_ENV, std::to_string(pp_recv_delay_us(cfg, rank))},
+		// --nccl-mode: what the NCCL shim emulates (always set, for the same reason).
+		{ARGUS_SIM_NCCL_MODE_ENV, cfg.nccl_async ? "async" : "blocking"},
 	};
 	std::vector<std::string> env;
 	for (char **e = environ; e && *e; e++) {

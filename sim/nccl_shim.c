@@ -114,6 +114,12 @@ struct ncclComm {
 	struct argus_sim_shm *shm;
 	char shm_name[ARGUS_SIM_SHM_NAME_MAX];
 	uint32_t *p2p_received; /* [src]: eager sends from src already received */
+	/* Async mode (ARGUS_SIM_NCCL_MODE=async): operations queued on the emulated
+	 * GPU and not resolved yet, and the first error one of them met (returned
+	 * by the next call, as ncclCommGetAsyncError surfaces it). */
+	uint32_t inflight;
+	int async_error;
+	uint64_t coll_seq; /* collective calls so far (the truth's numbering) */
 };
 
 static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -203,6 +209,9 @@ static long long now_ns(void)
 static pthread_once_t g_gpu_once = PTHREAD_ONCE_INIT;
 static argus_sim_gpu_ready_ns_fn g_gpu_ready;
 static argus_sim_gpu_kernel_fn g_gpu_kernel;
+static argus_sim_gpu_external_fn g_gpu_external;
+static argus_sim_coll_note_fn g_coll_note;
+static int g_async_mode = 1; /* ARGUS_SIM_NCCL_MODE: async unless "blocking" */
 static long long g_recv_delay_ns;
 
 static void gpu_find(void)
@@ -211,13 +220,19 @@ static void gpu_find(void)
 	if (h) {
 		void *ready = dlsym(h, "argus_sim_gpu_ready_ns");
 		void *kernel = dlsym(h, "argus_sim_gpu_kernel");
+		void *external = dlsym(h, "argus_sim_gpu_external");
 		if (ready && kernel) {
 			*(void **)&g_gpu_ready = ready;
 			*(void **)&g_gpu_kernel = kernel;
+			*(void **)&g_gpu_external = external;
+			*(void **)&g_coll_note = dlsym(h, "argus_sim_coll_note");
 		} else {
 			dlclose(h); /* a real libcuda: no emulated timeline */
 		}
 	}
+	const char *mode = getenv(ARGUS_SIM_NCCL_MODE_ENV);
+	if (mode && strcmp(mode, "blocking") == 0)
+		g_async_mode = 0;
 	const char *v = getenv(ARGUS_SIM_PP_RECV_DELAY_ENV);
 	if (v && *v) {
 		char *end = NULL;
@@ -234,6 +249,12 @@ static int gpu_on(void)
 }
 
 static long long now_ns(void);
+
+/* Real NCCL's semantics: a call only enqueues its kernel on the (emulated) GPU. */
+static int async_on(void)
+{
+	return gpu_on() && g_gpu_external != NULL && g_async_mode;
+}
 
 /* When this process's GPU could start an NCCL kernel: max(GPU idle, now). */
 static long long gpu_ready_at(void)
@@ -358,6 +379,132 @@ static ncclResult_t comm_barrier(struct ncclComm *c, const char *what, long long
 	return ncclSuccess;
 }
 
+/* ---- the truth's collective log (kept by the simulator's libcuda) ---- */
+
+/* A new collective call: its number (as the agent's BPF counts them) and call time. */
+static uint64_t log_call(struct ncclComm *c, long long call_ns)
+{
+	uint64_t seq = __atomic_add_fetch(&c->coll_seq, 1u, __ATOMIC_ACQ_REL);
+	if (gpu_on() && g_coll_note)
+		g_coll_note((uint64_t)(uintptr_t)c, seq, call_ns, 0, 0);
+	return seq;
+}
+
+/* The GPU times of collectives first..last (one kernel: a group, or one call). */
+static void log_gpu(struct ncclComm *c, uint64_t first, uint64_t last, long long start, long long end)
+{
+	if (first == 0 || !gpu_on() || !g_coll_note)
+		return;
+	for (uint64_t q = first; q <= last; q++)
+		g_coll_note((uint64_t)(uintptr_t)c, q, 0, start, end);
+}
+
+/* ---- async mode: operations resolved by the emulated GPU's thread ---- */
+
+enum { AOP_COLL = 0, AOP_SEND = 1, AOP_RECV = 2 };
+
+struct async_op {
+	struct ncclComm *c;
+	const char *api;
+	int kind;
+	int peer;
+	unsigned long long bytes;
+	uint64_t seq_first, seq_last; /* collectives this kernel runs (0: none) */
+};
+
+static ncclResult_t wait_p2p_posted(struct ncclComm *c, int peer, const char *api);
+
+static void async_fail(struct ncclComm *c, ncclResult_t r)
+{
+	int none = ncclSuccess;
+	__atomic_compare_exchange_n(&c->async_error, &none, (int)r, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+/* Runs on the emulated GPU's thread, in issue order. A collective's kernel
+ * starts when this GPU is ready and ends once every rank's GPU has reached it
+ * (the barrier publishes each rank's ready time), plus the transfer. */
+static int resolve_async(void *ctx, long long ready, long long *start, long long *end)
+{
+	struct async_op *op = ctx;
+	struct ncclComm *c = op->c;
+	int rc = -1;
+	ncclResult_t r = ncclSuccess;
+	if (op->kind == AOP_COLL) {
+		long long all_ready = ready;
+		r = comm_barrier(c, op->api, ready, &all_ready);
+		if (r == ncclSuccess) {
+			*start = ready;
+			*end = all_ready + transfer_ns(op->bytes);
+			log_gpu(c, op->seq_first, op->seq_last, *start, *end);
+			rc = 0;
+		}
+	} else if (op->kind == AOP_SEND) {
+		*start = ready;
+		*end = ready + transfer_ns(op->bytes);
+		rc = 0;
+	} else {
+		r = wait_p2p_posted(c, op->peer, op->api);
+		if (r == ncclSuccess) {
+			long long now = now_ns();
+			*start = (ready > now ? ready : now) + g_recv_delay_ns;
+			*end = *start + transfer_ns(op->bytes);
+			rc = 0;
+		}
+	}
+	if (r != ncclSuccess)
+		async_fail(c, r);
+	__atomic_sub_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
+	free(op);
+	return rc;
+}
+
+/* Queues an operation on the emulated GPU; the call returns at once. */
+static ncclResult_t enqueue_async(struct ncclComm *c, cudaStream_t stream, const char *api, int kind,
+				  int peer, unsigned long long bytes, const char *kname, unsigned flags,
+				  uint64_t seq_first, uint64_t seq_last)
+{
+	struct async_op *op = calloc(1, sizeof *op);
+	if (!op) {
+		set_error("%s: out of host memory", api);
+		return ncclSystemError;
+	}
+	op->c = c;
+	op->api = api;
+	op->kind = kind;
+	op->peer = peer;
+	op->bytes = bytes;
+	op->seq_first = seq_first;
+	op->seq_last = seq_last;
+	__atomic_add_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
+	if (g_gpu_external((void *)stream, kname, flags, resolve_async, op) != 0) {
+		__atomic_sub_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
+		free(op);
+		set_error("%s: invalid stream %p", api, (void *)stream);
+		return ncclInvalidArgument;
+	}
+	return ncclSuccess;
+}
+
+/* An error an earlier asynchronous operation met, returned by the next call. */
+static ncclResult_t async_error(struct ncclComm *c)
+{
+	int r = __atomic_load_n(&c->async_error, __ATOMIC_ACQUIRE);
+	if (r != ncclSuccess)
+		set_error("an earlier operation on this communicator failed (asynchronous error)");
+	return (ncclResult_t)r;
+}
+
+/* ncclCommDestroy waits for the communicator's queued operations (an abort
+ * releases them first); bounded by the communicator's timeout. */
+static void wait_inflight(struct ncclComm *c)
+{
+	long long deadline = now_ns() + c->timeout_ns + 1000000000LL;
+	while (__atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) > 0 && now_ns() < deadline) {
+		struct timespec ts = {0, 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
 static void comm_detach(struct ncclComm *c)
 {
 	if (c->shm) {
@@ -388,6 +535,7 @@ struct group_entry {
 	struct ncclComm *comm;
 	cudaStream_t stream;
 	unsigned long long bytes;
+	uint64_t seq_first, seq_last; /* collective calls in it (0: none) */
 	char kernel[KERNEL_NAME_MAX]; /* "" = point-to-point only */
 };
 
@@ -396,11 +544,16 @@ static __thread struct group_entry g_group[MAX_GROUP_COMMS];
 static __thread int g_group_ncomms;
 
 static ncclResult_t group_add(struct ncclComm *c, cudaStream_t stream, unsigned long long bytes,
-			      const char *kernel)
+			      const char *kernel, uint64_t seq)
 {
 	for (int i = 0; i < g_group_ncomms; i++) {
 		if (g_group[i].comm == c) {
 			g_group[i].bytes += bytes;
+			if (seq) {
+				if (!g_group[i].seq_first)
+					g_group[i].seq_first = seq;
+				g_group[i].seq_last = seq;
+			}
 			if (kernel && !g_group[i].kernel[0])
 				snprintf(g_group[i].kernel, sizeof g_group[i].kernel, "%s", kernel);
 			return ncclSuccess;
@@ -414,6 +567,7 @@ static ncclResult_t group_add(struct ncclComm *c, cudaStream_t stream, unsigned 
 	e->comm = c;
 	e->stream = stream;
 	e->bytes = bytes;
+	e->seq_first = e->seq_last = seq;
 	snprintf(e->kernel, sizeof e->kernel, "%s", kernel ? kernel : "");
 	return ncclSuccess;
 }
@@ -484,6 +638,7 @@ static ncclResult_t collective(const char *api, const char *coll, const void *se
 			      const void *recvbuff, size_t count, ncclDataType_t dt, int redop,
 			      int root, ncclComm_t comm, cudaStream_t stream)
 {
+	const long long call_ns = now_ns();
 	struct ncclComm *c;
 	ncclResult_t r = check_comm(comm, &c, api);
 	if (r != ncclSuccess)
@@ -507,14 +662,22 @@ static ncclResult_t collective(const char *api, const char *coll, const void *se
 	const unsigned long long bytes = (unsigned long long)count * dtype_size(dt);
 	char kname[KERNEL_NAME_MAX];
 	kernel_name(kname, coll, redop, dt);
+	if ((r = async_error(c)) != ncclSuccess)
+		return r;
+	const uint64_t seq = log_call(c, call_ns);
 	if (g_group_depth > 0)
-		return group_add(c, stream, bytes, kname);
+		return group_add(c, stream, bytes, kname, seq);
+	const unsigned flags = ARGUS_GPU_F_NCCL | (coll ? 0u : ARGUS_GPU_F_P2P);
+	if (async_on() && !c->local)
+		return enqueue_async(c, stream, api, AOP_COLL, -1, bytes, kname, flags, seq, seq);
+	/* Blocking (Gloo-like): the call returns once every rank has called it. */
 	const long long ready = gpu_ready_at();
 	long long all_ready = ready;
 	r = comm_barrier(c, api, ready, &all_ready);
-	if (r == ncclSuccess)
-		gpu_kernel(stream, kname, ready, all_ready + transfer_ns(bytes),
-			   ARGUS_GPU_F_NCCL | (coll ? 0u : ARGUS_GPU_F_P2P));
+	if (r == ncclSuccess) {
+		gpu_kernel(stream, kname, ready, all_ready + transfer_ns(bytes), flags);
+		log_gpu(c, seq, seq, ready, all_ready + transfer_ns(bytes));
+	}
 	return r;
 }
 
@@ -539,25 +702,46 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 	}
 	const unsigned long long bytes = (unsigned long long)count * dtype_size(dt);
 	if (g_group_depth > 0)
-		return group_add(c, stream, bytes, NULL);
+		return group_add(c, stream, bytes, NULL, 0);
 	if (c->local)
 		return ncclSuccess;
 	struct argus_sim_shm *s = c->shm;
 	r = aborted_error(c);
+	if (r == ncclSuccess)
+		r = async_error(c);
 	if (r != ncclSuccess)
 		return r;
+	const unsigned flags = ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | (is_send ? ARGUS_GPU_F_SEND : ARGUS_GPU_F_RECV);
 	if (is_send) {
 		/* Eager send: post to the peer's mailbox and return. */
 		__atomic_add_fetch(&s->p2p_posted[(size_t)peer * ARGUS_SIM_MAX_RANKS + c->rank], 1u,
 				   __ATOMIC_ACQ_REL);
 		__atomic_add_fetch(&s->p2p_bell[peer], 1u, __ATOMIC_ACQ_REL);
 		argus_sim_futex_wake(&s->p2p_bell[peer]);
+		if (async_on())
+			return enqueue_async(c, stream, api, AOP_SEND, peer, bytes, SENDRECV_KERNEL, flags, 0, 0);
 		const long long start = gpu_ready_at();
-		gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes),
-			   ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | ARGUS_GPU_F_SEND);
+		gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes), flags);
 		return ncclSuccess;
 	}
+	/* Async: the receive kernel waits for the data on the GPU, not the host. */
+	if (async_on())
+		return enqueue_async(c, stream, api, AOP_RECV, peer, bytes, SENDRECV_KERNEL, flags, 0, 0);
 	/* Receive: wait until the peer has posted one more send to us. */
+	r = wait_p2p_posted(c, peer, api);
+	if (r != ncclSuccess)
+		return r;
+	/* The receive kernel starts the rank's receive delay after the GPU is ready
+	 * (a pipeline stage waiting for its input) and lasts the transfer. */
+	const long long start = gpu_ready_at() + (gpu_on() ? g_recv_delay_ns : 0);
+	gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes), flags);
+	return ncclSuccess;
+}
+
+/* Waits until `peer` has posted one more eager send to this rank, and takes it. */
+static ncclResult_t wait_p2p_posted(struct ncclComm *c, int peer, const char *api)
+{
+	struct argus_sim_shm *s = c->shm;
 	uint32_t *posted = &s->p2p_posted[(size_t)c->rank * ARGUS_SIM_MAX_RANKS + peer];
 	uint32_t *bell = &s->p2p_bell[c->rank];
 	long long deadline = now_ns() + c->timeout_ns;
@@ -565,16 +749,11 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 		uint32_t ring = argus_sim_load(bell);
 		if (argus_sim_load(posted) != c->p2p_received[peer])
 			break;
-		r = wait_slice(c, bell, ring, deadline, api);
+		ncclResult_t r = wait_slice(c, bell, ring, deadline, api);
 		if (r != ncclSuccess)
 			return r;
 	}
 	c->p2p_received[peer]++;
-	/* The receive kernel starts the rank's receive delay after the GPU is ready
-	 * (a pipeline stage waiting for its input) and lasts the transfer. */
-	const long long start = gpu_ready_at() + (gpu_on() ? g_recv_delay_ns : 0);
-	gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes),
-		   ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV);
 	return ncclSuccess;
 }
 
@@ -677,6 +856,7 @@ static ncclResult_t destroy_comm(const char *api, ncclComm_t comm, int abort_it)
 	}
 	if (abort_it && c->shm)
 		argus_sim_shm_abort(c->shm, ARGUS_SIM_ABORT_COMM_ABORT, c->rank);
+	wait_inflight(c);
 	comm_detach(c);
 	return ncclSuccess;
 }
@@ -825,6 +1005,21 @@ NCCL_API ncclResult_t pncclCommAbort(ncclComm_t comm)
 	return destroy_comm("ncclCommAbort", comm, 1);
 }
 NCCL_ALIAS(ncclCommAbort)
+
+/* As in NCCL: the error an asynchronous operation of the communicator met (the
+ * watchdog of PyTorch polls it). */
+NCCL_API ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
+{
+	struct ncclComm *c;
+	ncclResult_t r = check_comm(comm, &c, "ncclCommGetAsyncError");
+	if (r != ncclSuccess)
+		return r;
+	if (!asyncError)
+		return ncclInvalidArgument;
+	*asyncError = (ncclResult_t)__atomic_load_n(&c->async_error, __ATOMIC_ACQUIRE);
+	return ncclSuccess;
+}
+NCCL_ALIAS(ncclCommGetAsyncError)
 
 NCCL_API ncclResult_t pncclCommCount(const ncclComm_t comm, int *count)
 {
@@ -983,14 +1178,22 @@ NCCL_API ncclResult_t pncclGroupEnd(void)
 		struct ncclComm *c = comm_get(entries[i].comm);
 		if (!c)
 			continue; /* destroyed meanwhile */
-		const long long ready = gpu_ready_at();
-		long long all_ready = ready;
-		ncclResult_t r = comm_barrier(c, "ncclGroupEnd", ready, &all_ready);
-		if (r == ncclSuccess) {
-			const int p2p_only = entries[i].kernel[0] == '\0';
-			gpu_kernel(entries[i].stream, p2p_only ? SENDRECV_KERNEL : entries[i].kernel, ready,
-				   all_ready + transfer_ns(entries[i].bytes),
-				   ARGUS_GPU_F_NCCL | (p2p_only ? ARGUS_GPU_F_P2P : 0u));
+		const int p2p_only = entries[i].kernel[0] == '\0';
+		const char *kname = p2p_only ? SENDRECV_KERNEL : entries[i].kernel;
+		const unsigned flags = ARGUS_GPU_F_NCCL | (p2p_only ? ARGUS_GPU_F_P2P : 0u);
+		ncclResult_t r = async_error(c);
+		if (r == ncclSuccess && async_on() && !c->local) {
+			r = enqueue_async(c, entries[i].stream, "ncclGroupEnd", AOP_COLL, -1, entries[i].bytes,
+					  kname, flags, entries[i].seq_first, entries[i].seq_last);
+		} else if (r == ncclSuccess) {
+			const long long ready = gpu_ready_at();
+			long long all_ready = ready;
+			r = comm_barrier(c, "ncclGroupEnd", ready, &all_ready);
+			if (r == ncclSuccess) {
+				const long long end = all_ready + transfer_ns(entries[i].bytes);
+				gpu_kernel(entries[i].stream, kname, ready, end, flags);
+				log_gpu(c, entries[i].seq_first, entries[i].seq_last, ready, end);
+			}
 		}
 		if (r != ncclSuccess && result == ncclSuccess)
 			result = r;

@@ -138,6 +138,10 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"cuda_lib", cfg.cuda_lib},
 		{"init_ms", cfg.init_ms},
 		{"kernels_per_step", cfg.kernels_per_step},
+		{"nccl_mode", cfg.nccl_async ? "async" : "blocking"},
+		{"sync_before_coll", cfg.sync_before_coll},
+		{"buckets", cfg.buckets},
+		{"sync_every", cfg.sync_every},
 		{"master_port", cfg.master_port},
 		{"quiet", cfg.quiet},
 		{"ib_fixture", cfg.ib_fixture},
@@ -179,6 +183,12 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.cuda_lib = j.at("cuda_lib").get<std::string>();
 	c.init_ms = j.at("init_ms").get<int>();
 	c.kernels_per_step = j.at("kernels_per_step").get<int>();
+	c.nccl_async = j.value("nccl_mode", std::string("async")) != "blocking";
+	c.sync_before_coll = j.value("sync_before_coll", false);
+	c.buckets = j.value("buckets", 0);
+	c.sync_every = j.value("sync_every", 1);
+	if (c.buckets < 0 || c.sync_every < 1)
+		throw std::runtime_error("buckets must be >= 0 and sync_every >= 1");
 	c.master_port = j.at("master_port").get<int>();
 	c.quiet = j.at("quiet").get<bool>();
 	c.ib_fixture = j.value("ib_fixture", std::string());
@@ -369,6 +379,23 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(0, 3600 * 1000));
 	app.add_option("--kernels-per-step", cfg.kernels_per_step, "kernel launches per step")
 		->check(CLI::Range(0, 100000));
+	std::string nccl_mode = "async";
+	app.add_option("--nccl-mode", nccl_mode,
+		       "async (default; real NCCL: a collective only enqueues its kernel, peers wait on "
+		       "the GPU and the host blocks in its next synchronize) or blocking (the call "
+		       "returns once every rank has called it, as Gloo)")
+		->check(CLI::IsMember({"async", "blocking"}));
+	app.add_flag("--sync-before-coll", cfg.sync_before_coll,
+		     "each step synchronizes its compute stream right before its collectives "
+		     "(loss.item(), timing code)");
+	app.add_option("--buckets", cfg.buckets,
+		       "N: DDP-like gradient all-reduces issued during backward, between the step's "
+		       "second-half kernel launches (default 0)")
+		->check(CLI::Range(0, 64));
+	app.add_option("--sync-every", cfg.sync_every,
+		       "K: the step-end cuStreamSynchronize only every K steps, so the host runs up to "
+		       "K steps ahead of the GPU (default 1)")
+		->check(CLI::Range(1, 100));
 	app.add_option("--master-port", cfg.master_port, "MASTER_PORT given to the ranks")
 		->check(CLI::Range(1, 65535));
 	app.add_option("--hang", hang_specs,
@@ -415,6 +442,7 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		throw UsageError(msg);
 	}
 
+	cfg.nccl_async = nccl_mode != "blocking";
 	parse_factor_faults(
 		"--straggler", straggler_specs, cfg, [](double f) { return f >= 1.0 && f <= 1e6; }, ">= 1",
 		cfg.stragglers, cfg.straggler_from);

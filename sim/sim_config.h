@@ -50,6 +50,13 @@ struct SimConfig {
 	std::string cuda_lib;
 	int init_ms = 1000;
 	int kernels_per_step = 16;
+	// NCCL semantics (--nccl-mode): async (real NCCL: a collective only enqueues
+	// its kernel; peers wait on the GPU and the host sees it in its next
+	// synchronize) or blocking (the call returns once every rank called it, as Gloo).
+	bool nccl_async = true;
+	bool sync_before_coll = false; // cuStreamSynchronize right before the step's collectives (loss.item())
+	int buckets = 0;               // DDP-like gradient all-reduces issued during backward, per step
+	int sync_every = 1;            // the step-end synchronize only every K steps (the host runs ahead)
 	int master_port = 29500;
 	bool quiet = false;
 	// InfiniBand fixture (sim/ib_fixture.h): laid out under ib_fixture and evolved with

@@ -21,7 +21,18 @@
  *       enqueues a kernel record [start_ns, end_ns] (flags: ARGUS_GPU_F_*) on
  *       `stream` and makes every live stream busy until at least end_ns (the
  *       compute stream waits for a collective's result). 0, or -1 (not
- *       initialised, bad stream or times). */
+ *       initialised, bad stream or times).
+ *   int argus_sim_gpu_external(void *stream, const char *name, unsigned flags,
+ *                              argus_sim_gpu_resolve_fn resolve, void *ctx)
+ *       queues a kernel whose times are not known at issue (an asynchronous
+ *       NCCL collective: it ends when every rank's GPU has reached it). The
+ *       call never waits for the peers (only for room in the bounded queue):
+ *       the emulated GPU's own thread calls resolve(ctx, ready, &start, &end)
+ *       in issue order, with `ready` the time the device could start it;
+ *       resolve may block on the peers and returns 0 to record [start, end]
+ *       (every stream then waits for `end`), non-zero to record nothing. It
+ *       owns ctx. Work issued after it is timed once it is resolved, and
+ *       synchronising calls wait until everything issued before them is. */
 #ifndef ARGUS_SIM_GPU_H
 #define ARGUS_SIM_GPU_H
 
@@ -58,6 +69,38 @@ typedef int (*argus_sim_gpu_totals_fn)(struct argus_sim_gpu_totals *out, size_t 
 typedef long long (*argus_sim_gpu_ready_ns_fn)(void);
 typedef int (*argus_sim_gpu_kernel_fn)(void *stream, const char *name, long long start_ns,
 				       long long end_ns, unsigned flags);
+typedef int (*argus_sim_gpu_resolve_fn)(void *ctx, long long ready_ns, long long *start_ns,
+					long long *end_ns);
+typedef int (*argus_sim_gpu_external_fn)(void *stream, const char *name, unsigned flags,
+					 argus_sim_gpu_resolve_fn resolve, void *ctx);
+
+/* NCCL mode of the simulator's libnccl.so.2 (--nccl-mode): "async" (default,
+ * as real NCCL: a collective only enqueues its kernel) or "blocking" (the call
+ * returns once every rank has called it, as Gloo). Async needs the emulated GPU;
+ * without it the shim blocks. */
+#define ARGUS_SIM_NCCL_MODE_ENV "ARGUS_SIM_NCCL_MODE"
+
+/* One collective as the NCCL shim saw it (the truth's "collectives"): seq
+ * counts collective calls (not send/recv) per communicator from 1, as the
+ * agent's BPF does; CLOCK_MONOTONIC ns; GPU times 0 until resolved. Kept by the
+ * libcuda shim, which the worker reads:
+ *   void argus_sim_coll_note(uint64_t comm, uint64_t seq, long long call_ns,
+ *                            long long gpu_start_ns, long long gpu_end_ns)
+ *       records a call (call_ns != 0: a new entry) or the GPU times of one
+ *       already recorded (call_ns == 0).
+ *   int argus_sim_coll_log(struct argus_sim_coll_rec *out, int max)
+ *       copies the newest min(max, kept) entries, oldest first; returns how many. */
+struct argus_sim_coll_rec {
+	uint64_t comm;
+	uint64_t seq;
+	int64_t call_ns;
+	int64_t gpu_start_ns;
+	int64_t gpu_end_ns;
+};
+typedef void (*argus_sim_coll_note_fn)(uint64_t comm, uint64_t seq, long long call_ns,
+				       long long gpu_start_ns, long long gpu_end_ns);
+typedef int (*argus_sim_coll_log_fn)(struct argus_sim_coll_rec *out, int max);
+#define ARGUS_SIM_COLL_LOG_MAX 16384
 
 #ifdef __cplusplus
 }

@@ -20,6 +20,11 @@ nlohmann::json Truth::to_json() const
 	j["steps_completed"] = steps_completed;
 	j["status"] = status;
 	j["faults"] = faults;
+	j["nccl_mode"] = nccl_mode;
+	nlohmann::json colls = nlohmann::json::array();
+	for (const auto &c : collectives)
+		colls.push_back({c.seq, c.call_ns, c.gpu_start_ns, c.gpu_end_ns});
+	j["collectives"] = std::move(colls);
 	nlohmann::json ops = nlohmann::json::object();
 	for (const auto &[op, c] : nccl)
 		ops[op] = {{"calls", c.calls}, {"bytes", c.bytes}};

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -55,6 +56,12 @@ struct Truth {
 	// What the emulated GPU handed to the agent through argus:gpu_batch
 	// (argus_sim_gpu_totals, taken after argus_sim_gpu_flush_all).
 	argus_sim_gpu_totals gpu{};
+	// "nccl_mode": "async" or "blocking"; "collectives": per collective number of
+	// the rank's communicator, [seq, host call ns, GPU start ns, GPU end ns]
+	// (CLOCK_MONOTONIC, GPU times 0 when never resolved), the newest
+	// ARGUS_SIM_COLL_LOG_MAX; present with the simulator's libcuda.
+	std::string nccl_mode = "async";
+	std::vector<argus_sim_coll_rec> collectives;
 	int pp_stage = -1;               // --pp: this rank's stage ("pp_stage", also in "gpu")
 	std::int64_t recv_delay_us = -1; // --pp: delay of each eager receive's kernel ("gpu")
 

@@ -97,6 +97,7 @@ struct CudaApi {
 	void (*argus_sim_set_kernel_us)(CUfunction, unsigned);
 	argus_sim_gpu_flush_all_fn argus_sim_gpu_flush_all;
 	argus_sim_gpu_totals_fn argus_sim_gpu_totals;
+	argus_sim_coll_log_fn argus_sim_coll_log;
 };
 
 struct NcclApi {
@@ -117,6 +118,7 @@ struct NcclApi {
 	ncclResult_t (*ncclRecv)(void *, std::size_t, int, int, ncclComm_t, CUstream);
 	ncclResult_t (*ncclGroupStart)();
 	ncclResult_t (*ncclGroupEnd)();
+	ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
 };
 
 const char *nccl_result_name(int r)
@@ -441,6 +443,7 @@ bool Rank::load_libraries()
 	ARGUS_NC(ncclRecv);
 	ARGUS_NC(ncclGroupStart);
 	ARGUS_NC(ncclGroupEnd);
+	ARGUS_NC(ncclCommGetAsyncError);
 #undef ARGUS_NC
 	if (!missing.empty()) {
 		log("missing symbols in " + cfg_.cuda_lib + " / " + cfg_.nccl_lib + ": " + missing);
@@ -451,6 +454,7 @@ bool Rank::load_libraries()
 	load_sym(cuda_lib_, "argus_sim_set_kernel_us", cu_.argus_sim_set_kernel_us, ignored);
 	load_sym(cuda_lib_, "argus_sim_gpu_flush_all", cu_.argus_sim_gpu_flush_all, ignored);
 	load_sym(cuda_lib_, "argus_sim_gpu_totals", cu_.argus_sim_gpu_totals, ignored);
+	load_sym(cuda_lib_, "argus_sim_coll_log", cu_.argus_sim_coll_log, ignored);
 	return true;
 }
 
@@ -619,21 +623,45 @@ StepResult Rank::step(std::int64_t s)
 		static_cast<double>(cfg_.step_ms) * 1e6 * (slow ? plan_.straggler_factor : 1.0));
 	const int k = cfg_.kernels_per_step;
 	const long long t0 = now_ns();
+	// --hang / --exit fire right before the step's first collective.
+	bool first_collective = true;
+	auto before_collective = [&]() -> StepResult {
+		if (!first_collective)
+			return StepResult::Ok;
+		first_collective = false;
+		if (s == plan_.hang_step)
+			return StepResult::Hang;
+		if (s == plan_.exit_step)
+			return StepResult::Exit;
+		return StepResult::Ok;
+	};
 	if (k == 0) {
 		if (!sleep_until(t0 + host_ns))
 			return StepResult::Stopped;
 	}
+	const int backward = k / 2; // launches from here on are the backward pass
+	int bucket = 0;
 	for (int i = 0; i < k; i++) {
 		if (!sleep_until(t0 + host_ns * (i + 1) / k))
 			return StepResult::Stopped;
 		launch(i);
+		// --buckets: DDP all-reduces a gradient bucket as soon as backward filled it.
+		while (bucket < cfg_.buckets && i >= backward &&
+		       i + 1 >= backward + ((bucket + 1) * (k - backward)) / cfg_.buckets) {
+			if (StepResult r = before_collective(); r != StepResult::Ok)
+				return r;
+			const NcclCall c = step_bucket_call(bucket++);
+			if (nccl(c.op, c.bytes(), call_nccl(c, nccl_stream_)) != 0)
+				return StepResult::NcclFailed;
+		}
 	}
+	if (StepResult r = before_collective(); r != StepResult::Ok)
+		return r;
 
-	// --hang / --exit fire here, right before the step's first collective.
-	if (s == plan_.hang_step)
-		return StepResult::Hang;
-	if (s == plan_.exit_step)
-		return StepResult::Exit;
+	// --sync-before-coll: the host waits for its GPU before communicating
+	// (loss.item(), timing code): a slow GPU then delays this rank's collectives.
+	if (cfg_.sync_before_coll)
+		cuda("cuStreamSynchronize", cu_.cuStreamSynchronize(stream_));
 
 	// The gradient bucket is copied into the communication buffer (on the
 	// stream, no wait: the emulated copy takes no time at this size).
@@ -669,10 +697,20 @@ StepResult Rank::step(std::int64_t s)
 	// (c) the loss comes back (on the stream), then wait for the GPU.
 	copy("cuMemcpyDtoHAsync_v2", "dtoh", sizeof loss_host_,
 	     cu_.cuMemcpyDtoHAsync_v2(loss_host_, grads_, sizeof loss_host_, stream_));
+	// --sync-every K: only every K-th step waits for the GPU (the host runs ahead).
+	if ((s + 1) % cfg_.sync_every != 0)
+		return StepResult::Ok;
 	if (s % 2 == 1)
 		cuda("cuStreamSynchronize_ptsz", cu_.cuStreamSynchronize_ptsz(stream_));
 	else
 		cuda("cuStreamSynchronize", cu_.cuStreamSynchronize(stream_));
+	// As PyTorch's watchdog: an asynchronous collective that failed (a peer died,
+	// the job was aborted) fails the step.
+	if (ncclResult_t async = 0; nc_.ncclCommGetAsyncError(comm_, &async) == 0 && async != 0) {
+		truth_.nccl_errors["ncclCommGetAsyncError"][nccl_result_name(async)]++;
+		note_nccl_error("ncclCommGetAsyncError", async);
+		return StepResult::NcclFailed;
+	}
 	if (s % 10 == 0) {
 		cuda("cuCtxSynchronize", cu_.cuCtxSynchronize());
 		cuda("cuEventRecord", cu_.cuEventRecord(event_, stream_));
@@ -737,6 +775,12 @@ void Rank::write_truth()
 	if (cfg_.out_dir.empty())
 		return;
 	truth_.has_gpu = cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&truth_.gpu, sizeof truth_.gpu) == 0;
+	truth_.nccl_mode = cfg_.nccl_async ? "async" : "blocking";
+	if (cu_.argus_sim_coll_log) {
+		truth_.collectives.resize(ARGUS_SIM_COLL_LOG_MAX);
+		int n = cu_.argus_sim_coll_log(truth_.collectives.data(), ARGUS_SIM_COLL_LOG_MAX);
+		truth_.collectives.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+	}
 	std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
 	if (!write_json_atomic(path, truth_.to_json()))
 		log("cannot write " + path + ": " + std::strerror(errno));

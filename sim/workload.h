@@ -149,6 +149,16 @@ inline std::vector<NcclCall> step_pp_calls(std::int64_t step, int rank, int worl
 	return v;
 }
 
+// --buckets N: DDP's gradient all-reduces, issued during backward (the second
+// half of the step's launches), bucket b after launch
+// k/2 + ((b+1) * (k - k/2)) / N - 1 of the k launches:
+//   all_reduce  float32  count (1<<18) * (1 + b%4)
+inline NcclCall step_bucket_call(int bucket)
+{
+	return {Op::AllReduce, (std::size_t{1} << 18) * static_cast<std::size_t>(1 + bucket % 4), kNcclFloat32,
+		kNcclSum};
+}
+
 // Host-side CUDA pattern of a step (see worker.cpp):
 //   kernels_per_step launches; launch i uses kernel i%4 and the symbol
 //   cuLaunchKernelEx_ptsz if i%16==15, cuLaunchKernelEx if i%8==7,

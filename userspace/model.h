@@ -47,6 +47,7 @@ struct GpuRankView {
   std::map<std::string, uint64_t> memcpy_bytes;  // direction -> bytes
   double step_summary_bytes = 0;  // encoded kernel sketch per step, mean of the last 100 steps
   uint64_t steps_summarized = 0;
+  uint64_t latest_end_ns = 0;  // CLOCK_MONOTONIC end of its newest kernel (a hang shows the GPU went quiet)
 };
 
 struct RankSnapshot {
@@ -75,12 +76,13 @@ struct RankSnapshot {
   std::map<std::pair<std::string, std::string>, uint64_t> cuda_errors;  // (api, code) -> calls
   std::map<std::pair<std::string, std::string>, uint64_t> nccl_errors;  // (api, code) -> calls
 
-  double collective_wait_ratio = 0;  // last window: (collective + sync time) / wall time
+  double collective_wait_ratio = 0;  // last window: time inside collective calls / wall time
+  double sync_wait_ratio = 0;        // last window: time inside CUDA synchronize calls / wall time
   double arrival_lag_seconds = 0;    // mean lag behind the node's earliest rank, last window
   double late_fraction = 0;          // share of collectives it arrived last (and late)
   double step_seconds = 0;           // period of its collective pattern; 0 when unknown
   bool straggler = false;
-  std::string straggler_reason;      // "host" or "gpu" while a straggler
+  std::string straggler_reason;      // "host", "sync" or "gpu" while a straggler
   double straggler_score = 0;        // how much slower than the median rank (0 = on time)
   bool pipeline_bubble = false;      // its GPU idles on pipeline receives far more than its peers
   GpuRankView gpu;
@@ -89,6 +91,11 @@ struct RankSnapshot {
   std::vector<std::string> libraries;  // probed library files this process maps
 
   bool identified() const { return rank >= 0 && !job_id.empty(); }
+
+  // From the environment (RankIdentity): "" when unset or empty. rank_gpu_from_strings
+  // (rank_identity.h) turns them into the rank's GPU.
+  std::string cuda_visible_devices;
+  std::string nvidia_visible_devices;
 };
 
 struct AgentSnapshot {

@@ -14,121 +14,251 @@ namespace {
 
 constexpr uint64_t kMs = 1'000'000;
 
-// A job of `ranks` ranks on one communicator: each step every rank computes
-// step_ms (times its slowness), then enters `per_step` collectives; the first
-// waits for the slowest rank, the rest follow together.
+enum class Mode { Async, Blocking };
+
+// A job of `ranks` ranks on one communicator, replayed with the semantics of
+// the real libraries (docs: REAL-SEMANTICS.md). Each step, rank r:
+//   - computes on its host for step_ms x host[r], launching GPU work that takes
+//     gpu_ms x gpu[r] on its GPU (the GPU starts with the step);
+//   - optionally synchronizes its stream first (sync_before_coll: loss.item());
+//   - issues `per_step` collectives. Async (real NCCL): the calls return at
+//     once; the NCCL kernel ends when every rank's GPU has reached it. Blocking
+//     (Gloo): the call returns when every rank has called it;
+//   - synchronizes at the end of the step, until the collective's kernel ends.
+// The tracker gets exactly the arrivals and synchronize spans the agent's
+// probes would see; the signals are the wait shares the registry computes.
 struct Replay {
   CollectiveTracker tracker{TrackerOptions{10, 512, 0.001, 10}};
-  std::map<int, double> slowness;  // pid -> factor
+  Mode mode = Mode::Async;
+  std::map<int, double> host, gpu;  // pid -> slowness factor
+  bool sync_before_coll = false;
+  bool with_gpu_layer = false;
   int ranks = 8;
   uint64_t now = 1'000 * kMs;
   uint64_t seq = 0;
-  double step_ms = 100;
+  double step_ms = 100, gpu_ms = 60;
   int per_step = 4;
+  std::map<int, double> coll_ns, sync_ns, nccl_kernel_ns;  // accumulated over the window
+  uint64_t window_start = now;
 
+  int pid(int r) const { return 100 + r; }
+  double f(const std::map<int, double>& m, int p) const { return m.count(p) ? m.at(p) : 1.0; }
   void join() {
-    for (int p = 0; p < ranks; ++p) tracker.add_member("c0", 100 + p, ranks);
+    for (int r = 0; r < ranks; ++r) tracker.add_member("c0", pid(r), ranks);
+  }
+  void sync(int p, uint64_t from, uint64_t to) {
+    if (to <= from) return;
+    tracker.on_sync(p, from, to);
+    sync_ns[p] += static_cast<double>(to - from);
   }
   void step() {
-    uint64_t latest = now;
-    std::map<int, uint64_t> arrive;
-    for (int p = 0; p < ranks; ++p) {
-      const double f = slowness.count(100 + p) ? slowness[100 + p] : 1.0;
-      arrive[100 + p] = now + static_cast<uint64_t>(step_ms * f * kMs);
-      latest = std::max(latest, arrive[100 + p]);
+    const uint64_t t0 = now;
+    std::map<int, uint64_t> arrive, gpu_done;
+    for (int r = 0; r < ranks; ++r) {
+      const int p = pid(r);
+      const uint64_t host_end = t0 + static_cast<uint64_t>(step_ms * f(host, p) * kMs);
+      gpu_done[p] = t0 + static_cast<uint64_t>(gpu_ms * f(gpu, p) * kMs);
+      arrive[p] = host_end;
+      if (sync_before_coll && gpu_done[p] > host_end) {
+        sync(p, host_end, gpu_done[p]);
+        arrive[p] = gpu_done[p];
+      }
     }
-    ++seq;
-    for (const auto& [pid, t] : arrive) tracker.on_arrival("c0", pid, seq, t);
-    for (int k = 1; k < per_step; ++k) {
+    uint64_t last_arrival = 0, last_ready = 0;
+    for (const auto& [p, a] : arrive) {
+      last_arrival = std::max(last_arrival, a);
+      last_ready = std::max(last_ready, std::max(a, gpu_done[p]));
+    }
+    const uint64_t kernel_end = last_ready + per_step * kMs;
+    for (int k = 0; k < per_step; ++k) {
       ++seq;
-      for (int p = 0; p < ranks; ++p) tracker.on_arrival("c0", 100 + p, seq, latest + k * 100'000 + p * 10'000);
+      for (const auto& [p, a] : arrive) {
+        // Blocking: after the first call every rank leaves together.
+        const uint64_t at = k == 0 || mode == Mode::Async ? a + k * 10'000 : last_arrival + k * 10'000 + p * 1'000;
+        tracker.on_arrival("c0", p, seq, at);
+      }
     }
-    now = latest + per_step * kMs;
+    for (const auto& [p, a] : arrive) {
+      uint64_t sync_from = a + per_step * 10'000;
+      if (mode == Mode::Blocking) {
+        coll_ns[p] += static_cast<double>(last_arrival - a);
+        sync_from = last_arrival + per_step * 10'000;
+      }
+      sync(p, sync_from, kernel_end);
+      nccl_kernel_ns[p] += static_cast<double>(kernel_end - std::max(a, gpu_done[p]));
+    }
+    now = kernel_end + kMs;
   }
-  // The wait ratio each rank would show: its wait for the slowest, over the step.
-  std::vector<RankSignal> signals() const {
-    double slowest = 1;
-    for (const auto& [pid, f] : slowness) slowest = std::max(slowest, f);
+  std::vector<RankSignal> signals() {
     std::vector<RankSignal> out;
-    for (int p = 0; p < ranks; ++p) {
-      const double f = slowness.count(100 + p) ? slowness.at(100 + p) : 1.0;
+    const double span = static_cast<double>(now - window_start);
+    for (int r = 0; r < ranks; ++r) {
+      const int p = pid(r);
       RankSignal s;
-      s.pid = 100 + p;
+      s.pid = p;
       s.job_id = "llm-7";
-      s.rank = p;
-      s.wait_ratio = (slowest - f) / slowest;
+      s.rank = r;
+      s.coll_wait_ratio = coll_ns[p] / span;
+      s.sync_wait_ratio = sync_ns[p] / span;
       s.coverage = 1;
-      s.lag = tracker.lag_stats(100 + p, now);
+      s.lag = tracker.lag_stats(p, now);
+      s.gpu_valid = with_gpu_layer;
+      s.gpu_nccl_ratio = nccl_kernel_ns[p] / span;
       out.push_back(s);
     }
+    coll_ns.clear();
+    sync_ns.clear();
+    nccl_kernel_ns.clear();
+    window_start = now;
     return out;
+  }
+  // Runs `steps` steps per evaluation and returns the events of `evals` evaluations.
+  std::vector<DetectedEvent> run(StragglerDetector& d, int evals, int steps = 20) {
+    std::vector<DetectedEvent> all;
+    for (int e = 0; e < evals; ++e) {
+      for (int i = 0; i < steps; ++i) step();
+      for (auto& ev : d.evaluate(signals(), 1000 + e)) all.push_back(std::move(ev));
+    }
+    return all;
   }
 };
 
 TEST(Detectors, ArrivalLagAndStepFromTheCollectiveStream) {
   Replay r;
-  r.slowness[105] = 1.4;
+  r.host[105] = 1.4;
   r.join();
   for (int i = 0; i < 50; ++i) r.step();
   const auto slow = r.tracker.lag_stats(105, r.now);
   const auto fine = r.tracker.lag_stats(101, r.now);
   EXPECT_NEAR(slow.median_lag_s, 0.040, 1e-9);  // 40 ms behind the earliest, at every step
   EXPECT_DOUBLE_EQ(slow.late_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(slow.late_sync_share, 0.0);  // none of it in its own synchronize calls
   EXPECT_DOUBLE_EQ(fine.late_fraction, 0.0);
   EXPECT_NEAR(fine.median_lag_s, 0.0, 1e-9);
-  // Step = 140 ms of compute + 4 ms of collectives.
-  EXPECT_NEAR(slow.step_seconds, 0.144, 1e-9);
-  EXPECT_NEAR(fine.step_seconds, 0.144, 1e-9);
+  // Step = 140 ms of host compute + 4 ms of collectives + 1 ms.
+  EXPECT_NEAR(slow.step_seconds, 0.145, 1e-9);
+  EXPECT_NEAR(fine.step_seconds, 0.145, 1e-9);
 }
+
+TEST(Detectors, LagSpentInItsOwnSynchronizeIsSync) {
+  Replay r;
+  r.gpu[103] = 2.0;  // 120 ms of GPU work on a 100 ms host step
+  r.sync_before_coll = true;
+  r.join();
+  for (int i = 0; i < 30; ++i) r.step();
+  const auto slow = r.tracker.lag_stats(103, r.now);
+  EXPECT_NEAR(slow.median_lag_s, 0.020, 1e-9);
+  EXPECT_DOUBLE_EQ(slow.late_fraction, 1.0);
+  EXPECT_NEAR(slow.late_sync_share, 1.0, 0.01);
+}
+
+// The matrix: NCCL mode x fault x GPU layer; each names the right rank alone
+// with the right reason, or (where no signal can) nobody.
+struct Case {
+  const char* name;
+  Mode mode;
+  bool host_slow, gpu_slow, sync_before_coll, gpu_layer;
+  const char* reason;  // "" = nobody may be named
+};
+
+class StragglerMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(StragglerMatrix, NamesTheRankTheOthersWaitFor) {
+  const Case c = GetParam();
+  Replay r;
+  r.mode = c.mode;
+  r.sync_before_coll = c.sync_before_coll;
+  r.with_gpu_layer = c.gpu_layer;
+  if (c.host_slow) r.host[105] = 1.5;
+  if (c.gpu_slow) r.gpu[105] = 2.5;
+  r.join();
+  StragglerDetector d;
+  auto events = r.run(d, 4);
+  if (*c.reason == '\0') {
+    EXPECT_TRUE(events.empty()) << events.front().summary;
+    for (int p = 0; p < 8; ++p) EXPECT_FALSE(d.state(100 + p).straggler) << p;
+    return;
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].rank, 5);
+  EXPECT_EQ(events[0].evidence["reason"], c.reason) << events[0].summary;
+  EXPECT_EQ(d.state(105).reason, c.reason);
+  for (int p = 0; p < 8; ++p)
+    if (p != 5) {
+      EXPECT_FALSE(d.state(100 + p).straggler) << p;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Semantics, StragglerMatrix,
+    ::testing::Values(
+        Case{"async_host", Mode::Async, true, false, false, false, "host"},
+        Case{"blocking_host", Mode::Blocking, true, false, false, false, "host"},
+        Case{"async_host_gpu_layer", Mode::Async, true, false, false, true, "host"},
+        Case{"blocking_host_gpu_layer", Mode::Blocking, true, false, false, true, "host"},
+        Case{"async_host_sync_before", Mode::Async, true, false, true, false, "host"},
+        Case{"async_gpu_sync_before", Mode::Async, false, true, true, false, "sync"},
+        Case{"blocking_gpu_sync_before", Mode::Blocking, false, true, true, false, "sync"},
+        Case{"async_gpu_sync_before_gpu_layer", Mode::Async, false, true, true, true, "gpu"},
+        Case{"async_gpu_gpu_layer", Mode::Async, false, true, false, true, "gpu"},
+        Case{"blocking_gpu_gpu_layer", Mode::Blocking, false, true, false, true, "gpu"},
+        // A slow GPU that no host waits for before its collectives: every rank's
+        // synchronize waits the same; without the GPU layer nothing can name it.
+        Case{"async_gpu_no_layer", Mode::Async, false, true, false, false, ""},
+        Case{"blocking_gpu_no_layer", Mode::Blocking, false, true, false, false, ""},
+        Case{"async_balanced", Mode::Async, false, false, false, true, ""},
+        Case{"blocking_balanced", Mode::Blocking, false, false, true, false, ""}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Detectors, StragglerNamedAloneAfterTwoEvaluationsWithEvidence) {
   Replay r;
-  r.slowness[105] = 2.9;
+  r.host[105] = 2.9;
   r.join();
   StragglerDetector d;
-  std::vector<DetectedEvent> events;
   for (int i = 0; i < 20; ++i) r.step();
   auto ev1 = d.evaluate(r.signals(), 1000);
   EXPECT_TRUE(ev1.empty());  // one evaluation is not enough: noise must not flap it
   EXPECT_FALSE(d.state(105).straggler);
+  for (int i = 0; i < 5; ++i) r.step();
   auto ev2 = d.evaluate(r.signals(), 1001);
   ASSERT_EQ(ev2.size(), 1u);
   EXPECT_TRUE(d.state(105).straggler);
-  for (int p = 0; p < 8; ++p) {
+  for (int p = 0; p < 8; ++p)
     if (p != 5) {
       EXPECT_FALSE(d.state(100 + p).straggler) << p;
     }
-  }
   EXPECT_EQ(ev2[0].kind, "straggler");
   EXPECT_EQ(ev2[0].rank, 5);
-  EXPECT_NE(ev2[0].summary.find("rank 5 of job llm-7 is 2.9x slower than the median of 8 ranks"), std::string::npos)
+  EXPECT_NE(ev2[0].summary.find("rank 5 of job llm-7 issues its collectives 190 ms after the earliest rank at 100% of "
+                                "them (step 295 ms): its host is slow"),
+            std::string::npos)
       << ev2[0].summary;
-  EXPECT_NE(ev2[0].summary.find("late at 100% of collectives"), std::string::npos) << ev2[0].summary;
-  EXPECT_NEAR(d.state(105).score, 1.9, 1e-9);
+  EXPECT_NEAR(d.state(105).score, 0.190 / 0.295, 1e-9);  // behind by 0.64 of a step
   EXPECT_EQ(ev2[0].evidence["peers"].size(), 8u);
   EXPECT_EQ(ev2[0].evidence["window_seconds"], 10);
   // The flag holds while it is slow, without repeating the event.
+  for (int i = 0; i < 5; ++i) r.step();
   EXPECT_TRUE(d.evaluate(r.signals(), 1002).empty());
   // Recovered: the flag falls after three clean evaluations.
-  r.slowness.clear();
-  for (int i = 0; i < 100; ++i) r.step();
-  for (int i = 0; i < 2; ++i) d.evaluate(r.signals(), 1003 + i);
+  r.host.clear();
+  for (int e = 0; e < 2; ++e) {
+    for (int i = 0; i < 30; ++i) r.step();
+    d.evaluate(r.signals(), 1003 + e);
+  }
   EXPECT_TRUE(d.state(105).straggler);
+  for (int i = 0; i < 30; ++i) r.step();
   d.evaluate(r.signals(), 1006);
   EXPECT_FALSE(d.state(105).straggler);
 }
 
 TEST(Detectors, SeveralStragglersAtOnce) {
   Replay r;
-  r.slowness[102] = 2.0;
-  r.slowness[106] = 3.0;
+  r.host[102] = 2.0;
+  r.host[106] = 3.0;
   r.join();
-  for (int i = 0; i < 30; ++i) r.step();
   StragglerDetector d;
-  d.evaluate(r.signals(), 1);
-  auto ev = d.evaluate(r.signals(), 2);
-  // The slowest waits least: it is named first; the 2x rank waits for it at the
-  // first collective, yet it still waits far less than the healthy median.
+  auto ev = r.run(d, 3);
+  // Both issue late at every collective (behind the median rank) and wait less than their peers.
   EXPECT_TRUE(d.state(106).straggler);
   EXPECT_TRUE(d.state(102).straggler);
   EXPECT_EQ(ev.size(), 2u);
@@ -146,11 +276,12 @@ TEST(Detectors, NoiseNeverFlagsAnyone) {
       s.pid = p + 1;
       s.job_id = "clean";
       s.rank = p;
-      s.wait_ratio = 0.3 + noise(rng);
+      s.sync_wait_ratio = 0.3 + noise(rng);
       s.coverage = 1;
-      s.lag.spread_samples = 50;
+      s.lag.spread_samples = 10;
       s.lag.late_fraction = 0.125 + noise(rng);
       s.lag.median_lag_s = 0.0005;
+      s.lag.step_seconds = 0.1;
       sig.push_back(s);
     }
     EXPECT_TRUE(d.evaluate(sig, i).empty()) << "evaluation " << i;
@@ -165,7 +296,7 @@ TEST(Detectors, NeverFlagsLateStartersTooFewPeersOrWaiters) {
     s.pid = p + 1;
     s.job_id = "j";
     s.rank = p;
-    s.wait_ratio = p == 0 ? 0.95 : 0.5;  // rank 0 waits on everyone: never a straggler
+    s.sync_wait_ratio = p == 0 ? 0.95 : 0.5;  // rank 0 waits on everyone: never a straggler
     s.coverage = 1;
     sig.push_back(s);
   }
@@ -173,14 +304,17 @@ TEST(Detectors, NeverFlagsLateStartersTooFewPeersOrWaiters) {
   late.pid = 9;
   late.job_id = "j";
   late.rank = 4;
-  late.wait_ratio = 0.0;
+  late.sync_wait_ratio = 0.0;
   late.coverage = 0.2;
+  late.lag.spread_samples = 10;
+  late.lag.late_fraction = 1;
+  late.lag.median_lag_s = 0.5;
   sig.push_back(late);
   RankSignal alone;  // the only rank of its job here: the cross-node rules judge it
   alone.pid = 10;
   alone.job_id = "solo";
   alone.rank = 0;
-  alone.wait_ratio = 0.0;
+  alone.sync_wait_ratio = 0.0;
   alone.coverage = 1;
   sig.push_back(alone);
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(d.evaluate(sig, i).empty());
@@ -230,50 +364,124 @@ TEST(Detectors, DifferentWorldSizesAndRestartedRanksDoNotBreakIt) {
   for (uint64_t s = 1; s <= 10; ++s) t.on_arrival("c", 3, s, (400 + s) * kMs);
   HangDetector h;
   std::map<int, RankInfoForHang> facts{{1, {"j", 0, false, "", 0, 0.01}}, {3, {"j", 1, false, "", 0, 0.01}}};
-  // Nobody sits in a collective: moving, not hung, whatever the numbers say.
+  // The newest collective moves: not hung, whatever the numbers say.
   auto ev = h.evaluate(t.comms(), {}, facts, 500 * kMs, 0);
   EXPECT_TRUE(ev.empty());
   EXPECT_FALSE(h.health().at("c").hung);
-  EXPECT_EQ(h.health().at("c").stalled_seconds, 0);
+  EXPECT_NEAR(h.health().at("c").stalled_seconds, 0.1, 1e-9);  // since #400, 100 ms ago
 }
 
-TEST(Detectors, HangNamesTheRankThatNeverArrivedAndAnExitedOne) {
+// Four ranks did 99 collectives together; at #100 pids 1 and 2 issue it, pid 3
+// never does, pid 4 exits (killed).
+struct HangReplay {
   CollectiveTracker t;
-  for (int p = 1; p <= 4; ++p) t.add_member("c", p, 4);
-  for (uint64_t s = 1; s <= 99; ++s)
-    for (int p = 1; p <= 4; ++p) t.on_arrival("c", p, s, s * 100 * kMs + p);
-  // Seq 100: ranks 1, 2 (pids 1, 2) arrive and sit in it; pid 3 hangs before it; pid 4 exits.
-  const uint64_t t100 = 100 * 100 * kMs;
-  t.on_arrival("c", 1, 100, t100);
-  t.on_arrival("c", 2, 100, t100 + kMs);
-  t.on_exit(4);
+  uint64_t t100 = 100 * 100 * kMs;
   std::map<int, RankInfoForHang> facts{{1, {"j", 0, false, "", 0, 0.1}},
                                         {2, {"j", 1, false, "", 0, 0.1}},
                                         {3, {"j", 2, false, "", 0, 0.1}},
                                         {4, {"j", 3, true, "signal", 9, 0.1}}};
-  std::vector<InflightCollective> inflight{{1, "c", t100}, {2, "c", t100 + kMs}};
+  HangReplay() {
+    for (int p = 1; p <= 4; ++p) t.add_member("c", p, 4);
+    for (uint64_t s = 1; s <= 99; ++s)
+      for (int p = 1; p <= 4; ++p) t.on_arrival("c", p, s, s * 100 * kMs + p);
+  }
+};
+
+TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchronize) {
+  HangReplay r;
+  r.t.on_arrival("c", 1, 100, r.t100);
+  r.t.on_arrival("c", 2, 100, r.t100 + kMs);
+  r.t.on_exit(4);
+  // Real NCCL: the calls returned at once; the hosts wait in their next synchronize.
+  std::vector<InflightWait> inflight{{1, "", true, "cuStreamSynchronize", r.t100 + 2 * kMs},
+                                     {2, "", true, "cuStreamSynchronize", r.t100 + 3 * kMs}};
   HangDetector h(HangOptions{10, 5});
-  EXPECT_TRUE(h.evaluate(t.comms(), inflight, facts, t100 + 5'000 * kMs, 0).empty());
-  EXPECT_NEAR(h.health().at("c").stalled_seconds, 5.0, 1e-9);
+  EXPECT_TRUE(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 5'000 * kMs, 0).empty());
+  EXPECT_NEAR(h.health().at("c").stalled_seconds, 5.0, 1e-9);  // since #100 was first issued
   EXPECT_FALSE(h.missing(3));
-  auto ev = h.evaluate(t.comms(), inflight, facts, t100 + 10'000 * kMs, 1);
+  auto ev = h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 10'000 * kMs, 1);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_TRUE(h.missing(3));
   EXPECT_TRUE(h.missing(4));
   EXPECT_FALSE(h.missing(1));
   EXPECT_EQ(ev[0].kind, "hang");
   EXPECT_EQ(ev[0].rank, 2);
-  EXPECT_NE(ev[0].summary.find("collective #100 of job j has waited 10 s for rank 2, rank 3 (exited: signal 9)"),
+  EXPECT_NE(ev[0].summary.find("collective #100 of job j has not moved for 10 s: rank 2, rank 3 (it died: signal 9) "
+                               "never issued it; its peers here: 2 wait in a CUDA synchronize"),
             std::string::npos)
       << ev[0].summary;
+  EXPECT_EQ(ev[0].evidence["cause"], "missing_rank");
   EXPECT_EQ(ev[0].evidence["missing"].size(), 2u);
+  const auto& states = ev[0].evidence["ranks"];
+  ASSERT_EQ(states.size(), 4u);
+  EXPECT_EQ(states[0]["state"], "in_synchronize");
+  EXPECT_EQ(states[0]["call"], "cuStreamSynchronize");
+  EXPECT_EQ(states[2]["state"], "running");  // the missing rank: in no call at all
+  EXPECT_EQ(states[3]["state"], "exited");
   // Still hung, same ranks missing: no second event.
-  EXPECT_TRUE(h.evaluate(t.comms(), inflight, facts, t100 + 12'000 * kMs, 2).empty());
-  // Moving again: stalled back to zero.
-  t.on_arrival("c", 3, 100, t100 + 12'500 * kMs);
-  EXPECT_TRUE(h.evaluate(t.comms(), {}, facts, t100 + 13'000 * kMs, 3).empty());
+  EXPECT_TRUE(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 12'000 * kMs, 2).empty());
+  // The dead rank's grace is over and the late one arrives: moving again.
+  r.t.forget(4);
+  r.t.on_arrival("c", 3, 100, r.t100 + 12'500 * kMs);
+  EXPECT_TRUE(h.evaluate(r.t.comms(), {}, r.facts, r.t100 + 13'000 * kMs, 3).empty());
   EXPECT_EQ(h.health().at("c").stalled_seconds, 0);
   EXPECT_FALSE(h.missing(3));
+}
+
+TEST(Detectors, BlockingHangNamesTheMissingRankWhileItsPeersSitInTheCall) {
+  HangReplay r;
+  r.facts[4].exited = false;
+  for (int p : {1, 2, 4}) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
+  std::vector<InflightWait> inflight{{1, "c", false, "all_reduce", r.t100 + kMs},
+                                     {2, "c", false, "all_reduce", r.t100 + 2 * kMs},
+                                     {4, "c", false, "all_reduce", r.t100 + 4 * kMs}};
+  HangDetector h(HangOptions{10, 5});
+  auto ev = h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 11'000 * kMs, 1);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].rank, 2);
+  EXPECT_NE(ev[0].summary.find("rank 2 never issued it; its peers here: 3 in the collective call"), std::string::npos)
+      << ev[0].summary;
+}
+
+TEST(Detectors, EqualCountsHangSaysTheCollectiveItselfIsStuck) {
+  HangReplay r;
+  r.facts[4].exited = false;
+  for (auto& [pid, f] : r.facts) f.gpu_last_activity_ns = static_cast<double>(r.t100 + 5 * kMs);
+  for (int p = 1; p <= 4; ++p) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
+  std::vector<InflightWait> inflight;
+  for (int p = 1; p <= 4; ++p) inflight.push_back({p, "", true, "cuStreamSynchronize", r.t100 + (10 + p) * kMs});
+  HangDetector h(HangOptions{10, 5});
+  // Stalled since the last rank got blocked (t100 + 14 ms).
+  EXPECT_TRUE(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 10'013 * kMs, 0).empty());
+  auto ev = h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 10'014 * kMs, 1);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].rank, -1);  // nobody is missing
+  EXPECT_EQ(ev[0].evidence["cause"], "collective_stuck");
+  EXPECT_NE(ev[0].summary.find("every rank issued it and none finished (4 wait in a CUDA synchronize); no rank is "
+                               "missing: the collective itself is stuck"),
+            std::string::npos)
+      << ev[0].summary;
+  EXPECT_NEAR(ev[0].evidence["ranks"][0]["gpu_idle_seconds"].get<double>(), 10.009, 1e-9);
+  for (int p = 1; p <= 4; ++p) EXPECT_FALSE(h.missing(p));
+  // A bigger communicator than this node's ranks: it may be a rank elsewhere.
+  CollectiveTracker wide;
+  for (int p = 1; p <= 4; ++p) wide.add_member("c", p, 16);
+  for (int p = 1; p <= 4; ++p) wide.on_arrival("c", p, 7, r.t100 + p * kMs);
+  HangDetector h2(HangOptions{10, 5});
+  auto ev2 = h2.evaluate(wide.comms(), inflight, r.facts, r.t100 + 20'000 * kMs, 1);
+  ASSERT_EQ(ev2.size(), 1u);
+  EXPECT_EQ(ev2[0].evidence["cause"], "no_local_rank_missing");
+}
+
+TEST(Detectors, AnIdleJobIsNotAHang) {
+  HangReplay r;
+  for (int p = 1; p <= 4; ++p) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
+  // Every rank issued #100 and then went on computing (no collective or
+  // synchronize call in flight): evaluation, checkpointing, the end of a job.
+  std::vector<InflightWait> some{{1, "", true, "cuStreamSynchronize", r.t100 + 10 * kMs}};
+  HangDetector h(HangOptions{10, 5});
+  EXPECT_TRUE(h.evaluate(r.t.comms(), some, r.facts, r.t100 + 60'000 * kMs, 0).empty());
+  EXPECT_EQ(h.health().at("c").stalled_seconds, 0);
 }
 
 TEST(Detectors, EventsAsTheContractShapesThem) {

@@ -14,7 +14,7 @@ std::vector<RankSignal> ranks_with_gpu(const std::map<int, double>& nccl_ratio, 
     s.pid = 200 + p;
     s.job_id = "pp-job";
     s.rank = p;
-    s.wait_ratio = 0.40;
+    s.sync_wait_ratio = 0.40;
     s.coverage = 1;
     s.gpu_valid = true;
     s.gpu_nccl_ratio = nccl_ratio.count(p) ? nccl_ratio.at(p) : base;
@@ -45,7 +45,14 @@ TEST(GpuStraggler, SlowGpuNamedWithReasonGpuWhileTheHostIsOnTime) {
 TEST(GpuStraggler, HostEvidenceWinsTheReason) {
   StragglerDetector d;
   auto sig = ranks_with_gpu({{5, 0.02}});
-  sig[5].wait_ratio = 0.02;  // it also waits least on the host
+  // Its host also issues the collectives last, waits least, and not because of
+  // its own synchronize calls: a host straggler, whatever its GPU shows.
+  sig[5].sync_wait_ratio = 0.02;
+  sig[5].lag.spread_samples = 10;
+  sig[5].lag.late_fraction = 1.0;
+  sig[5].lag.median_lag_s = 0.040;
+  sig[5].lag.step_seconds = 0.140;
+  sig[5].lag.late_sync_share = 0.0;
   d.evaluate(sig, 1);
   auto ev = d.evaluate(sig, 2);
   ASSERT_EQ(ev.size(), 1u);

@@ -41,6 +41,7 @@ json make_doc() {
     "ranks": [
       {"pid": 300, "job_id": null, "rank": null, "state": "running", "nccl": {}, "cuda": {"sync": {}, "kernel_launches": null, "errors": []}},
       {"pid": 102, "job_id": "train-7", "rank": 1, "state": "running", "collective_wait_ratio": 0.1234,
+       "sync_wait_ratio": 0.4567,
        "nccl": {"all_reduce": {"calls": 100, "bytes": 2500000000, "wait_seconds": 1.5},
                 "send": {"calls": 20, "bytes": 10000000, "wait_seconds": 0.25}},
        "cuda": {"sync": {"cuStreamSynchronize": {"calls": 9, "wait_seconds": 3.126}},
@@ -57,15 +58,16 @@ TEST(RankTable, ColumnsAndValues) {
   auto lines = lines_of(cli::format_rank_table(make_doc(), false));
   ASSERT_EQ(lines.size(), 5u) << cli::format_rank_table(make_doc(), false);
   EXPECT_EQ(fields(lines[0]),
-            (std::vector<std::string>{"JOB", "RANK", "PID", "STATE", "COLL", "COLL_GB", "WAIT%", "GPU%", "NCCL_K%",
-                                      "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS"}));
+            (std::vector<std::string>{"JOB", "RANK", "PID", "STATE", "COLL", "COLL_GB", "COLL%", "SYNC%", "GPU%",
+                                      "NCCL_K%", "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS"}));
   // Sorted by job, then rank.
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"alpha", "10", "50", "running", "0", "0.00", "0.0", "-", "-", "-", "-", "0", "-"}));
-  EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "50.0", "-",
-                                                        "-", "-", "-", "0", "-"}));
-  EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "12.3", "-",
-                                                        "-", "-", "4242", "3", "-"}));
+            (std::vector<std::string>{"alpha", "10", "50", "running", "0", "0.00", "0.0", "0.0", "-", "-", "-", "-", "0",
+                                      "-"}));
+  EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "50.0", "0.0",
+                                                        "-", "-", "-", "-", "0", "-"}));
+  EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "12.3", "45.7",
+                                                        "-", "-", "-", "4242", "3", "-"}));
   EXPECT_EQ(lines[4], "(1 unidentified process hidden; --all shows them)");
 }
 
@@ -94,10 +96,10 @@ TEST(RankTable, GpuColumnsAndFlags) {
      "gpu":{"busy_ratio":null,"nccl_kernel_ratio":null,"bubble_ratio":null}}]})");
   auto lines = lines_of(cli::format_rank_table(doc, false));
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_EQ(fields(lines[1]), (std::vector<std::string>{"j", "3", "7", "running", "0", "0.00", "40.0", "61.0", "3.5",
-                                                        "25.0", "-", "0", "straggler(gpu),bubble"}));
+  EXPECT_EQ(fields(lines[1]), (std::vector<std::string>{"j", "3", "7", "running", "0", "0.00", "40.0", "0.0", "61.0",
+                                                        "3.5", "25.0", "-", "0", "straggler(gpu),bubble"}));
   EXPECT_EQ(fields(lines[2]).back(), "hang");
-  EXPECT_EQ(fields(lines[2])[7], "-");  // no current GPU figures
+  EXPECT_EQ(fields(lines[2])[8], "-");  // no current GPU figures
 }
 
 TEST(RankTable, UnidentifiedOnlyWithAll) {
@@ -146,7 +148,7 @@ TEST(RankTable, FromTheAgentsOwnDocument) {
   auto lines = lines_of(cli::format_rank_table(ranks_json(s), false));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "-", "-", "-", "5", "0", "-"}));
+            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "0.0", "-", "-", "-", "5", "0", "-"}));
 }
 
 // argusctl end to end, against an HttpServer that serves a canned snapshot.

@@ -309,7 +309,7 @@ TEST(SimTest, ShimLibrariesLookLikeTheRealOnes)
 				"AlltoAll", "Gather", "Scatter", "Send", "Recv", "GroupStart", "GroupEnd",
 				"CommInitRank", "CommInitRankConfig", "CommInitRankScalable", "CommInitAll",
 				"CommDestroy", "CommAbort", "CommCount", "CommCuDevice", "CommUserRank",
-				"GetVersion", "GetUniqueId", "GetErrorString", "GetLastError"}) {
+				"GetVersion", "GetUniqueId", "GetErrorString", "GetLastError", "CommGetAsyncError"}) {
 		const std::string pub = std::string("nccl") + api, prof = "p" + pub;
 		SCOPED_TRACE(pub);
 		ASSERT_EQ(nccl.syms.count(pub), 1u);

@@ -80,18 +80,19 @@ struct Row {
   std::string job;
   int64_t rank = -1;
   int64_t pid = 0;
-  std::array<std::string, 13> cells;
+  std::array<std::string, 14> cells;
 };
 
 }  // namespace
 
 std::string format_rank_table(const json& ranks_doc, bool include_unidentified) {
-  // Wait seconds (collectives, synchronize) are in --json; WAIT% sums them up here.
-  static const std::array<const char*, 13> kHeader = {"JOB",     "RANK",    "PID",      "STATE",  "COLL",
-                                                      "COLL_GB", "WAIT%",   "GPU%",     "NCCL_K%", "BUBBLE%",
-                                                      "LAUNCHES", "ERRORS", "FLAGS"};
-  static const std::array<bool, 13> kLeft = {true,  false, false, true,  false, false, false,
-                                             false, false, false, false, false, false};
+  // Wait seconds are in --json. COLL% is the time inside collective calls (near 0
+  // on real, asynchronous NCCL); SYNC% the time blocked in CUDA synchronize.
+  static const std::array<const char*, 14> kHeader = {"JOB",     "RANK",  "PID",   "STATE",   "COLL",
+                                                      "COLL_GB", "COLL%", "SYNC%", "GPU%",    "NCCL_K%",
+                                                      "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS"};
+  static const std::array<bool, 14> kLeft = {true,  false, false, true,  false, false, false,
+                                             false, false, false, false, false, false, false};
 
   std::vector<Row> rows;
   std::size_t hidden = 0;
@@ -144,6 +145,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
                    integer(calls),
                    fixed(bytes / 1e9, 2),
                    fixed(number(r, "collective_wait_ratio") * 100.0, 1),
+                   fixed(number(r, "sync_wait_ratio") * 100.0, 1),
                    gpu_percent(r, "busy_ratio"),
                    gpu_percent(r, "nccl_kernel_ratio"),
                    gpu_percent(r, "bubble_ratio"),
@@ -166,7 +168,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
     if (node && node->is_string() && !node->get<std::string>().empty()) out += " on " + node->get<std::string>();
     out += "\n";
   } else {
-    std::array<std::size_t, 13> width{};
+    std::array<std::size_t, 14> width{};
     for (std::size_t c = 0; c < kHeader.size(); ++c) width[c] = std::string(kHeader[c]).size();
     for (const auto& row : rows) {
       for (std::size_t c = 0; c < row.cells.size(); ++c) width[c] = std::max(width[c], row.cells[c].size());

@@ -7,9 +7,10 @@
 namespace argus::cli {
 
 // One line per rank, sorted by job then rank (then pid), under a header line:
-// JOB RANK PID STATE COLL COLL_GB COLL_WAIT_S SYNC_WAIT_S WAIT% LAUNCHES ERRORS
-// COLL counts NCCL collective and P2P calls; COLL_GB is their bytes / 1e9; WAIT% is
-// collective_wait_ratio x 100; LAUNCHES is "-" where launches are not counted; ERRORS
+// JOB RANK PID STATE COLL COLL_GB COLL% SYNC% GPU% NCCL_K% BUBBLE% LAUNCHES ERRORS FLAGS
+// COLL counts NCCL collective and P2P calls; COLL_GB is their bytes / 1e9; COLL% is
+// collective_wait_ratio x 100 (inside collective calls: near 0 with real, asynchronous
+// NCCL) and SYNC% sync_wait_ratio x 100 (blocked in CUDA synchronize); LAUNCHES is "-" where launches are not counted; ERRORS
 // counts CUDA and NCCL calls that failed. Processes without job_id or rank appear only
 // with include_unidentified (as "?"); otherwise a last line says how many were hidden.
 // Missing or mistyped fields read as unknown, never throw. Ends with a newline.

@@ -81,8 +81,26 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
   for (const auto& [pid, ts] : s.arrivals) {
     const double lag = static_cast<double>(ts - first) / 1e9;
     const bool late = ts > median_ts && static_cast<double>(ts - median_ts) / 1e9 > opts_.late_threshold_s;
-    lags_[pid].push_back({first, lag, spread, late});
+    lags_[pid].push_back({first, lag, spread, late, late ? sync_share(pid, first, ts) : 0.0});
   }
+}
+
+double CollectiveTracker::sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const {
+  auto it = syncs_.find(pid);
+  if (it == syncs_.end() || to_ns <= from_ns) return 0;
+  uint64_t covered = 0;
+  for (const auto& [start, end] : it->second) {
+    const uint64_t a = std::max(start, from_ns), b = std::min(end, to_ns);
+    if (b > a) covered += b - a;
+  }
+  return std::min(1.0, static_cast<double>(covered) / static_cast<double>(to_ns - from_ns));
+}
+
+void CollectiveTracker::on_sync(int pid, uint64_t start_ns, uint64_t end_ns) {
+  if (end_ns < start_ns) return;
+  auto& d = syncs_[pid];
+  d.emplace_back(start_ns, end_ns);
+  while (d.size() > kMaxSyncSpans) d.pop_front();
 }
 
 void CollectiveTracker::on_exit(int pid) {
@@ -105,6 +123,7 @@ void CollectiveTracker::forget(int pid) {
   }
   lags_.erase(pid);
   arrivals_.erase(pid);
+  syncs_.erase(pid);
 }
 
 void CollectiveTracker::trim(uint64_t now_ns) {
@@ -114,6 +133,8 @@ void CollectiveTracker::trim(uint64_t now_ns) {
     while (!d.empty() && d.front().ts_ns < cutoff) d.pop_front();
   for (auto& [pid, d] : arrivals_)
     while (!d.empty() && d.front() < cutoff) d.pop_front();
+  for (auto& [pid, d] : syncs_)
+    while (!d.empty() && d.front().second < cutoff) d.pop_front();
   for (auto& [name, c] : comms_)
     while (!c.spread_starts.empty() && c.spread_starts.front() < cutoff) c.spread_starts.pop_front();
 }
@@ -137,10 +158,13 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
     if (spread.size() > opts_.recent_spread) spread.erase(spread.begin(), spread.end() - opts_.recent_spread);
     std::vector<double> spread_lags;
     size_t late = 0;
+    double sync_sum = 0;
     for (const auto* s : spread) {
       spread_lags.push_back(s->lag_s);
       late += s->late;
+      if (s->late) sync_sum += s->sync_share;
     }
+    if (late > 0) out.late_sync_share = sync_sum / static_cast<double>(late);
     if (out.samples > 0) out.mean_lag_s = sum / static_cast<double>(out.samples);
     out.spread_samples = spread_lags.size();
     if (!spread_lags.empty()) {
@@ -150,12 +174,14 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
   }
   // The step: where the ranks spread out once a step (some rank computes
   // longer), the period of those collectives; else the period of the bursts.
+  // With asynchronous NCCL a late host is late at every collective of its step,
+  // so the spread-out ones come in bursts too: the period of the bursts.
   for (const auto& [name, c] : comms_) {
     if (!c.view.members.count(pid) || c.spread_starts.size() < 4) continue;
-    std::vector<double> periods;
-    for (size_t i = 1; i < c.spread_starts.size(); ++i)
-      if (c.spread_starts[i] >= cutoff) periods.push_back(static_cast<double>(c.spread_starts[i] - c.spread_starts[i - 1]) / 1e9);
-    if (periods.size() >= 3) out.step_seconds = std::max(out.step_seconds, median(periods));
+    std::deque<uint64_t> recent;
+    for (uint64_t t : c.spread_starts)
+      if (t >= cutoff) recent.push_back(t);
+    out.step_seconds = std::max(out.step_seconds, step_period_seconds(recent));
   }
   if (auto it = arrivals_.find(pid); out.step_seconds == 0 && it != arrivals_.end()) {
     std::deque<uint64_t> recent;
@@ -168,7 +194,14 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
 
 std::vector<CommView> CollectiveTracker::comms() const {
   std::vector<CommView> out;
-  for (const auto& [name, c] : comms_) out.push_back(c.view);
+  for (const auto& [name, c] : comms_) {
+    CommView v = c.view;
+    for (const auto& [pid, m] : v.members)
+      if (m.last_seq == v.newest_seq && m.last_arrival_ns != 0 &&
+          (v.newest_first_arrival_ns == 0 || m.last_arrival_ns < v.newest_first_arrival_ns))
+        v.newest_first_arrival_ns = m.last_arrival_ns;
+    out.push_back(std::move(v));
+  }
   return out;
 }
 

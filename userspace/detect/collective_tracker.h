@@ -25,6 +25,8 @@ struct RankLagStats {
   size_t spread_samples = 0;   // the latest (up to recent_spread) where the ranks arrived more than late_threshold apart
   double median_lag_s = 0;     // over those
   double late_fraction = 0;    // share of those where it arrived late (behind the median rank)
+  double late_sync_share = 0;  // where it arrived late: the share of its lag it spent in its own
+                               // synchronize calls (its GPU or stream held it), mean
   double step_seconds = 0;     // 0 when no period is seen
 };
 
@@ -39,7 +41,8 @@ struct CommView {
   std::string comm;
   int nranks = 0;  // from ncclCommInitRank: the whole communicator, all nodes
   uint64_t newest_seq = 0;
-  uint64_t newest_arrival_ns = 0;
+  uint64_t newest_arrival_ns = 0;        // the latest arrival at any collective
+  uint64_t newest_first_arrival_ns = 0;  // the first arrival at newest_seq
   std::map<int, CommMember> members;  // the ranks of this node
 };
 
@@ -50,6 +53,9 @@ class CollectiveTracker {
   void add_member(const std::string& comm, int pid, int nranks);
   // A collective entered (seq from BPF, counted per process and communicator).
   void on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns);
+  // A CUDA synchronize call of the process returned: [start, end]. Lateness
+  // that its own synchronize waits explain is its GPU's (or stream's), not its host's.
+  void on_sync(int pid, uint64_t start_ns, uint64_t end_ns);
   // The process ended: it will not arrive again; collectives no longer wait for it.
   void on_exit(int pid);
   // Forget a process entirely (its grace period is over).
@@ -66,6 +72,7 @@ class CollectiveTracker {
     double lag_s;
     bool spread;  // the ranks arrived more than late_threshold apart
     bool late;  // behind the median rank by more than late_threshold
+    double sync_share;  // late: share of its lag spent in its own synchronize calls
   };
   struct OpenSeq {
     std::map<int, uint64_t> arrivals;  // pid -> ts
@@ -78,11 +85,14 @@ class CollectiveTracker {
   void try_complete(Comm& c, uint64_t seq);
   void complete(Comm& c, uint64_t seq, OpenSeq& s);
   void trim(uint64_t now_ns);
+  double sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const;
 
   TrackerOptions opts_;
   std::map<std::string, Comm> comms_;
   std::map<int, std::deque<LagSample>> lags_;
   std::map<int, std::deque<uint64_t>> arrivals_;  // per pid: all arrival times in the window (step period)
+  std::map<int, std::deque<std::pair<uint64_t, uint64_t>>> syncs_;  // per pid: recent synchronize spans
+  static constexpr size_t kMaxSyncSpans = 256;
 };
 
 // Step period from collective arrival times: the collectives of a step come in

@@ -20,8 +20,35 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// What each local rank of a hung communicator is doing now.
+nlohmann::json rank_states(const CommView& c, const std::map<int, const InflightWait*>& blocked,
+                           const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [pid, m] : c.members) {
+    auto it = ranks.find(pid);
+    const RankInfoForHang info = it == ranks.end() ? RankInfoForHang{} : it->second;
+    nlohmann::json j = {{"pid", pid}, {"rank", info.rank}, {"last_seq", m.last_seq}};
+    if (info.exited) {
+      j["state"] = "exited";
+      j["exit_reason"] = info.exit_reason;
+      j["exit_code"] = info.exit_code;
+    } else if (auto b = blocked.find(pid); b != blocked.end()) {
+      j["state"] = b->second->sync ? "in_synchronize" : "in_collective";
+      j["call"] = b->second->api;
+      j["blocked_seconds"] = now_ns > b->second->start_ns ? static_cast<double>(now_ns - b->second->start_ns) / 1e9 : 0.0;
+    } else {
+      j["state"] = "running";  // on CPU or off it, but in no collective or synchronize call
+    }
+    if (info.gpu_last_activity_ns > 0 && now_ns > info.gpu_last_activity_ns)
+      j["gpu_idle_seconds"] = static_cast<double>(now_ns - static_cast<uint64_t>(info.gpu_last_activity_ns)) / 1e9;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
-                         const std::map<int, RankInfoForHang>& ranks, double now_unix) {
+                         const std::map<int, const InflightWait*>& blocked,
+                         const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix) {
   nlohmann::json missing_json = nlohmann::json::array();
   std::string names;
   for (int pid : h.missing_pids) {
@@ -35,33 +62,55 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
                             {"exit_code", info.exit_code}});
     if (!names.empty()) names += ", ";
     names += "rank " + std::to_string(info.rank);
-    if (info.exited) names += " (exited: " + info.exit_reason + " " + std::to_string(info.exit_code) + ")";
+    if (info.exited) names += " (it died: " + info.exit_reason + " " + std::to_string(info.exit_code) + ")";
   }
+  // How the ranks that did issue it wait: in a synchronize (async NCCL) or in the call (blocking).
+  size_t in_sync = 0, in_call = 0;
+  for (const auto& [pid, w] : blocked) (w->sync ? in_sync : in_call)++;
+  std::string waiting;
+  if (in_sync > 0) waiting = std::to_string(in_sync) + " wait in a CUDA synchronize";
+  if (in_call > 0) waiting += std::string(waiting.empty() ? "" : ", ") + std::to_string(in_call) + " in the collective call";
   DetectedEvent ev;
   ev.time = now_unix;
   ev.kind = "hang";
   ev.job_id = h.job_id;
   const int here = static_cast<int>(c.members.size());
-  const std::string head = "collective #" + std::to_string(c.newest_seq) + " of job " + h.job_id + " has waited " +
+  const std::string head = "collective #" + std::to_string(c.newest_seq) + " of job " + h.job_id + " has not moved for " +
                            fmt("%.0f", h.stalled_seconds) + " s";
-  if (h.missing_pids.empty()) {
-    ev.summary = head + "; all " + std::to_string(here) + " ranks on this node are in it: the missing ranks are on other nodes";
-  } else {
+  std::string cause;
+  if (!h.missing_pids.empty()) {
     auto it = ranks.find(h.missing_pids.front());
     ev.rank = it == ranks.end() ? -1 : it->second.rank;
-    ev.summary = head + " for " + names + ", which never reached it";
+    ev.summary = head + ": " + names + " never issued it" + (waiting.empty() ? "" : "; its peers here: " + waiting);
+    cause = "missing_rank";
+  } else if (c.nranks > here) {
+    ev.summary = head + ": all " + std::to_string(here) + " ranks on this node issued it and are blocked (" + waiting +
+                 "); none here is missing: a rank on another node never issued it, or the collective itself is stuck";
+    cause = "no_local_rank_missing";
+  } else {
+    ev.summary = head + ": every rank issued it and none finished (" + waiting +
+                 "); no rank is missing: the collective itself is stuck (a dead link, or a GPU stuck in a kernel)";
+    cause = "collective_stuck";
   }
-  ev.evidence = {{"comm", c.comm},           {"newest_seq", c.newest_seq},   {"stalled_seconds", h.stalled_seconds},
-                 {"stall_threshold_seconds", limit}, {"ranks_here", here}, {"comm_ranks", c.nranks},
-                 {"missing", missing_json}};
+  ev.evidence = {{"comm", c.comm},
+                 {"newest_seq", c.newest_seq},
+                 {"stalled_seconds", h.stalled_seconds},
+                 {"stall_threshold_seconds", limit},
+                 {"ranks_here", here},
+                 {"comm_ranks", c.nranks},
+                 {"cause", cause},
+                 {"missing", missing_json},
+                 {"ranks", rank_states(c, blocked, ranks, now_ns)}};
   return ev;
 }
 
 }  // namespace
 
 struct StragglerDetector::Verdict {
-  std::string reason;  // "host", "gpu" or "" (on time)
-  double host_median = 0, host_threshold = 0;
+  std::string reason;  // "host", "sync", "gpu" or "" (on time)
+  bool late = false;   // arrives last at most collectives, by the margin
+  double lag_margin_s = 0;
+  double wait_median = 0, wait_threshold = 0;
   double gpu_median = 0, gpu_threshold = 0;
   double score = 0;
 };
@@ -83,9 +132,7 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
   return s;
 }
 
-double slowness_score(double ratio, double median) {
-  return std::max(0.0, (1.0 - ratio) / std::max(1e-3, 1.0 - median) - 1.0);
-}
+double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
 }  // namespace
 
@@ -100,34 +147,49 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     if (members.size() < 2) continue;  // nobody to compare with here: the cross-node rules do it
     std::vector<double> waits, gpu, bubble;
     for (const auto* r : members) {
-      waits.push_back(r->wait_ratio);
+      waits.push_back(total_wait(*r));
       if (r->gpu_valid) {
         gpu.push_back(r->gpu_nccl_ratio);
         bubble.push_back(r->bubble_ratio);
       }
     }
     const double bubble_median = median_of(bubble);
-    const Spread host = low_outlier_threshold(waits, opts_.min_wait_gap, opts_.mad_k);
+    const double wait_median = median_of(waits);
     const bool gpu_comparable = gpu.size() >= 2;
     const Spread dev = gpu_comparable ? low_outlier_threshold(gpu, opts_.min_gpu_gap, opts_.mad_k) : Spread{};
 
     for (const auto* r : members) {
       judged.insert(r->pid);
-      // Host: waits least, and (where the node has lag evidence) arrives late.
-      const bool lag_known = r->lag.spread_samples >= 3;
-      const bool lag_says_late =
-          !lag_known || (r->lag.late_fraction >= opts_.min_late_fraction && r->lag.median_lag_s >= opts_.min_lag_s);
-      const bool host_slow = r->wait_ratio < host.threshold && lag_says_late;
-      // GPU: its NCCL kernels run least — its peers' kernels wait for it. A rank
-      // whose GPU is late because it idles on pipeline receives is a bubble (the
-      // bubble detector's), not a slow GPU.
-      const bool in_bubble = r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
+      Verdict v;
+      v.wait_median = wait_median;
+      v.wait_threshold = wait_median - opts_.min_wait_gap;
+      v.gpu_median = dev.median;
+      v.gpu_threshold = dev.threshold;
+      // Arrival order: the others wait for the rank that issues last, whatever
+      // the NCCL mode (asynchronous calls return at once; blocking ones wait).
+      v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
+      v.late = r->lag.spread_samples >= 3 && r->lag.late_fraction >= opts_.min_late_fraction &&
+               r->lag.median_lag_s >= v.lag_margin_s;
+      const bool sync_explains = v.late && r->lag.late_sync_share >= opts_.min_sync_share;
+      // Host: late, not because of its own synchronize waits, and it waits less
+      // than its peers (they wait for it, in the call or in their next synchronize).
+      const bool host_slow = v.late && !sync_explains && total_wait(*r) <= v.wait_threshold;
+      // GPU (with the GPU layer): its NCCL kernels run least — its peers' kernels
+      // wait for it. A rank whose GPU is late because it idles on pipeline
+      // receives is a bubble (the bubble detector's), not a slow GPU or stream.
+      const bool in_bubble = r->gpu_valid && r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
       const bool gpu_slow = gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble;
-      Verdict v{host_slow ? "host" : gpu_slow ? "gpu" : "", host.median, host.threshold, dev.median, dev.threshold, 0};
-      v.score = std::max(slowness_score(r->wait_ratio, host.median),
-                         gpu_slow ? slowness_score(r->gpu_nccl_ratio, dev.median) : 0.0);
+      if (host_slow)
+        v.reason = "host";
+      else if (gpu_slow)
+        v.reason = "gpu";
+      else if (sync_explains && !in_bubble)
+        v.reason = "sync";
+      if (v.late && r->lag.step_seconds > 0) v.score = r->lag.median_lag_s / r->lag.step_seconds;
+      if (gpu_slow && dev.median < 1)
+        v.score = std::max(v.score, std::max(0.0, (1.0 - r->gpu_nccl_ratio) / std::max(1e-3, 1.0 - dev.median) - 1.0));
       Track& t = tracks_[r->pid];
-      t.st.score = v.score;
+      t.st.score = v.reason.empty() ? 0 : v.score;
       if (!v.reason.empty()) {
         ++t.hits;
         t.misses = 0;
@@ -142,6 +204,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       } else if (t.st.straggler && t.misses >= opts_.clear_after) {
         t.st.straggler = false;
         t.st.reason.clear();
+      } else if (t.st.straggler && !v.reason.empty()) {
+        t.st.reason = v.reason;
       }
     }
   }
@@ -161,39 +225,51 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
   ev.kind = "straggler";
   ev.job_id = job;
   ev.rank = r.rank;
-  const bool lag_known = r.lag.spread_samples >= 3;
-  std::string why;
-  if (v.reason == "gpu")
-    why = " on its GPU (its NCCL kernels run " + fmt("%.0f", r.gpu_nccl_ratio * 100) +
-          "% of the time, the median rank's " + fmt("%.0f", v.gpu_median * 100) +
-          "%: its peers' kernels wait for it; the host is on time)";
-  else if (lag_known)
-    why = " (arrives " + fmt("%.0f", r.lag.median_lag_s * 1e3) + " ms late at " +
-          fmt("%.0f", r.lag.late_fraction * 100) + "% of collectives)";
+  const std::string who = "rank " + std::to_string(r.rank) + " of job " + job;
+  const std::string late = v.late ? " issues its collectives " + fmt("%.0f", r.lag.median_lag_s * 1e3) +
+                                        " ms after the earliest rank at " + fmt("%.0f", r.lag.late_fraction * 100) +
+                                        "% of them" + (r.lag.step_seconds > 0 ? " (step " + fmt("%.0f", r.lag.step_seconds * 1e3) + " ms)" : "")
+                                  : "";
+  if (v.reason == "host")
+    ev.summary = who + late + ": its host is slow — it spends only " + fmt("%.0f", total_wait(r) * 100) +
+                 "% of its time waiting in collectives and synchronize, the median rank " + fmt("%.0f", v.wait_median * 100) +
+                 "%, and its own synchronize calls explain " + fmt("%.0f", r.lag.late_sync_share * 100) + "% of its lag";
+  else if (v.reason == "sync")
+    ev.summary = who + late + ": it spent " + fmt("%.0f", r.lag.late_sync_share * 100) +
+                 "% of that lag blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host";
   else
-    why = " (waits " + fmt("%.0f", r.wait_ratio * 100) + "% of the time, the median rank " +
-          fmt("%.0f", v.host_median * 100) + "%)";
-  ev.summary = "rank " + std::to_string(r.rank) + " of job " + job + " is " + fmt("%.1f", v.score + 1.0) +
-               "x slower than the median of " + std::to_string(members.size()) + " ranks" + why;
+    ev.summary = who + " is slow on its GPU: its NCCL kernels run " + fmt("%.0f", r.gpu_nccl_ratio * 100) +
+                 "% of the time, the median rank's " + fmt("%.0f", v.gpu_median * 100) + "% (its peers' kernels wait for it)" +
+                 (v.late ? ";" + late : "; its host issues on time");
   nlohmann::json peers = nlohmann::json::array();
   for (const auto* p : members) {
-    nlohmann::json peer = {{"rank", p->rank}, {"pid", p->pid}, {"wait_ratio", p->wait_ratio},
-                           {"mean_lag_seconds", p->lag.mean_lag_s}};
+    nlohmann::json peer = {{"rank", p->rank},
+                           {"pid", p->pid},
+                           {"collective_wait_ratio", p->coll_wait_ratio},
+                           {"sync_wait_ratio", p->sync_wait_ratio},
+                           {"median_lag_seconds", p->lag.median_lag_s},
+                           {"late_fraction", p->lag.late_fraction}};
     if (p->gpu_valid) peer["gpu_nccl_ratio"] = p->gpu_nccl_ratio;
     peers.push_back(std::move(peer));
   }
   ev.evidence = {{"source", v.reason},
                  {"reason", v.reason},
                  {"pid", r.pid},
-                 {"wait_ratio", r.wait_ratio},
-                 {"median_wait_ratio", v.host_median},
-                 {"wait_ratio_threshold", v.host_threshold},
-                 {"mean_lag_seconds", r.lag.mean_lag_s},
-                 {"median_lag_seconds", r.lag.median_lag_s},
+                 {"late", v.late},
                  {"late_fraction", r.lag.late_fraction},
+                 {"median_lag_seconds", r.lag.median_lag_s},
+                 {"mean_lag_seconds", r.lag.mean_lag_s},
+                 {"lag_margin_seconds", v.lag_margin_s},
+                 {"late_sync_share", r.lag.late_sync_share},
+                 {"step_seconds", r.lag.step_seconds},
                  {"collectives_compared", r.lag.samples},
                  {"collectives_spread", r.lag.spread_samples},
-                 {"slowness", v.score + 1.0},
+                 {"collective_wait_ratio", r.coll_wait_ratio},
+                 {"sync_wait_ratio", r.sync_wait_ratio},
+                 {"wait_ratio", total_wait(r)},
+                 {"median_wait_ratio", v.wait_median},
+                 {"wait_ratio_threshold", v.wait_threshold},
+                 {"score", v.score},
                  {"window_seconds", window_seconds_},
                  {"peers", peers}};
   if (r.gpu_valid) {
@@ -285,7 +361,7 @@ StragglerState StragglerDetector::state(int pid) const {
 void StragglerDetector::forget(int pid) { tracks_.erase(pid); }
 
 std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& comms,
-                                                  const std::vector<InflightCollective>& inflight,
+                                                  const std::vector<InflightWait>& inflight,
                                                   const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns,
                                                   double now_unix) {
   std::vector<DetectedEvent> events;
@@ -301,26 +377,47 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       if (h.job_id.empty()) h.job_id = it->second.job_id;
       step = std::max(step, it->second.step_seconds);
     }
-    // The oldest collective still running on this communicator, among the
-    // ranks that reached its newest collective.
-    uint64_t oldest = 0;
+    // The call each member's host is blocked in now (its oldest): a synchronize
+    // anywhere in the process, or a collective on this communicator.
+    std::map<int, const InflightWait*> blocked;
     for (const auto& f : inflight) {
-      if (f.comm != c.comm) continue;
-      auto m = c.members.find(f.pid);
-      if (m == c.members.end() || m->second.last_seq != c.newest_seq) continue;
-      if (oldest == 0 || f.start_ns < oldest) oldest = f.start_ns;
+      if (!c.members.count(f.pid) || (!f.sync && f.comm != c.comm)) continue;
+      auto& b = blocked[f.pid];
+      if (!b || f.start_ns < b->start_ns) b = &f;
     }
-    if (oldest != 0 && now_ns > oldest) h.stalled_seconds = static_cast<double>(now_ns - oldest) / 1e9;
+    std::vector<int> behind;
+    bool all_blocked = !c.members.empty();
+    uint64_t last_blocked = 0;
+    for (const auto& [pid, m] : c.members) {
+      if (static_cast<int64_t>(m.last_seq - c.newest_seq) < 0) behind.push_back(pid);
+      auto it = ranks.find(pid);
+      if (it != ranks.end() && it->second.exited) continue;
+      auto b = blocked.find(pid);
+      if (b == blocked.end()) {
+        all_blocked = false;
+      } else {
+        last_blocked = std::max(last_blocked, b->second->start_ns);
+      }
+    }
+    // Some ranks issued the newest collective and others never did: it has
+    // waited since its first issue. Every rank issued it: stuck only while all
+    // of them are blocked (an idle job between phases is not a hang).
+    uint64_t since = 0;
+    if (!behind.empty() && c.newest_seq != 0)
+      since = c.newest_first_arrival_ns;
+    else if (all_blocked && c.newest_seq != 0)
+      since = std::max(last_blocked, c.newest_arrival_ns);
+    if (since != 0 && now_ns > since) h.stalled_seconds = static_cast<double>(now_ns - since) / 1e9;
     const double limit = std::max(opts_.min_stall_seconds, opts_.step_multiple * step);
     h.hung = h.stalled_seconds >= limit;
     if (h.hung) {
-      for (const auto& [pid, m] : c.members)
-        if (static_cast<int64_t>(m.last_seq - c.newest_seq) < 0) h.missing_pids.push_back(pid);
+      h.missing_pids = behind;
+      h.none_missing = behind.empty();
       std::set<int> missing(h.missing_pids.begin(), h.missing_pids.end());
       // One event when the hang is found, and one each time who is missing changes.
       const bool was_hung = reported_.count(c.comm) != 0;
       if (!was_hung || reported_[c.comm] != missing) {
-        events.push_back(hang_event(c, h, limit, ranks, now_unix));
+        events.push_back(hang_event(c, h, limit, blocked, ranks, now_ns, now_unix));
         reported_[c.comm] = missing;
       }
     } else {

@@ -28,7 +28,8 @@ struct RankSignal {
   int pid = 0;
   std::string job_id;
   int rank = -1;
-  double wait_ratio = 0;  // collectives + synchronize, last window
+  double coll_wait_ratio = 0;  // inside collective calls, last window (~0 on real NCCL: async)
+  double sync_wait_ratio = 0;  // inside CUDA synchronize calls, last window
   double coverage = 0;    // share of the window the rank has been watched
   RankLagStats lag;
   // GPU side (from the GPU-activity records), when the rank has current ones:
@@ -39,11 +40,19 @@ struct RankSignal {
   double bubble_ratio = 0;  // share of the window idle before a pipeline P2P receive
 };
 
+// The straggler is the rank the others wait for: on one node (one clock) the
+// rank that issues the collectives last, by a margin, at most of them. Why it
+// is late: "host" (its host computes longer: it waits less than its peers and
+// its own synchronize calls do not explain the lag), "sync" (it spent the lag
+// in its own synchronize calls: its GPU or stream is slow), or, from the GPU
+// layer, "gpu" (its NCCL kernels run least: its peers' kernels wait for it).
 struct StragglerOptions {
-  double min_wait_gap = 0.10;  // a straggler waits at least this much less than the median
-  double mad_k = 4.0;          // ... and more than k robust deviations below it
-  double min_late_fraction = 0.5;  // on one node: last to arrive at most collectives
+  double min_wait_gap = 0.03;  // host: it waits (collective + sync) at least this much less than the median
+  double min_late_fraction = 0.5;  // on one node: late at most of the recent spread-out collectives
   double min_lag_s = 0.002;        // ... by more than this
+  double min_lag_step_share = 0.05;  // ... and by more than this share of the step
+  double min_sync_share = 0.5;     // lateness spent in its own synchronize calls: "sync"
+  double mad_k = 4.0;          // GPU side: more than k robust deviations below the median
   double min_coverage = 0.3;
   int raise_after = 2;  // consecutive evaluations before the flag rises
   int clear_after = 3;  // ... and before it falls
@@ -52,8 +61,8 @@ struct StragglerOptions {
 
 struct StragglerState {
   bool straggler = false;
-  std::string reason;  // "host" or "gpu" while flagged
-  double score = 0;  // (1 - w) / (1 - median w) - 1: how much slower than the median (0 = on time)
+  std::string reason;  // "host", "sync" or "gpu" while flagged
+  double score = 0;  // how far behind its peers, in steps (lag / step), or by the GPU share (0 = on time)
 };
 
 class StragglerDetector {
@@ -111,9 +120,13 @@ class BubbleDetector {
   std::map<int, Track> tracks_;
 };
 
-struct InflightCollective {
+// A host blocked in a call right now (from the BPF in-flight map): a
+// collective (comm set) or a CUDA synchronize (sync = true, api named).
+struct InflightWait {
   int pid = 0;
-  std::string comm;
+  std::string comm;  // collectives only
+  bool sync = false;
+  std::string api;   // "cuStreamSynchronize", ... or the collective's op
   uint64_t start_ns = 0;
 };
 
@@ -128,6 +141,7 @@ struct CommHealth {
   double stalled_seconds = 0;
   uint64_t newest_seq = 0;
   bool hung = false;
+  bool none_missing = false;      // hung with every local rank at newest_seq (and blocked)
   std::vector<int> missing_pids;  // local ranks that never reached newest_seq
 };
 
@@ -138,13 +152,21 @@ struct RankInfoForHang {
   std::string exit_reason;
   int exit_code = 0;
   double step_seconds = 0;
+  double gpu_last_activity_ns = 0;  // CLOCK_MONOTONIC end of its newest GPU record (0: no GPU layer)
 };
 
+// A hang is a communicator whose newest collective stops moving:
+// - some ranks issued collective n and others never did (for >= the limit):
+//   the missing ones are named (with NCCL's async semantics the waiting ranks
+//   sit in a synchronize, not in the collective call);
+// - every rank here issued n and all of them are blocked (in the call or a
+//   synchronize) for >= the limit: no rank here is missing; the collective
+//   itself is stuck, or a rank on another node never issued it.
 class HangDetector {
  public:
   explicit HangDetector(HangOptions opts = {}) : opts_(opts) {}
-  // comms from the tracker, collectives still running (from BPF), rank facts by pid.
-  std::vector<DetectedEvent> evaluate(const std::vector<CommView>& comms, const std::vector<InflightCollective>& inflight,
+  // comms from the tracker, calls the hosts are blocked in (from BPF), rank facts by pid.
+  std::vector<DetectedEvent> evaluate(const std::vector<CommView>& comms, const std::vector<InflightWait>& inflight,
                                       const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix);
   const std::map<std::string, CommHealth>& health() const { return health_; }
   bool missing(int pid) const;

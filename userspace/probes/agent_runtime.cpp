@@ -181,6 +181,7 @@ void AgentRuntime::on_call_done(const argus_call_done_event& e) {
   }
   timeline_.on_call(pid, collective, collective ? nccl_op_label(e.id) : cuda_api_label(e.id), comm, e.start_ns,
                     e.hdr.ts_ns, e.ret);
+  if (!collective && e.kind == ARGUS_STAT_CUDA_SYNC) tracker_.on_sync(pid, e.start_ns, e.hdr.ts_ns);
 }
 
 void AgentRuntime::on_gpu_batch(GpuBatch& b) {
@@ -263,16 +264,18 @@ void AgentRuntime::evaluate_detectors() {
   for (const auto& r : ranks) {
     const RankLagStats lag = tracker_.lag_stats(r.pid, now_ns);
     lags[r.pid] = lag;
-    facts[r.pid] = {r.job_id, r.rank, r.exited, r.exit_reason, r.exit_code, lag.step_seconds};
+    const GpuRankView gpu = timeline_.gpu_view(r.pid, now_ns);
+    facts[r.pid] = {r.job_id, r.rank, r.exited, r.exit_reason, r.exit_code, lag.step_seconds,
+                    static_cast<double>(gpu.latest_end_ns)};
     if (r.exited) continue;
     RankSignal sig;
     sig.pid = r.pid;
     sig.job_id = r.job_id;
     sig.rank = r.rank;
-    sig.wait_ratio = r.collective_wait_ratio;
+    sig.coll_wait_ratio = r.collective_wait_ratio;
+    sig.sync_wait_ratio = r.sync_wait_ratio;
     sig.coverage = std::min(1.0, (now_unix - r.first_seen_unix) / opts_.window_seconds);
     sig.lag = lag;
-    const GpuRankView gpu = timeline_.gpu_view(r.pid, now_ns);
     sig.gpu_valid = gpu.window_valid;
     sig.gpu_nccl_ratio = gpu.nccl_ratio;
     sig.bubble_ratio = gpu.bubble_ratio;
@@ -288,13 +291,17 @@ void AgentRuntime::evaluate_detectors() {
     events_.add(std::move(ev));
   }
 
-  std::vector<InflightCollective> inflight;
-  for (const auto& call : loader_->read_inflight_collectives()) {
+  std::vector<InflightWait> inflight;
+  for (const auto& call : loader_->read_inflight_waits()) {
     const int pid = static_cast<int>(call.tgid);
     auto names = comm_names_.find(pid);
     if (names == comm_names_.end()) continue;
+    if (call.kind == ARGUS_STAT_CUDA_SYNC) {
+      inflight.push_back({pid, "", true, cuda_api_label(call.op), call.start_ns});
+      continue;
+    }
     auto n = names->second.find(call.comm);
-    if (n != names->second.end()) inflight.push_back({pid, n->second, call.start_ns});
+    if (n != names->second.end()) inflight.push_back({pid, n->second, false, nccl_op_label(call.op), call.start_ns});
   }
   const auto comms = tracker_.comms();
   for (auto& ev : hangs_.evaluate(comms, inflight, facts, now_ns, now_unix)) {

@@ -203,7 +203,7 @@ std::map<std::string, uint64_t> BpfLoader::read_errors() const {
   return out;
 }
 
-std::vector<InflightCall> BpfLoader::read_inflight_collectives() const {
+std::vector<InflightCall> BpfLoader::read_inflight_waits() const {
   std::vector<InflightCall> out;
   argus_inflight_key key{}, next{};
   const argus_inflight_key* prev = nullptr;
@@ -212,9 +212,9 @@ std::vector<InflightCall> BpfLoader::read_inflight_collectives() const {
     key = next;
     prev = &key;
     if (bpf_map__lookup_elem(skel_->maps.inflight, &key, sizeof(key), &value, sizeof(value), 0) != 0) continue;
-    if (value.kind != ARGUS_STAT_NCCL_WAIT) continue;
+    if (value.kind != ARGUS_STAT_NCCL_WAIT && value.kind != ARGUS_STAT_CUDA_SYNC) continue;
     out.push_back({static_cast<uint32_t>(key.pid_tgid >> 32), static_cast<uint32_t>(key.pid_tgid), value.start_ns,
-                   value.ptr, value.id});
+                   value.ptr, value.id, value.kind});
   }
   return out;
 }

@@ -43,12 +43,16 @@ struct StatEntry {
 };
 
 // A collective call still running (its entry seen, its return not yet).
+// A call that has entered and not returned yet: a collective (kind
+// ARGUS_STAT_NCCL_WAIT, comm = its communicator) or a CUDA synchronize
+// (ARGUS_STAT_CUDA_SYNC, op = the api id).
 struct InflightCall {
   uint32_t tgid = 0;
   uint32_t tid = 0;
   uint64_t start_ns = 0;
   uint64_t comm = 0;
   uint32_t op = 0;
+  uint32_t kind = 0;
 };
 
 class BpfLoader {
@@ -75,7 +79,8 @@ class BpfLoader {
   std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const;
   void delete_stats(uint32_t tgid);
   std::map<std::string, uint64_t> read_errors() const;  // BPF error counters by name
-  std::vector<InflightCall> read_inflight_collectives() const;
+  // Collectives and synchronize calls still running (a host blocked in them).
+  std::vector<InflightCall> read_inflight_waits() const;
   void delete_seqs(uint32_t tgid);  // the collective numbering of an ended process
 
   // Ring buffer: the callback gets each raw record; poll waits up to timeout_ms.

@@ -42,6 +42,8 @@ void RankRegistry::track(int pid, uint64_t start_ticks, const std::string& comm,
   if (identity.local_rank >= 0) s.local_rank = identity.local_rank;
   if (identity.world_size >= 0) s.world_size = identity.world_size;
   if (identity.local_world_size >= 0) s.local_world_size = identity.local_world_size;
+  if (!identity.cuda_visible_devices.empty()) s.cuda_visible_devices = identity.cuda_visible_devices;
+  if (!identity.nvidia_visible_devices.empty()) s.nvidia_visible_devices = identity.nvidia_visible_devices;
   for (const auto& lib : libraries) {
     if (std::find(s.libraries.begin(), s.libraries.end(), lib) == s.libraries.end()) s.libraries.push_back(lib);
   }
@@ -174,6 +176,7 @@ void RankRegistry::mark_exited(Entry& e, const std::string& reason, int code) {
   e.snap.exit_code = code;
   e.snap.exited_at_unix = clock_.unix_seconds();
   e.snap.collective_wait_ratio = 0;
+  e.snap.sync_wait_ratio = 0;
 }
 
 void RankRegistry::on_exit(int pid, int exit_code) {
@@ -210,12 +213,23 @@ void RankRegistry::set_detection(int pid, const RankDetection& d) {
   s.comm_seq = d.comm_seq;
 }
 
-uint64_t RankRegistry::total_wait_ns(const RankSnapshot& s) {
+namespace {
+
+template <typename Map>
+uint64_t sum_wait_ns(const Map& m) {
   uint64_t total = 0;
-  for (const auto& [op, c] : s.nccl) total += c.wait_ns;
-  for (const auto& [api, c] : s.sync) total += c.wait_ns;
+  for (const auto& [name, c] : m) total += c.wait_ns;
   return total;
 }
+
+// Share of the wall time between two samples spent in a kind of call. Several
+// threads can wait at once; the share caps at 1.
+double share(uint64_t dt_ns, uint64_t a, uint64_t b) {
+  if (dt_ns == 0 || b < a) return 0;
+  return std::min(1.0, static_cast<double>(b - a) / static_cast<double>(dt_ns));
+}
+
+}  // namespace
 
 void RankRegistry::tick() {
   std::lock_guard lock(mu_);
@@ -232,15 +246,14 @@ void RankRegistry::tick() {
       ++it;
       continue;
     }
-    e.samples.push_back({now, total_wait_ns(e.snap)});
+    e.samples.push_back({now, sum_wait_ns(e.snap.nccl), sum_wait_ns(e.snap.sync)});
     while (e.samples.size() > 2 && now - e.samples.front().mono_ns > window_ns) e.samples.pop_front();
     if (e.samples.size() >= 2) {
       const auto& a = e.samples.front();
       const auto& b = e.samples.back();
-      const double dt = static_cast<double>(b.mono_ns - a.mono_ns);
-      const double dw = b.wait_ns >= a.wait_ns ? static_cast<double>(b.wait_ns - a.wait_ns) : 0.0;
-      // Several threads can wait at once; the share of wall time caps at 1.
-      e.snap.collective_wait_ratio = dt > 0 ? std::min(1.0, dw / dt) : 0.0;
+      const uint64_t dt = b.mono_ns - a.mono_ns;
+      e.snap.collective_wait_ratio = share(dt, a.coll_ns, b.coll_ns);
+      e.snap.sync_wait_ratio = share(dt, a.sync_ns, b.sync_ns);
     }
     ++it;
   }

@@ -88,7 +88,8 @@ class RankRegistry {
  private:
   struct Sample {
     uint64_t mono_ns;
-    uint64_t wait_ns;
+    uint64_t coll_ns;  // inside collective calls, total so far
+    uint64_t sync_ns;  // inside CUDA synchronize calls, total so far
   };
   struct Entry {
     RankSnapshot snap;
@@ -101,7 +102,6 @@ class RankRegistry {
 
   void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
   void mark_exited(Entry& e, const std::string& reason, int code);
-  static uint64_t total_wait_ns(const RankSnapshot& s);
 
   const Clock& clock_;
   RegistryOptions opts_;

@@ -89,6 +89,7 @@ GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
   v.memcpy_bytes = t.memcpy_bytes;
   v.step_summary_bytes = r.gpu.mean_step_bytes(100);
   v.steps_summarized = r.gpu.steps().size();
+  v.latest_end_ns = r.gpu.latest_end_ns();
   return v;
 }
 
