@@ -1,6 +1,7 @@
 #include "exporters/prometheus_exporter.h"
 
 #include "exporters/metric_family.h"
+#include "rank_identity.h"
 
 #include <algorithm>
 #include <limits>
@@ -201,12 +202,14 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     const Labels base{{"job_id", key.first}, {"rank", std::to_string(key.second)}};
     const RankSnapshot* lead = preferred(members);
 
-    add(info,
-        with(base, {{"local_rank", int_or_empty(lead->local_rank)},
-                    {"world_size", int_or_empty(lead->world_size)},
-                    {"pid", std::to_string(lead->pid)},
-                    {"node", lead->node.empty() ? snap.agent.node : lead->node}}),
-        1);
+    Labels info_labels = with(base, {{"local_rank", int_or_empty(lead->local_rank)},
+                                     {"world_size", int_or_empty(lead->world_size)},
+                                     {"pid", std::to_string(lead->pid)},
+                                     {"node", lead->node.empty() ? snap.agent.node : lead->node}});
+    // gpu_uuid only where the environment names the GPU by UUID (CONTRACT: "where known").
+    const GpuRef gpu = rank_gpu_from_strings(lead->cuda_visible_devices, lead->nvidia_visible_devices, lead->local_rank);
+    if (gpu.form == GpuRef::Form::Uuid && !gpu.id.empty()) info_labels.push_back({"gpu_uuid", gpu.id});
+    add(info, std::move(info_labels), 1);
 
     std::map<std::string, OpCounters> nccl;
     std::map<std::string, SyncCounters> sync;

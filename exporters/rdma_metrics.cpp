@@ -1,9 +1,8 @@
 #include "exporters/rdma_metrics.h"
 
+#include "detect/event_log.h"
 #include "exporters/metric_family.h"
 
-#include <cmath>
-#include <ctime>
 #include <map>
 #include <set>
 
@@ -23,19 +22,6 @@ MetricFamily family(std::string name, std::string help, MetricType type) {
 void add(MetricFamily& f, Labels labels, double value) { add_sample(f, std::move(labels), value); }
 
 }  // namespace
-
-std::string rfc3339_utc(double unix_seconds) {
-  if (!std::isfinite(unix_seconds) || unix_seconds < 0) unix_seconds = 0;
-  auto secs = static_cast<time_t>(unix_seconds);
-  int ms = static_cast<int>((unix_seconds - static_cast<double>(secs)) * 1000);
-  if (ms > 999) ms = 999;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-  return buf;
-}
 
 std::vector<MetricFamily> collect_rdma_metrics(const rdma::LinkSnapshot& snap, const std::vector<rdma::RankGpu>& ranks) {
   auto rx = family("argus_ib_port_receive_bytes_total",
@@ -108,7 +94,7 @@ std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, c
                                {"link_layer", event.link_layer}};
     if (!affinity.empty()) evidence["affinity"] = affinity;
     for (const auto& [k, v] : event.evidence) evidence[k] = v;
-    return nlohmann::json{{"time", rfc3339_utc(event.time_unix)},
+    return nlohmann::json{{"time", rfc3339(event.time_unix)},
                           {"kind", "link_degraded"},
                           {"job_id", job},
                           {"rank", rank},

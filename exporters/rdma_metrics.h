@@ -34,7 +34,4 @@ std::vector<prometheus::MetricFamily> collect_rdma_metrics(const rdma::LinkSnaps
 std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
                                                  const std::vector<rdma::RankGpu>& ranks);
 
-// "2026-12-02T11:53:00.123Z"
-std::string rfc3339_utc(double unix_seconds);
-
 }  // namespace argus

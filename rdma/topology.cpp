@@ -8,6 +8,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "rank_identity.h"
 #include "rdma/parse.h"
 
 namespace argus::rdma {
@@ -185,7 +186,8 @@ std::map<std::string, std::vector<GpuAffinity>> gpu_nic_affinity(const Topology&
 }
 
 int gpu_index_from_env(const std::optional<std::string>& cuda_visible_devices,
-                       const std::optional<std::string>& local_rank) {
+                       const std::optional<std::string>& local_rank,
+                       const std::optional<std::string>& nvidia_visible_devices) {
   int lr = -1;
   if (local_rank) {
     std::string_view t = trim(*local_rank);
@@ -193,22 +195,11 @@ int gpu_index_from_env(const std::optional<std::string>& cuda_visible_devices,
     auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v, 10);
     if (ec == std::errc() && ptr == t.data() + t.size() && v >= 0) lr = v;
   }
-  if (!cuda_visible_devices) return lr;
-  std::vector<int> visible;
-  std::string_view rest = *cuda_visible_devices;
-  while (true) {
-    auto comma = rest.find(',');
-    std::string_view item = trim(rest.substr(0, comma));
-    int v = -1;
-    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v, 10);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 0) break;
-    visible.push_back(v);
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
-  }
-  if (visible.size() == 1) return visible[0];
-  if (lr >= 0 && static_cast<std::size_t>(lr) < visible.size()) return visible[static_cast<std::size_t>(lr)];
-  return -1;
+  auto view = [](const std::optional<std::string>& s) {
+    return s ? std::optional<std::string_view>(*s) : std::nullopt;
+  };
+  const GpuRef g = rank_gpu(view(cuda_visible_devices), view(nvidia_visible_devices), lr);
+  return g.form == GpuRef::Form::Index ? g.index : -1;
 }
 
 }  // namespace argus::rdma

@@ -166,10 +166,13 @@ int main(int argc, char** argv) {
   std::vector<std::pair<double, nlohmann::json>> rdma_events;  // (unix time, event)
   auto rank_gpus = [&](const argus::Snapshot& snap) {
     std::vector<argus::rdma::RankGpu> out;
+    auto set = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional<std::string>(v); };
     for (const auto& r : snap.ranks) {
       if (!r.identified() || r.exited) continue;
       const auto local = r.local_rank >= 0 ? std::optional<std::string>(std::to_string(r.local_rank)) : std::nullopt;
-      out.push_back({r.job_id, r.rank, argus::rdma::gpu_index_from_env(std::nullopt, local), ""});
+      out.push_back({r.job_id, r.rank,
+                     argus::rdma::gpu_index_from_env(set(r.cuda_visible_devices), local, set(r.nvidia_visible_devices)),
+                     ""});
     }
     return out;
   };

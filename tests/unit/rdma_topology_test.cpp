@@ -153,6 +153,13 @@ TEST(RdmaAffinity, RankGpuFromEnvironment) {
   EXPECT_EQ(gpu_index_from_env(O("1,-1,2"), O("1")), 1);  // CUDA stops at the invalid entry: "1" only
   EXPECT_EQ(gpu_index_from_env(O("4,5,x,7"), O("2")), -1);
   EXPECT_EQ(gpu_index_from_env(std::nullopt, O("x")), -1);
+  // Inside a container NVIDIA_VISIBLE_DEVICES names the host GPUs the container sees.
+  EXPECT_EQ(gpu_index_from_env(O("1"), O("0"), O("4,5,6,7")), 5);
+  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("2"), O("4,5,6,7")), 6);
+  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("0"), O("3")), 3);
+  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("1"), O("all")), 1);
+  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("0"), O("none")), -1);
+  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("0"), O("GPU-5e3c1b2a-1111-2222-3333-444455556666")), -1);
 }
 
 TEST(RdmaAffinity, PciAddresses) {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "argus.h"
+#include "argus_result_codes.h"
 
 namespace argus {
 namespace {
@@ -260,40 +261,13 @@ const char* cuda_api_label(uint32_t api) {
 }
 
 std::string cuda_result_name(int code) {
-  // The CUresult values a training job meets most; others stay numeric.
-  switch (code) {
-    case 0: return "CUDA_SUCCESS";
-    case 1: return "CUDA_ERROR_INVALID_VALUE";
-    case 2: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case 3: return "CUDA_ERROR_NOT_INITIALIZED";
-    case 4: return "CUDA_ERROR_DEINITIALIZED";
-    case 100: return "CUDA_ERROR_NO_DEVICE";
-    case 101: return "CUDA_ERROR_INVALID_DEVICE";
-    case 201: return "CUDA_ERROR_INVALID_CONTEXT";
-    case 214: return "CUDA_ERROR_ECC_UNCORRECTABLE";
-    case 400: return "CUDA_ERROR_INVALID_HANDLE";
-    case 600: return "CUDA_ERROR_NOT_READY";
-    case 700: return "CUDA_ERROR_ILLEGAL_ADDRESS";
-    case 701: return "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
-    case 702: return "CUDA_ERROR_LAUNCH_TIMEOUT";
-    case 719: return "CUDA_ERROR_LAUNCH_FAILED";
-    case 999: return "CUDA_ERROR_UNKNOWN";
-    default: return std::to_string(code);
-  }
+  const char* name = argus_cuda_result_name(code);
+  return name ? name : std::to_string(code);
 }
 
 std::string nccl_result_name(int code) {
-  switch (code) {
-    case 0: return "ncclSuccess";
-    case 1: return "ncclUnhandledCudaError";
-    case 2: return "ncclSystemError";
-    case 3: return "ncclInternalError";
-    case 4: return "ncclInvalidArgument";
-    case 5: return "ncclInvalidUsage";
-    case 6: return "ncclRemoteError";
-    case 7: return "ncclInProgress";
-    default: return std::to_string(code);
-  }
+  const char* name = argus_nccl_result_name(code);
+  return name ? name : std::to_string(code);
 }
 
 }  // namespace argus

@@ -53,7 +53,7 @@ std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind 
 const char* nccl_op_label(uint32_t op);        // "all_reduce", ... ("unknown" out of range)
 const char* nccl_init_api_label(uint32_t api);  // "ncclCommInitRank", ...
 const char* cuda_api_label(uint32_t api);      // "cuStreamSynchronize", ...
-std::string cuda_result_name(int code);        // "CUDA_ERROR_OUT_OF_MEMORY", or the number
-std::string nccl_result_name(int code);        // "ncclSystemError", or the number
+std::string cuda_result_name(int code);        // "CUDA_ERROR_OUT_OF_MEMORY" (bpf/argus_result_codes.h), or the number
+std::string nccl_result_name(int code);        // "ncclSystemError" (bpf/argus_result_codes.h), or the number
 
 }  // namespace argus

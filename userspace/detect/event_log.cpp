@@ -1,6 +1,7 @@
 #include "detect/event_log.h"
 
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 
 namespace argus {
@@ -28,8 +29,14 @@ uint64_t EventLog::dropped() const {
 }
 
 std::string rfc3339(double unix_seconds) {
-  const auto secs = static_cast<time_t>(std::floor(unix_seconds));
-  const int millis = static_cast<int>(std::lround((unix_seconds - static_cast<double>(secs)) * 1000)) % 1000;
+  // Whole milliseconds first, then split: rounding the fraction alone could print
+  // x.9996 s as "x.000" (a second early) or ".1000".
+  constexpr double kLast = 253402300799.999;  // 9999-12-31T23:59:59.999Z
+  if (!std::isfinite(unix_seconds) || unix_seconds < 0) unix_seconds = 0;
+  if (unix_seconds > kLast) unix_seconds = kLast;
+  const long long total_ms = std::llround(unix_seconds * 1000.0);
+  const auto secs = static_cast<time_t>(total_ms / 1000);
+  const int millis = static_cast<int>(total_ms % 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[64];

@@ -27,6 +27,8 @@ class EventLog {
 
 // The contract's event object: time as RFC 3339 UTC, device/port null unless set.
 nlohmann::json event_to_json(const DetectedEvent& ev);
+// "2023-11-14T22:13:20.500Z": UTC, rounded to the millisecond (carrying into the next
+// second). Non-finite and negative times print as the epoch; the last is year 9999.
 std::string rfc3339(double unix_seconds);
 
 }  // namespace argus
