@@ -67,8 +67,8 @@ done
 
 echo
 case "$FAULT" in
-  host) echo "demo: rank 3 spends the least time waiting in collectives (WAIT%): the others wait for it." ;;
-  gpu) echo "demo: every host waits alike (WAIT%), but rank 3's NCCL kernels run least (NCCL_K%): the others' GPUs wait for its GPU." ;;
+  host) echo "demo: NCCL is asynchronous (as real NCCL): no rank waits inside the collective calls (COLL%); the others wait for rank 3 in their next synchronize (SYNC%), because rank 3 issues every collective last." ;;
+  gpu) echo "demo: every host waits alike (SYNC%), but rank 3's NCCL kernels run least (NCCL_K%): the others' GPUs wait for its GPU." ;;
   bubble) echo "demo: ranks 4 and 5 sit idle before their pipeline receives (BUBBLE%) far more than the other stages." ;;
 esac
 printf '\n==== argusctl events --agent %s --last %s\n' "$AGENT_URL" "$DURATION"
@@ -76,4 +76,4 @@ printf '\n==== argusctl events --agent %s --last %s\n' "$AGENT_URL" "$DURATION"
 "$BIN/argusctl" trace --agent "$AGENT_URL" --seconds 2 -o "$WORK/trace.json" || true
 echo "demo: the last 2 s as a trace (GPU kernels, collectives, synchronize waits): $WORK/trace.json (open in https://ui.perfetto.dev)"
 echo "demo: Prometheus metrics are at ${AGENT_URL}/metrics while the demo runs, for example:"
-curl -s "${AGENT_URL}/metrics" | grep -E '^argus_collective_wait_ratio|^argus_gpu_nccl_kernel_ratio|^argus_pipeline_bubble_ratio' | grep 'job_id="demo"' | head -24 || true
+curl -s "${AGENT_URL}/metrics" | grep -E '^argus_collective_wait_ratio|^argus_sync_wait_ratio|^argus_gpu_nccl_kernel_ratio|^argus_pipeline_bubble_ratio' | grep 'job_id="demo"' | head -24 || true

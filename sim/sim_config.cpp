@@ -24,6 +24,8 @@ RankPlan plan_for(const SimConfig &cfg, int rank)
 		p.hang_step = it->second;
 	if (auto it = cfg.exits.find(rank); it != cfg.exits.end())
 		p.exit_step = it->second;
+	if (auto it = cfg.gpu_hangs.find(rank); it != cfg.gpu_hangs.end())
+		p.gpu_hang_step = it->second;
 	if (auto it = cfg.gpu_slow.find(rank); it != cfg.gpu_slow.end())
 		p.gpu_slow_factor = it->second;
 	if (auto it = cfg.gpu_slow_from.find(rank); it != cfg.gpu_slow_from.end())
@@ -103,6 +105,9 @@ nlohmann::json to_json(const SimConfig &cfg)
 	nlohmann::json hangs = nlohmann::json::array();
 	for (const auto &[rank, step] : cfg.hangs)
 		hangs.push_back({{"rank", rank}, {"step", step}});
+	nlohmann::json gpu_hangs = nlohmann::json::array();
+	for (const auto &[rank, step] : cfg.gpu_hangs)
+		gpu_hangs.push_back({{"rank", rank}, {"step", step}});
 	nlohmann::json exits = nlohmann::json::array();
 	for (const auto &[rank, step] : cfg.exits)
 		exits.push_back({{"rank", rank}, {"step", step}});
@@ -131,6 +136,7 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"cuda_errors", cuda_errors},
 		{"hangs", hangs},
 		{"exits", exits},
+		{"gpu_hangs", gpu_hangs},
 		{"nodes", cfg.nodes},
 		{"hang_timeout_s", cfg.hang_timeout_s},
 		{"out_dir", cfg.out_dir},
@@ -174,6 +180,8 @@ SimConfig config_from_json(const nlohmann::json &j)
 		c.hangs[h.at("rank").get<int>()] = h.at("step").get<std::int64_t>();
 	for (const auto &e : j.value("exits", nlohmann::json::array()))
 		c.exits[e.at("rank").get<int>()] = e.at("step").get<std::int64_t>();
+	for (const auto &g : j.value("gpu_hangs", nlohmann::json::array()))
+		c.gpu_hangs[g.at("rank").get<int>()] = g.at("step").get<std::int64_t>();
 	c.nodes = j.value("nodes", 1);
 	c.hang_timeout_s = j.value("hang_timeout_s", 0.0);
 	for (const auto &e : j.at("cuda_errors"))
@@ -333,6 +341,7 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 	std::vector<std::string> bubble_specs;
 	std::vector<std::string> cuda_error_specs;
 	std::vector<std::string> hang_specs;
+	std::vector<std::string> gpu_hang_specs;
 	std::vector<std::string> exit_specs;
 
 	CLI::App app{"argus-sim: a simulated multi-process GPU training job (shim libcuda/libnccl)",
@@ -398,6 +407,11 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(1, 100));
 	app.add_option("--master-port", cfg.master_port, "MASTER_PORT given to the ranks")
 		->check(CLI::Range(1, 65535));
+	app.add_option("--gpu-hang", gpu_hang_specs,
+		       "RANK:STEP: from step STEP that rank's GPU never finishes a kernel (a GPU stuck in a "
+		       "kernel): every rank issues the next collective and none finishes (repeatable)")
+		->expected(1)
+		->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 	app.add_option("--hang", hang_specs,
 		       "RANK:STEP: at step STEP that rank blocks forever right before its first "
 		       "collective; its peers block in it (repeatable, one per rank)")
@@ -471,6 +485,7 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		cfg.cuda_errors[rank] = static_cast<int>(n);
 	}
 	parse_step_faults("--hang", hang_specs, cfg, cfg.hangs);
+	parse_step_faults("--gpu-hang", gpu_hang_specs, cfg, cfg.gpu_hangs);
 	parse_step_faults("--exit", exit_specs, cfg, cfg.exits);
 	for (const auto &[rank, step] : cfg.hangs)
 		if (cfg.exits.count(rank))

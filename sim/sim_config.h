@@ -42,6 +42,7 @@ struct SimConfig {
 	std::map<int, int> bubbles;
 	std::map<int, std::int64_t> hangs; // rank -> step it blocks at, before its first collective
 	std::map<int, std::int64_t> exits; // rank -> step it exits(1) at, before its first collective
+	std::map<int, std::int64_t> gpu_hangs; // rank -> step from which its GPU never finishes a kernel
 	int nodes = 1;                     // simulated nodes; ranks in contiguous blocks
 	double hang_timeout_s = 0;         // launcher: stop the job S s after a hang/exit; 0 = never
 	std::map<int, int> cuda_errors;   // rank -> failing cuMemAlloc_v2 calls after init
@@ -74,6 +75,7 @@ struct RankPlan {
 	int cuda_errors = 0;
 	std::int64_t hang_step = -1; // -1: never
 	std::int64_t exit_step = -1; // -1: never
+	std::int64_t gpu_hang_step = -1; // -1: never; else its kernels from this step on never end
 	double gpu_slow_factor = 1.0;        // compute kernels x factor (--gpu-slow)
 	std::int64_t gpu_slow_from_step = 0; // from this step on (factor > 1 only)
 	int pp_stage = -1;                   // -1: no pipeline (--pp)

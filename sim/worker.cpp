@@ -259,6 +259,9 @@ template <typename Fn> bool load_sym(void *lib, const char *name, Fn &fn, std::s
 
 enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit };
 
+// --gpu-hang: every kernel takes the longest the emulated GPU allows (~66 min).
+constexpr double kGpuHangFactor = 1e12;
+
 class Rank {
 public:
 	Rank(SimConfig cfg, int rank, int world, int local_rank, NcclUniqueId id)
@@ -592,6 +595,12 @@ StepResult Rank::step_start(std::int64_t s)
 			   {"factor", plan_.gpu_slow_factor},
 			   {"from_step", s},
 			   {"injected_at", realtime_s()}});
+	}
+	if (s == plan_.gpu_hang_step) {
+		// A GPU stuck in a kernel: ~an hour per kernel from now on. Every rank still
+		// issues the step's collectives (they only enqueue); none of them finishes.
+		set_kernel_durations(kGpuHangFactor);
+		add_fault({{"kind", "gpu_hang"}, {"step", s}, {"injected_at", realtime_s()}});
 	}
 	if (plan_.pp_stage < 0)
 		return StepResult::Ok;

@@ -37,33 +37,78 @@ int random_rank(int ranks) {
   return static_cast<int>(rd() % static_cast<unsigned>(ranks));
 }
 
-TEST(Detection, StragglerNamedAloneWithEvidence) {
+// The fault the sim recorded for `rank` (its truth file), or null.
+json recorded_fault(const fs::path& out, int rank, const std::string& kind) {
+  const auto path = out / ("rank-" + std::to_string(rank) + ".json");
+  for (int i = 0; i < 50 && !fs::exists(path); ++i) std::this_thread::sleep_for(100ms);
+  if (!fs::exists(path)) return json();
+  const json truth = json::parse(read_text(path));  // kept alive: the loop walks into it
+  for (const auto& f : truth.at("faults"))
+    if (f.value("kind", "") == kind) return f;
+  return json();
+}
+
+// The matrix: NCCL mode x fault x GPU layer. Each case names the rank the sim
+// injected the fault into (its truth file says which and when), alone, with the
+// reason the fault implies.
+struct StragglerCase {
+  const char* name;
+  std::vector<std::string> args;  // besides ranks/steps/job: mode, fault, shape
+  bool gpu_layer;                 // the sim's emulated GPU hands its records to the agent
+  const char* fault_kind;         // the truth's fault: "straggler" or "gpu_slow"
+  const char* reason;
+};
+
+class DetectionMatrix : public ::testing::TestWithParam<StragglerCase> {};
+
+TEST_P(DetectionMatrix, NamesTheInjectedRankAloneWithItsReason) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("straggler");
+  const StragglerCase c = GetParam();
+  const auto dir = make_temp_dir(std::string("matrix-") + c.name);
   Agent agent(dir, {"--window", "5"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const int slow = random_rank(6);
-  const std::string job = "strag-" + std::to_string(slow);
-  Child sim({bin("argus-sim"), "--ranks", "6", "--steps", "0", "--step-ms", "60", "--init-ms", "200", "--job-id", job,
-             "--straggler", std::to_string(slow) + ":2.5", "--quiet"},
-            dir / "sim.log");
+  const std::string job = std::string(c.name) + "-" + std::to_string(slow);
+  std::vector<std::string> argv = {bin("argus-sim"), "--ranks", "6", "--steps", "0", "--step-ms", "60", "--init-ms",
+                                   "200", "--job-id", job, "--out", (dir / "truth").string(), "--quiet"};
+  for (const auto& a : c.args) argv.push_back(a == "R" ? std::to_string(slow) : a.rfind("R:", 0) == 0 ? std::to_string(slow) + a.substr(1) : a);
+  Child sim(argv, dir / "sim.log", {std::string("ARGUS_SIM_GPU_ACTIVITY=") + (c.gpu_layer ? "1" : "0")});
   auto [now, ever] = wait_flag(agent, job, "straggler", 40s);
   EXPECT_EQ(now, std::set<int>{slow}) << agent.log();
   EXPECT_EQ(ever, std::set<int>{slow});
+  // The sim recorded that fault on that rank.
+  EXPECT_FALSE(recorded_fault(dir / "truth", slow, c.fault_kind).is_null()) << c.fault_kind;
   auto evs = events_of(agent, "straggler", job);
   ASSERT_EQ(evs.size(), 1u) << evs.dump();
   const auto& ev = evs[0];
   EXPECT_EQ(ev["rank"], slow);
+  EXPECT_EQ(ev["evidence"]["reason"], c.reason) << ev["summary"];
   EXPECT_NE(ev["summary"].get<std::string>().find("rank " + std::to_string(slow) + " of job " + job), std::string::npos);
-  EXPECT_TRUE(ev["evidence"].contains("wait_ratio"));
-  EXPECT_TRUE(ev["evidence"].contains("mean_lag_seconds"));
   EXPECT_EQ(ev["evidence"]["peers"].size(), 6u);
   EXPECT_EQ(ev["evidence"]["window_seconds"], 5);
-  // The metrics say the same.
   const std::string m = agent.get_text("/metrics");
-  EXPECT_NE(m.find("argus_straggler{job_id=\"" + job + "\",rank=\"" + std::to_string(slow) + "\"} 1"),
-            std::string::npos);
+  EXPECT_EQ(metric_value(m, "argus_straggler", {{"job_id", job}, {"rank", std::to_string(slow)}}), 1) << m;
+  // Asynchronous NCCL: no host time inside the collective calls; the waits are in synchronize.
+  if (std::find(c.args.begin(), c.args.end(), "blocking") == c.args.end()) {
+    for (int r = 0; r < 6; ++r)
+      EXPECT_LT(metric_value(m, "argus_collective_wait_ratio", {{"job_id", job}, {"rank", std::to_string(r)}}), 0.05) << r;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Semantics, DetectionMatrix,
+    ::testing::Values(
+        StragglerCase{"async_host", {"--straggler", "R:2.5"}, false, "straggler", "host"},
+        StragglerCase{"blocking_host", {"--nccl-mode", "blocking", "--straggler", "R:2.5"}, false, "straggler", "host"},
+        StragglerCase{"async_host_gpu", {"--straggler", "R:2.5"}, true, "straggler", "host"},
+        StragglerCase{"async_host_runs_ahead", {"--straggler", "R:2.5", "--sync-every", "4"}, false, "straggler", "host"},
+        StragglerCase{"async_host_buckets", {"--straggler", "R:2.5", "--buckets", "4"}, false, "straggler", "host"},
+        StragglerCase{"async_sync_before", {"--gpu-slow", "R:3", "--sync-before-coll"}, false, "gpu_slow", "sync"},
+        StragglerCase{"blocking_sync_before", {"--nccl-mode", "blocking", "--gpu-slow", "R:3", "--sync-before-coll"}, false,
+                      "gpu_slow", "sync"},
+        StragglerCase{"async_gpu", {"--gpu-slow", "R:3"}, true, "gpu_slow", "gpu"},
+        StragglerCase{"blocking_gpu", {"--nccl-mode", "blocking", "--gpu-slow", "R:3"}, true, "gpu_slow", "gpu"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Detection, HungRankNamedAlone) {
   ARGUS_REQUIRE_ROOT();
@@ -81,7 +126,11 @@ TEST(Detection, HungRankNamedAlone) {
   auto evs = events_of(agent, "hang", job);
   ASSERT_GE(evs.size(), 1u);
   EXPECT_EQ(evs[0]["rank"], hung);
-  EXPECT_NE(evs[0]["summary"].get<std::string>().find("for rank " + std::to_string(hung)), std::string::npos)
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("rank " + std::to_string(hung) + " never issued it"),
+            std::string::npos)
+      << evs[0]["summary"];
+  // Asynchronous NCCL: its peers issued the collective and wait in a synchronize.
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("wait in a CUDA synchronize"), std::string::npos)
       << evs[0]["summary"];
   const std::string m = agent.get_text("/metrics");
   const auto pos = m.find("argus_collective_stalled_seconds{job_id=\"" + job + "\"");
@@ -103,9 +152,60 @@ TEST(Detection, ExitedRankCountsAsMissingAndSaysSo) {
   EXPECT_EQ(now, std::set<int>{gone}) << agent.log();
   auto evs = events_of(agent, "hang", job);
   ASSERT_GE(evs.size(), 1u);
-  EXPECT_NE(evs[0]["summary"].get<std::string>().find("(exited: exit 1)"), std::string::npos) << evs[0]["summary"];
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("(it died: exit 1)"), std::string::npos) << evs[0]["summary"];
   EXPECT_EQ(evs[0]["evidence"]["missing"][0]["exited"], true);
   EXPECT_EQ(events_of(agent, "rank_exit", job).size(), 1u);
+}
+
+TEST(Detection, BlockingHangNamesTheRankWhosePeersSitInTheCall) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("hang-blocking");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const int hung = random_rank(4);
+  const std::string job = "hangb-" + std::to_string(hung);
+  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
+             "--nccl-mode", "blocking", "--hang", std::to_string(hung) + ":60", "--quiet"},
+            dir / "sim.log");
+  auto [now, ever] = wait_flag(agent, job, "hang_missing", 45s);
+  EXPECT_EQ(now, std::set<int>{hung}) << agent.log();
+  auto evs = events_of(agent, "hang", job);
+  ASSERT_GE(evs.size(), 1u);
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("in the collective call"), std::string::npos) << evs[0]["summary"];
+}
+
+// A GPU stuck in a kernel: every rank issues the collective and none finishes.
+TEST(Detection, EqualCountsHangSaysNoRankIsMissing) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-hang");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const int stuck = random_rank(4);
+  const std::string job = "gpuhang-" + std::to_string(stuck);
+  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
+             "--gpu-hang", std::to_string(stuck) + ":40", "--out", (dir / "truth").string(), "--quiet"},
+            dir / "sim.log");
+  json ev;
+  const auto deadline = std::chrono::steady_clock::now() + 45s;
+  while (ev.is_null() && std::chrono::steady_clock::now() < deadline) {
+    auto evs = events_of(agent, "hang", job);
+    if (!evs.empty()) ev = evs[0];
+    std::this_thread::sleep_for(250ms);
+  }
+  ASSERT_FALSE(ev.is_null()) << agent.log();
+  EXPECT_FALSE(recorded_fault(dir / "truth", stuck, "gpu_hang").is_null());
+  EXPECT_EQ(ev["evidence"]["cause"], "collective_stuck") << ev.dump();
+  EXPECT_TRUE(ev["evidence"]["missing"].empty());
+  EXPECT_NE(ev["summary"].get<std::string>().find("no rank is missing: the collective itself is stuck"), std::string::npos)
+      << ev["summary"];
+  // What the other layers show: every rank blocked in a synchronize; the GPU went quiet.
+  for (const auto& r : ev["evidence"]["ranks"]) {
+    EXPECT_EQ(r["state"], "in_synchronize") << r.dump();
+    EXPECT_TRUE(r.contains("gpu_idle_seconds")) << r.dump();
+  }
+  auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc);
+  EXPECT_TRUE(flagged(*doc, job, "hang_missing").empty());
 }
 
 TEST(Detection, CleanJobFlagsNobody) {
