@@ -2,7 +2,8 @@
 """Detection latency: time from fault injection (recorded by the simulator) to
 the agent's metric flipping, over random ranks and factors.
 
-  sudo bench/detection_latency.py [--runs 20] [--hang-runs 10] [--gpu-runs 10] [--ranks 8]
+  sudo bench/detection_latency.py [--runs 20] [--hang-runs 10] [--gpu-runs 10] [--sync-runs 10]
+                                  [--ranks 8] [--nccl-mode async|blocking]
 
 Straggler runs: `--straggler R:F@S` with R random, F in [1.5, 4]; latency = the
 first moment /api/v1/ranks shows `straggler: true` for rank R minus the
@@ -10,7 +11,10 @@ injection time the slow rank wrote in its truth file. Any other rank flagged
 during the run is a false positive. Hang runs: `--hang R:S`; latency until
 `hang_missing` is true for R (and for no other rank). GPU runs: `--gpu-slow R:F@S`
 (the GPU slow, the host on time); latency until R is flagged a straggler with
-reason `gpu`.
+reason `gpu`. Sync runs: `--gpu-slow R:F@S --sync-before-coll` with the GPU
+layer off (ARGUS_SIM_GPU_ACTIVITY=0): the rank's host waits for its slow GPU
+before every collective; latency until R is flagged with reason `sync`.
+The simulator runs with `--nccl-mode` (default async: real NCCL's semantics).
 """
 import argparse, json, os, random, signal, statistics, subprocess, sys, tempfile, time, urllib.request
 
@@ -24,26 +28,31 @@ def get(port, path):
     return json.loads(body) if path.startswith("/api/") else body
 
 
-def run_one(port, kind, rank, factor, step, ranks, step_ms, timeout_s, seed):
+def run_one(port, kind, rank, factor, step, ranks, step_ms, timeout_s, seed, mode="async"):
     job = f"lat-{kind}-{seed}"
     out = tempfile.mkdtemp(prefix="argus-lat-")
     args = [os.path.join(BIN, "argus-sim"), "--ranks", str(ranks), "--steps", "0", "--step-ms", str(step_ms),
-            "--init-ms", "200", "--job-id", job, "--out", out, "--quiet"]
+            "--init-ms", "200", "--job-id", job, "--out", out, "--quiet", "--nccl-mode", mode]
+    env = dict(os.environ)
     if kind == "straggler":
         args += ["--straggler", f"{rank}:{factor:.2f}@{step}"]
-    elif kind == "gpu_slow":
+    elif kind in ("gpu_slow", "sync"):
         args += ["--gpu-slow", f"{rank}:{factor:.2f}@{step}"]
+        if kind == "sync":
+            args += ["--sync-before-coll"]
+            env["ARGUS_SIM_GPU_ACTIVITY"] = "0"
     else:
         args += ["--hang", f"{rank}:{step}"]
-    sim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sim = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     field = "hang_missing" if kind == "hang" else "straggler"
+    want_reason = {"gpu_slow": "gpu", "sync": "sync"}.get(kind)
     detected_at, others = None, set()
     deadline = time.time() + timeout_s
     try:
         while time.time() < deadline:
             doc = get(port, "/api/v1/ranks")
             flagged = {r["rank"] for r in doc["ranks"] if r.get("job_id") == job and r.get(field)
-                       and (kind != "gpu_slow" or r.get("straggler_reason") == "gpu")}
+                       and (want_reason is None or r.get("straggler_reason") == want_reason)}
             others |= flagged - {rank}
             if rank in flagged:
                 detected_at = time.time()
@@ -59,7 +68,7 @@ def run_one(port, kind, rank, factor, step, ranks, step_ms, timeout_s, seed):
     try:
         truth = json.load(open(os.path.join(out, f"rank-{rank}.json")))
         for f in truth.get("faults", []):
-            if f.get("kind") == kind:
+            if f.get("kind") == ("gpu_slow" if kind == "sync" else kind):
                 injected = f["injected_at"]
     except (OSError, ValueError):
         pass
@@ -83,6 +92,8 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--hang-runs", type=int, default=10)
     ap.add_argument("--gpu-runs", type=int, default=10)
+    ap.add_argument("--sync-runs", type=int, default=10)
+    ap.add_argument("--nccl-mode", choices=["async", "blocking"], default="async")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--step-ms", type=int, default=100)
     ap.add_argument("--window", type=float, default=10)
@@ -102,32 +113,42 @@ def main():
                 break
             except (OSError, ValueError):
                 time.sleep(0.2)
-        results = {"straggler": [], "hang": [], "gpu_slow": []}
+        results = {"straggler": [], "hang": [], "gpu_slow": [], "sync": [], "nccl_mode": a.nccl_mode}
+        m = a.nccl_mode
         for i in range(a.runs):
             rank, factor = rng.randrange(a.ranks), rng.uniform(1.5, 4.0)
-            lat, others = run_one(a.port, "straggler", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-{i}")
+            lat, others = run_one(a.port, "straggler", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-{i}", m)
             results["straggler"].append({"rank": rank, "factor": factor, "latency": lat, "others": others})
             print(f"straggler run {i}: rank {rank} x{factor:.2f}: "
                   f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
                   flush=True)
         for i in range(a.hang_runs):
             rank = rng.randrange(a.ranks)
-            lat, others = run_one(a.port, "hang", rank, 1, 30, a.ranks, a.step_ms, 60, f"{a.seed}-h{i}")
+            lat, others = run_one(a.port, "hang", rank, 1, 30, a.ranks, a.step_ms, 60, f"{a.seed}-h{i}", m)
             results["hang"].append({"rank": rank, "latency": lat, "others": others})
             print(f"hang run {i}: rank {rank}: {'%.1f s' % lat if lat is not None else 'not detected'}"
                   f"{' others ' + str(others) if others else ''}", flush=True)
         for i in range(a.gpu_runs):
             # GPU factors from 2: below ~1.7 the emulated GPU (busy 60% of a step) still keeps up with the host.
             rank, factor = rng.randrange(a.ranks), rng.uniform(2.0, 4.0)
-            lat, others = run_one(a.port, "gpu_slow", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-g{i}")
+            lat, others = run_one(a.port, "gpu_slow", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-g{i}", m)
             results["gpu_slow"].append({"rank": rank, "factor": factor, "latency": lat, "others": others})
             print(f"gpu-slow run {i}: rank {rank} x{factor:.2f}: "
                   f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
                   flush=True)
-        print(f"seed {a.seed}, {a.ranks} ranks, step {a.step_ms} ms, window {a.window} s")
+        for i in range(a.sync_runs):
+            # A slow GPU the host waits for before each collective (loss.item()), no GPU layer.
+            rank, factor = rng.randrange(a.ranks), rng.uniform(2.0, 4.0)
+            lat, others = run_one(a.port, "sync", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-s{i}", m)
+            results["sync"].append({"rank": rank, "factor": factor, "latency": lat, "others": others})
+            print(f"sync run {i}: rank {rank} x{factor:.2f}: "
+                  f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
+                  flush=True)
+        print(f"seed {a.seed}, {a.ranks} ranks, step {a.step_ms} ms, window {a.window} s, nccl-mode {m}")
         summarize("straggler", results["straggler"], "<= 10 s")
         summarize("hang", results["hang"], f"<= 2 windows = {2 * a.window:.0f} s")
         summarize("gpu_slow", results["gpu_slow"], "<= 10 s")
+        summarize("sync", results["sync"], "<= 10 s")
         os.makedirs(os.path.join(ROOT, "build", "bench-results"), exist_ok=True)
         with open(os.path.join(ROOT, "build", "bench-results", f"detection-latency-{a.seed}.json"), "w") as f:
             json.dump(results, f, indent=1)

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION="${1:-${ARGUS_FP_SECONDS:-600}}"
 RANKS="${ARGUS_FP_RANKS:-8}"
+MODE="${ARGUS_FP_NCCL_MODE:-async}"   # the simulator's NCCL semantics (async: real NCCL)
 PORT="${ARGUS_FP_PORT:-9761}"
 BIN=build/bin
 OUT="build/bench-results/false-positives-$(date -u +%Y%m%dT%H%M%SZ)"
@@ -23,7 +24,7 @@ trap cleanup EXIT INT TERM
 AGENT=$!
 for _ in $(seq 1 100); do curl -sf "127.0.0.1:$PORT/healthz" >/dev/null && break; sleep 0.2; done
 START=$(date +%s)
-"$BIN/argus-sim" --ranks "$RANKS" --steps 0 --step-ms 100 --init-ms 200 --job-id clean-run --quiet \
+"$BIN/argus-sim" --ranks "$RANKS" --steps 0 --step-ms 100 --init-ms 200 --job-id clean-run --quiet --nccl-mode "$MODE" \
   >"$OUT/sim.log" 2>&1 &
 SIM=$!
 sleep "$DURATION"

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "gpu/timeline.h"
+#include "gpu_timeline/timeline.h"
 
 namespace {
 

@@ -107,8 +107,12 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                            MetricType::Counter);
   auto nccl_err = family("argus_nccl_errors_total", "NCCL calls that returned an error.", MetricType::Counter);
   auto ratio = family("argus_collective_wait_ratio",
-                      "Share of wall time blocked in collectives and CUDA synchronize, last window.",
+                      "Share of wall time blocked inside NCCL collective calls, last window (near 0 on real "
+                      "NCCL, whose calls only enqueue).",
                       MetricType::Gauge);
+  auto sync_ratio = family("argus_sync_wait_ratio",
+                           "Share of wall time blocked in CUDA synchronize (stream, event, context), last window.",
+                           MetricType::Gauge);
   auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason.", MetricType::Counter);
   auto lag = family("argus_nccl_arrival_lag_seconds",
                     "Mean lag behind the earliest rank of this node at the same collective, last window.",
@@ -269,6 +273,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     for (const auto& [k, v] : cerr) add(cuda_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
     for (const auto& [k, v] : nerr) add(nccl_err, with(base, {{"api", k.first}, {"code", k.second}}), static_cast<double>(v));
     add(ratio, base, lead->collective_wait_ratio);
+    add(sync_ratio, base, lead->sync_wait_ratio);
     add(lag, base, lead->arrival_lag_seconds);
     add(straggler, base, lead->straggler ? 1 : 0);
     add(score, base, lead->straggler_score);
@@ -309,15 +314,24 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                        "reason", a.discovery_skips);
   auto build = family("argus_agent_build_info", "The agent's version (value 1).", MetricType::Gauge);
   add(build, {{"version", a.version}}, 1);
+  // The Prometheus rules read ratios "over the agent's last window": say how long it is.
+  auto window = family("argus_agent_window_seconds", "The agent's analysis window (--window), in seconds.",
+                       MetricType::Gauge);
+  add(window, {}, a.window_seconds);
+  auto log_dropped = family("argus_agent_detected_events_dropped_total",
+                            "Detected events pushed out of the agent's bounded event log (GET /api/v1/events), "
+                            "oldest first.",
+                            MetricType::Counter);
+  add(log_dropped, {}, static_cast<double>(a.detected_events_dropped));
 
   std::vector<MetricFamily> out;
   out.reserve(40);
   for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &launch_s, &launch_hist, &cuda_err,
                   &copy_bytes, &copy_calls, &nccl_err,
-                  &ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
+                  &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &bpf_err, &skips, &build}) {
+                  &bpf_err, &skips, &build, &window, &log_dropped}) {
     out.push_back(std::move(*f));
   }
   return out;

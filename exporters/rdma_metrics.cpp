@@ -72,9 +72,9 @@ std::vector<MetricFamily> collect_rdma_metrics(const rdma::LinkSnapshot& snap, c
   return out;
 }
 
-std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
-                                                 const std::vector<rdma::RankGpu>& ranks) {
-  std::vector<nlohmann::json> out;
+std::vector<DetectedEvent> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
+                                                const std::vector<rdma::RankGpu>& ranks) {
+  std::vector<DetectedEvent> out;
   if (!event.raised) return out;
   std::map<std::string, std::set<int>> by_job;
   std::map<std::string, std::string> kind_by_job;
@@ -85,8 +85,8 @@ std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, c
   }
   const std::string where = event.device + " port " + std::to_string(event.port);
   const std::string head = where + " degraded (" + event.reason + ")" + (event.detail.empty() ? "" : ": " + event.detail);
-  auto make = [&](const nlohmann::json& job, const nlohmann::json& rank, const std::set<int>& rank_set,
-                  const std::string& affinity, const std::string& tail) {
+  auto make = [&](const std::string& job, int rank, const std::set<int>& rank_set, const std::string& affinity,
+                  const std::string& tail) {
     nlohmann::json evidence = {{"reason", event.reason},
                                {"detail", event.detail},
                                {"ranks", nlohmann::json(std::vector<int>(rank_set.begin(), rank_set.end()))},
@@ -94,14 +94,16 @@ std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, c
                                {"link_layer", event.link_layer}};
     if (!affinity.empty()) evidence["affinity"] = affinity;
     for (const auto& [k, v] : event.evidence) evidence[k] = v;
-    return nlohmann::json{{"time", rfc3339(event.time_unix)},
-                          {"kind", "link_degraded"},
-                          {"job_id", job},
-                          {"rank", rank},
-                          {"device", event.device},
-                          {"port", event.port},
-                          {"summary", head + "; " + tail},
-                          {"evidence", evidence}};
+    DetectedEvent ev;
+    ev.time = event.time_unix;
+    ev.kind = "link_degraded";
+    ev.job_id = job;
+    ev.rank = rank;
+    ev.device = event.device;
+    ev.port = event.port;
+    ev.summary = head + "; " + tail;
+    ev.evidence = std::move(evidence);
+    return ev;
   };
   for (const auto& [job, rset] : by_job) {
     std::string list;
@@ -109,7 +111,7 @@ std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, c
     const std::string tail = std::string(rset.size() == 1 ? "carries rank " : "carries ranks ") + list + " of job " + job;
     out.push_back(make(job, *rset.begin(), rset, kind_by_job[job], tail));
   }
-  if (out.empty()) out.push_back(make(nullptr, nullptr, {}, "", "no tracked rank's GPU sits next to it"));
+  if (out.empty()) out.push_back(make("", -1, {}, "", "no tracked rank's GPU sits next to it"));
   return out;
 }
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <prometheus/metric_family.h>
 
+#include "detect/event_log.h"
 #include "rdma/link_model.h"
 
 namespace argus {
@@ -31,7 +32,7 @@ std::vector<prometheus::MetricFamily> collect_rdma_metrics(const rdma::LinkSnaps
 //    "summary": "mlx5_2 port 1 degraded (errors): ...; carries ranks 4, 5 of job J",
 //    "evidence": {"reason", "detail", "ranks": [...], "affinity", "rate", "link_layer",
 //                 <the detector's numbers>}}
-std::vector<nlohmann::json> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
+std::vector<DetectedEvent> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
                                                  const std::vector<rdma::RankGpu>& ranks);
 
 }  // namespace argus

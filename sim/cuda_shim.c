@@ -28,7 +28,7 @@
  * turns it off. The probes fire under g_mu, so batches never interleave. The
  * sim-private functions are described in sim_gpu.h. */
 #define _GNU_SOURCE
-#include "cuda_codes.h"
+#include "argus_result_codes.h"
 #include "sim_gpu.h"
 
 #include <argus_gpu_wire.h>
@@ -1384,7 +1384,7 @@ static const char *describe(CUresult e)
 	case 999:
 		return "unknown error";
 	default:
-		return argus_sim_cu_code_name(e);
+		return argus_cuda_result_name(e);
 	}
 }
 
@@ -1392,7 +1392,7 @@ CU_API CUresult cuGetErrorString(CUresult error, const char **pStr)
 {
 	if (!pStr)
 		return CUDA_ERROR_INVALID_VALUE;
-	*pStr = argus_sim_cu_code_name(error) ? describe(error) : NULL;
+	*pStr = argus_cuda_result_name(error) ? describe(error) : NULL;
 	return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -1400,6 +1400,6 @@ CU_API CUresult cuGetErrorName(CUresult error, const char **pStr)
 {
 	if (!pStr)
 		return CUDA_ERROR_INVALID_VALUE;
-	*pStr = argus_sim_cu_code_name(error);
+	*pStr = argus_cuda_result_name(error);
 	return *pStr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

@@ -19,7 +19,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
-#include "cuda_codes.h"
+#include "argus_result_codes.h"
 #include "sim_config.h"
 #include "sim_gpu.h"
 #include "truth.h"
@@ -121,13 +121,11 @@ struct NcclApi {
 	ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
 };
 
-const char *nccl_result_name(int r)
+// The name NCCL gives a result code (the agent's table), or the number.
+std::string nccl_result_name(int r)
 {
-	static const char *const names[] = {"ncclSuccess",         "ncclUnhandledCudaError",
-					    "ncclSystemError",     "ncclInternalError",
-					    "ncclInvalidArgument", "ncclInvalidUsage",
-					    "ncclRemoteError",     "ncclInProgress"};
-	return (r >= 0 && r < 8) ? names[r] : "ncclUnknownResult";
+	const char *name = argus_nccl_result_name(r);
+	return name ? name : std::to_string(r);
 }
 
 // ---- signals: stop at the next safe point ----
@@ -322,7 +320,7 @@ private:
 		    base == "cuEventSynchronize")
 			truth_.sync[base]++;
 		if (r != 0) {
-			const char *name = argus_sim_cu_code_name(r);
+			const char *name = argus_cuda_result_name(r);
 			truth_.cuda_errors[base][name ? name : "CUDA_ERROR_" + std::to_string(r)]++;
 		}
 		return r;
@@ -464,7 +462,7 @@ bool Rank::load_libraries()
 bool Rank::setup_cuda()
 {
 	auto fail = [&](const char *what, CUresult r) {
-		const char *name = argus_sim_cu_code_name(r);
+		const char *name = argus_cuda_result_name(r);
 		log(std::string(what) + " failed: " + (name ? name : std::to_string(r)));
 		return false;
 	};

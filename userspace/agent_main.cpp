@@ -15,19 +15,16 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "common/clock.h"
+#include "exporters/api_routes.h"
 #include "exporters/http_server.h"
-#include "exporters/json_api.h"
-#include "exporters/trace_export.h"
-#include "exporters/prometheus_exporter.h"
 #include "exporters/rdma_metrics.h"
 #include "rdma/rdma_monitor.h"
 #include "rdma/topology.h"
-#include "probes/agent_runtime.h"
+#include "agent/agent_runtime.h"
 #include "procfs/procfs.h"
 
 namespace {
@@ -162,8 +159,6 @@ int main(int argc, char** argv) {
   // The RDMA layer: link health of every InfiniBand/RoCE port under --sysfs-root,
   // polled once a second on its own thread, mapped to the ranks next to each NIC.
   argus::rdma::RdmaMonitor rdma(sysfs_root, argus::rdma::MonitorOptions{}, clock);
-  std::mutex rdma_mu;
-  std::vector<std::pair<double, nlohmann::json>> rdma_events;  // (unix time, event)
   auto rank_gpus = [&](const argus::Snapshot& snap) {
     std::vector<argus::rdma::RankGpu> out;
     auto set = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional<std::string>(v); };
@@ -177,87 +172,11 @@ int main(int argc, char** argv) {
     return out;
   };
   argus::HttpServer http;
-  http.route("GET", "/metrics", [&](const argus::HttpRequest&) {
-    argus::HttpResponse r;
-    r.content_type = argus::kPrometheusContentType;
-    const auto snap = rt.snapshot();
-    auto families = argus::collect_metrics(snap);
-    for (auto& f : argus::collect_rdma_metrics(rdma.snapshot(), rank_gpus(snap))) families.push_back(std::move(f));
-    r.body = argus::serialize_metrics(families);
-    return r;
-  });
-  http.route("GET", "/api/v1/ranks", [&](const argus::HttpRequest&) {
-    return argus::HttpResponse::json(200, argus::render_ranks_json(rt.snapshot()));
-  });
-  http.route("GET", "/api/v1/events", [&](const argus::HttpRequest& req) {
-    double since = 0;
-    if (auto it = req.query.find("since"); it != req.query.end()) {
-      char* end = nullptr;
-      since = std::strtod(it->second.c_str(), &end);
-      if (it->second.empty() || end == nullptr || *end != '\0' || !std::isfinite(since))
-        return argus::HttpResponse::json(400, R"({"error":"since must be UNIX seconds"})");
-    }
-    std::vector<std::pair<double, nlohmann::json>> merged;
-    for (const auto& ev : rt.events_since(since)) merged.emplace_back(ev.time, argus::event_to_json(ev));
-    {
-      std::lock_guard lock(rdma_mu);
-      for (const auto& [t, j] : rdma_events)
-        if (t >= since) merged.emplace_back(t, j);
-    }
-    std::stable_sort(merged.begin(), merged.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    nlohmann::json list = nlohmann::json::array();
-    for (auto& [t, j] : merged) list.push_back(std::move(j));
-    return argus::HttpResponse::json(200, argus::dump_json({{"events", list}}));
-  });
-  http.route("GET", "/api/v1/comms", [&](const argus::HttpRequest&) {
-    return argus::HttpResponse::json(200, argus::dump_json(argus::comms_json(rt.snapshot())));
-  });
-  http.route("GET", "/api/v1/trace", [&](const argus::HttpRequest& req) {
-    auto it = req.query.find("seconds");
-    const auto secs = argus::parse_trace_seconds(it == req.query.end() ? "" : it->second, it != req.query.end());
-    if (!secs.ok) return argus::HttpResponse::json(400, argus::dump_json({{"error", secs.error}}));
-    argus::TraceRequest tr;
-    tr.seconds = secs.seconds;
-    auto spans = rt.trace(secs.seconds, &tr.end_ns);
-    tr.end_unix = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const auto snap = rt.snapshot();
-    return argus::HttpResponse::json(
-        200, argus::dump_json(argus::trace_json(spans, snap.ranks, rt.events_since(tr.end_unix - tr.seconds), tr)));
-  });
-  http.route("GET", "/api/v1/ranks/{job_id}/{rank}/gpu-steps", [&](const argus::HttpRequest& req) {
-    const std::string& job = req.params.at("job_id");
-    const std::string& rank_text = req.params.at("rank");
-    char* end = nullptr;
-    const long rank = std::strtol(rank_text.c_str(), &end, 10);
-    if (rank_text.empty() || end == nullptr || *end != '\0' || rank < 0 || rank > (1 << 24))
-      return argus::HttpResponse::json(400, argus::dump_json({{"error", "rank must be a non-negative integer"}}));
-    long last = 20;
-    if (auto it = req.query.find("last"); it != req.query.end()) {
-      last = std::strtol(it->second.c_str(), &end, 10);
-      if (it->second.empty() || end == nullptr || *end != '\0' || last < 1 || last > 600)
-        return argus::HttpResponse::json(400, argus::dump_json({{"error", "last must be 1..600"}}));
-    }
-    // The running process of that rank, else the newest one.
-    const argus::RankSnapshot* best = nullptr;
-    const auto snap = rt.snapshot();
-    for (const auto& r : snap.ranks) {
-      if (r.job_id != job || r.rank != rank) continue;
-      if (!best || (best->exited && !r.exited) || (best->exited == r.exited && r.first_seen_unix > best->first_seen_unix))
-        best = &r;
-    }
-    if (!best) return argus::HttpResponse::json(404, argus::dump_json({{"error", "no such rank on this node"}}));
-    const auto hist = rt.gpu_steps(best->pid, static_cast<size_t>(last));
-    const double now_unix =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    const double offset = now_unix - static_cast<double>(rt.monotonic_ns()) / 1e9;
-    return argus::HttpResponse::json(
-        200, argus::dump_json(argus::gpu_steps_json(job, static_cast<int>(rank), best->pid, hist.steps, hist.names, offset)));
-  });
-  http.route("GET", "/healthz", [&](const argus::HttpRequest&) {
-    const double age = rt.seconds_since_heartbeat();
-    if (age > 5) return argus::HttpResponse::text(503, "event loop stalled for " + std::to_string(age) + " s\n");
-    return argus::HttpResponse::text(200, "ok\n");
-  });
+  argus::ApiOptions api;
+  api.extra_metrics = [&](const argus::Snapshot& snap) {
+    return argus::collect_rdma_metrics(rdma.snapshot(), rank_gpus(snap));
+  };
+  argus::register_api_routes(http, rt, api);
   auto port = http.start(listen);
   if (!port.ok()) return fail(port.error());
 
@@ -271,9 +190,7 @@ int main(int argc, char** argv) {
       for (const auto& ev : rdma.drain_events()) {
         if (!ev.raised) continue;
         spdlog::warn("link {}:{} degraded ({}): {}", ev.device, ev.port, ev.reason, ev.detail);
-        std::lock_guard lock(rdma_mu);
-        for (auto& j : argus::link_degraded_events(ev, snap, ranks)) rdma_events.emplace_back(ev.time_unix, std::move(j));
-        while (rdma_events.size() > 10000) rdma_events.erase(rdma_events.begin());
+        for (auto& e : argus::link_degraded_events(ev, snap, ranks)) rt.add_event(std::move(e));
       }
       for (int i = 0; i < 10 && !rdma_stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -110,6 +110,7 @@ struct AgentSnapshot {
   std::map<std::string, uint64_t> probes_attached;        // library -> attached probes
   std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
   uint64_t tracked_processes = 0;
+  uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log
 };
 
 // One communicator as this node sees it.

@@ -187,7 +187,8 @@ TEST(IbFixture, EachInjectedFaultIsNamedAloneWithTheRightReason) {
     const LinkEvent& ev = evs.front();
     EXPECT_EQ(ev.device, c.spec.device);
     EXPECT_EQ(ev.reason, c.reason);
-    auto json = link_degraded_events(ev, s, eight_ranks());
+    std::vector<nlohmann::json> json;
+    for (const auto& e : link_degraded_events(ev, s, eight_ranks())) json.push_back(event_to_json(e));
     ASSERT_EQ(json.size(), 1u);
     if (c.spec.device.size() == 6 && c.spec.device[5] < '4') {
       const int k = c.spec.device[5] - '0';

@@ -23,6 +23,8 @@ namespace {
 Snapshot make_snapshot() {
   Snapshot s;
   s.agent.version = "0.1.0";
+  s.agent.window_seconds = 7.5;
+  s.agent.detected_events_dropped = 3;
   s.agent.node = "gpu-node-1";
   s.agent.probes = "default";
   s.agent.events_total = {{"nccl", 1000}, {"cuda", 42}};
@@ -48,6 +50,7 @@ Snapshot make_snapshot() {
   r0.cuda_errors[{"cuLaunchKernel", "CUDA_ERROR_OUT_OF_MEMORY"}] = 2;
   r0.nccl_errors[{"ncclAllReduce", "ncclSystemError"}] = 1;
   r0.collective_wait_ratio = 0.25;
+  r0.sync_wait_ratio = 0.125;
   r0.kernel_launches = 999;  // not counted: must not be exported
   r0.launches_counted = false;
   r0.launch_timing.count = 7;  // not timed either
@@ -160,6 +163,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_cuda_errors_total", "counter"},
       {"argus_nccl_errors_total", "counter"},
       {"argus_collective_wait_ratio", "gauge"},
+      {"argus_sync_wait_ratio", "gauge"},
       {"argus_rank_exits_total", "counter"},
       {"argus_nccl_arrival_lag_seconds", "gauge"},
       {"argus_straggler", "gauge"},
@@ -188,6 +192,8 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_bpf_errors_total", "counter"},
       {"argus_agent_discovery_skips_total", "counter"},
       {"argus_agent_build_info", "gauge"},
+      {"argus_agent_window_seconds", "gauge"},
+      {"argus_agent_detected_events_dropped_total", "counter"},
   };
   EXPECT_EQ(types, want);
   EXPECT_TRUE(has_line(lines, "# TYPE argus_nccl_collectives_total counter"));
@@ -216,6 +222,9 @@ TEST(PrometheusExporter, SampleValues) {
            R"(argus_nccl_errors_total{job_id="job1",rank="0",api="ncclAllReduce",code="ncclSystemError"} 1)",
            R"(argus_collective_wait_ratio{job_id="job1",rank="0"} 0.25)",
            R"(argus_collective_wait_ratio{job_id="job1",rank="1"} 0.5)",
+           R"(argus_sync_wait_ratio{job_id="job1",rank="0"} 0.125)",
+           R"(argus_agent_window_seconds 7.5)",
+           R"(argus_agent_detected_events_dropped_total 3)",
            R"(argus_rank_exits_total{job_id="job1",rank="1",reason="oom"} 1)",
            R"(argus_agent_events_total{source="cuda"} 42)",
            R"(argus_agent_events_total{source="nccl"} 1000)",
@@ -398,7 +407,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 42u);
+  EXPECT_EQ(types_of(lines).size(), 45u);  // + argus_sync_wait_ratio, argus_agent_window_seconds, argus_agent_detected_events_dropped_total
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
 }

@@ -1,5 +1,6 @@
 // The registry on scripted input with an injected clock.
 #include "registry/rank_registry.h"
+#include "support/manual_clock.h"
 
 #include <gtest/gtest.h>
 
@@ -8,16 +9,9 @@
 namespace argus {
 namespace {
 
-class FakeClock : public Clock {
- public:
-  uint64_t monotonic_ns() const override { return mono_ns; }
-  double unix_seconds() const override { return unix_s; }
-  void advance(double s) {
-    mono_ns += static_cast<uint64_t>(s * 1e9);
-    unix_s += s;
-  }
-  uint64_t mono_ns = 1'000'000'000;
-  double unix_s = 1'700'000'000;
+// Monotonic 1 s, wall time 1'700'000'000 at the start.
+struct FakeClock : testing_support::ManualClock {
+  FakeClock() : ManualClock(1'000'000'000, 1'700'000'000) {}
 };
 
 RankIdentity env_identity(const std::string& job, int rank) {

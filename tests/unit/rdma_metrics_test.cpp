@@ -144,7 +144,8 @@ TEST(RdmaMetrics, LinkDegradedEventsNameTheRanks) {
   ev.evidence = {{"symbol_error_per_second", 50}};
   ev.rate_text = "400 Gb/sec (4X NDR)";
   ev.link_layer = "InfiniBand";
-  auto events = link_degraded_events(ev, make_snapshot(), ranks());
+  std::vector<nlohmann::json> events;
+  for (const auto& e : link_degraded_events(ev, make_snapshot(), ranks())) events.push_back(event_to_json(e));
   ASSERT_EQ(events.size(), 2u);  // one per job
   const auto& a = events[0];
   EXPECT_EQ(a["time"], "2026-09-21T14:13:20.250Z");
@@ -169,7 +170,8 @@ TEST(RdmaMetrics, LinkDegradedEventsNameTheRanks) {
 
   // A port no rank uses: one event with null job_id and rank.
   ev.device = "mlx5_4";
-  auto none = link_degraded_events(ev, make_snapshot(), ranks());
+  std::vector<nlohmann::json> none;
+  for (const auto& e : link_degraded_events(ev, make_snapshot(), ranks())) none.push_back(event_to_json(e));
   ASSERT_EQ(none.size(), 1u);
   EXPECT_TRUE(none[0]["job_id"].is_null());
   EXPECT_TRUE(none[0]["rank"].is_null());

@@ -9,19 +9,14 @@
 #include <map>
 #include <string>
 
+#include "support/manual_clock.h"
 #include "userspace/common/clock.h"
 
 namespace argus::rdma::testutil {
 
 namespace fs = std::filesystem;
 
-class ManualClock : public Clock {
- public:
-  uint64_t monotonic_ns() const override { return ns; }
-  double unix_seconds() const override { return 1'790'000'000.0 + static_cast<double>(ns) / 1e9; }
-  void advance(double seconds) { ns += static_cast<uint64_t>(seconds * 1e9); }
-  uint64_t ns = 1'000'000'000'000ULL;
-};
+using ManualClock = argus::testing_support::ManualClock;
 
 class TempDir {
  public:

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "support/temp_dir.h"
+
 extern char **environ;
 
 namespace argus::simtest {
@@ -29,22 +31,8 @@ inline const std::string kNcclLib = kBuild + "/lib/libnccl.so.2";
 inline const std::string kCudaLib = kBuild + "/lib/libcuda.so.1";
 
 // A fresh directory under the system's temp dir, removed with everything in it.
-struct TempDir {
-	fs::path path;
-	TempDir()
-	{
-		std::string tmpl = (fs::temp_directory_path() / "argus-sim-test-XXXXXX").string();
-		if (char *p = mkdtemp(tmpl.data()))
-			path = p;
-	}
-	~TempDir()
-	{
-		std::error_code ec;
-		if (!path.empty())
-			fs::remove_all(path, ec);
-	}
-	TempDir(const TempDir &) = delete;
-	TempDir &operator=(const TempDir &) = delete;
+struct TempDir : argus::testing_support::TempDir {
+	TempDir() : argus::testing_support::TempDir("sim-test") {}
 };
 
 inline std::string slurp(const fs::path &p)

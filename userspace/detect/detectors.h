@@ -22,6 +22,8 @@ struct DetectedEvent {
   int rank = -1;
   std::string summary;
   nlohmann::json evidence = nlohmann::json::object();
+  std::string device;  // link events: the NIC and port ("" / -1 otherwise)
+  int port = -1;
 };
 
 struct RankSignal {

@@ -52,8 +52,8 @@ nlohmann::json event_to_json(const DetectedEvent& ev) {
   j["kind"] = ev.kind;
   j["job_id"] = ev.job_id.empty() ? nlohmann::json() : nlohmann::json(ev.job_id);
   j["rank"] = ev.rank < 0 ? nlohmann::json() : nlohmann::json(ev.rank);
-  j["device"] = nullptr;
-  j["port"] = nullptr;
+  j["device"] = ev.device.empty() ? nlohmann::json() : nlohmann::json(ev.device);
+  j["port"] = ev.port < 0 ? nlohmann::json() : nlohmann::json(ev.port);
   j["summary"] = ev.summary;
   j["evidence"] = ev.evidence;
   return j;

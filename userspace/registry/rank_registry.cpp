@@ -5,7 +5,7 @@
 
 #include "argus.h"
 #include "attach/attach_plan.h"
-#include "gpu/timeline.h"
+#include "gpu_timeline/timeline.h"
 
 namespace argus {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "argus.h"
-#include "gpu/timeline.h"
+#include "gpu_timeline/timeline.h"
 #include "model.h"
 
 namespace argus {

@@ -1,4 +1,4 @@
-#include "gpu/timeline.h"
+#include "gpu_timeline/timeline.h"
 
 #include <algorithm>
 #include <iterator>

@@ -1,4 +1,4 @@
-#include "gpu/sketch.h"
+#include "gpu_timeline/sketch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "probes/agent_runtime.h"
+#include "agent/agent_runtime.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -421,6 +421,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.probes_attached = probes_->attached();
   a.probe_attach_errors = probes_->attach_errors();
   a.discovery_skips = discovery_->skips();
+  a.detected_events_dropped = events_.dropped();
   std::lock_guard lock(counters_mu_);
   for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_total[source_label(src)] = 0;
   for (const auto& [k, v] : events_total_) a.events_total[k] = v;

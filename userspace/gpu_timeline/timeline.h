@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "argus_gpu_wire.h"
-#include "gpu/sketch.h"
+#include "gpu_timeline/sketch.h"
 
 namespace argus::gpu {
 

@@ -13,6 +13,7 @@
 #include "detect/collective_tracker.h"
 #include "detect/detectors.h"
 #include "detect/event_log.h"
+#include "exporters/api_routes.h"
 #include "discovery/discovery.h"
 #include "model.h"
 #include "probes/bpf_loader.h"
@@ -37,22 +38,25 @@ struct AgentOptions {
   HangOptions hang;
 };
 
-class AgentRuntime {
+class AgentRuntime : public ApiSource {
  public:
   static Result<std::unique_ptr<AgentRuntime>> create(const AgentOptions& opts, const Clock& clock);
-  ~AgentRuntime();
+  ~AgentRuntime() override;
 
   void start();  // the event loop thread
   void stop();
-  Snapshot snapshot() const;
-  std::vector<DetectedEvent> events_since(double unix_seconds) const { return events_.since(unix_seconds); }
+  Snapshot snapshot() const override;
+  std::vector<DetectedEvent> events_since(double unix_seconds) const override { return events_.since(unix_seconds); }
+  // An event found outside the runtime (the RDMA poller's link_degraded): the same
+  // bounded, counted log serves it.
+  void add_event(DetectedEvent ev) { events_.add(std::move(ev)); }
   // Seconds since the event loop last went round: /healthz fails when stuck.
-  double seconds_since_heartbeat() const;
+  double seconds_since_heartbeat() const override;
   // The node's timeline over the last `seconds` (GET /api/v1/trace), and the
   // CLOCK_MONOTONIC time it ends at.
-  std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const;
-  NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const { return timeline_.step_history(pid, last); }
-  uint64_t monotonic_ns() const { return clock_.monotonic_ns(); }
+  std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const override;
+  NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const override { return timeline_.step_history(pid, last); }
+  uint64_t monotonic_ns() const override { return clock_.monotonic_ns(); }
 
  private:
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader);

@@ -1,0 +1,102 @@
+#include "exporters/api_routes.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "detect/event_log.h"
+#include "exporters/json_api.h"
+#include "exporters/prometheus_exporter.h"
+#include "exporters/trace_export.h"
+
+namespace argus {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+HttpResponse bad_request(const std::string& why) { return HttpResponse::json(400, dump_json({{"error", why}})); }
+
+// A decimal integer in [lo, hi] that is the whole text.
+bool parse_int(const std::string& text, long lo, long hi, long& out) {
+  char* end = nullptr;
+  out = std::strtol(text.c_str(), &end, 10);
+  return !text.empty() && end != nullptr && *end == '\0' && out >= lo && out <= hi;
+}
+
+// The running process of (job, rank) on this node, else the newest one that ran.
+const RankSnapshot* find_rank(const Snapshot& snap, const std::string& job, long rank) {
+  const RankSnapshot* best = nullptr;
+  for (const auto& r : snap.ranks) {
+    if (r.job_id != job || r.rank != rank) continue;
+    if (!best || (best->exited && !r.exited) || (best->exited == r.exited && r.first_seen_unix > best->first_seen_unix))
+      best = &r;
+  }
+  return best;
+}
+
+}  // namespace
+
+void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions options) {
+  http.route("GET", "/metrics", [&src, extra = options.extra_metrics](const HttpRequest&) {
+    HttpResponse r;
+    r.content_type = kPrometheusContentType;
+    const auto snap = src.snapshot();
+    auto families = collect_metrics(snap);
+    if (extra)
+      for (auto& f : extra(snap)) families.push_back(std::move(f));
+    r.body = serialize_metrics(families);
+    return r;
+  });
+  http.route("GET", "/api/v1/ranks",
+             [&src](const HttpRequest&) { return HttpResponse::json(200, render_ranks_json(src.snapshot())); });
+  http.route("GET", "/api/v1/events", [&src](const HttpRequest& req) {
+    double since = 0;
+    if (auto it = req.query.find("since"); it != req.query.end()) {
+      char* end = nullptr;
+      since = std::strtod(it->second.c_str(), &end);
+      if (it->second.empty() || end == nullptr || *end != '\0' || !std::isfinite(since))
+        return bad_request("since must be UNIX seconds");
+    }
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& ev : src.events_since(since)) list.push_back(event_to_json(ev));
+    return HttpResponse::json(200, dump_json({{"events", list}}));
+  });
+  http.route("GET", "/api/v1/comms",
+             [&src](const HttpRequest&) { return HttpResponse::json(200, dump_json(comms_json(src.snapshot()))); });
+  http.route("GET", "/api/v1/trace", [&src](const HttpRequest& req) {
+    auto it = req.query.find("seconds");
+    const auto secs = parse_trace_seconds(it == req.query.end() ? "" : it->second, it != req.query.end());
+    if (!secs.ok) return bad_request(secs.error);
+    TraceRequest tr;
+    tr.seconds = secs.seconds;
+    auto spans = src.trace(secs.seconds, &tr.end_ns);
+    tr.end_unix = unix_now();
+    const auto snap = src.snapshot();
+    return HttpResponse::json(
+        200, dump_json(trace_json(spans, snap.ranks, src.events_since(tr.end_unix - tr.seconds), tr)));
+  });
+  http.route("GET", "/api/v1/ranks/{job_id}/{rank}/gpu-steps", [&src](const HttpRequest& req) {
+    const std::string& job = req.params.at("job_id");
+    long rank = 0, last = 20;
+    if (!parse_int(req.params.at("rank"), 0, 1 << 24, rank)) return bad_request("rank must be a non-negative integer");
+    if (auto it = req.query.find("last"); it != req.query.end() && !parse_int(it->second, 1, 600, last))
+      return bad_request("last must be 1..600");
+    const auto snap = src.snapshot();
+    const RankSnapshot* r = find_rank(snap, job, rank);
+    if (!r) return HttpResponse::json(404, dump_json({{"error", "no such rank on this node"}}));
+    const auto hist = src.gpu_steps(r->pid, static_cast<size_t>(last));
+    const double offset = unix_now() - static_cast<double>(src.monotonic_ns()) / 1e9;
+    return HttpResponse::json(
+        200, dump_json(gpu_steps_json(job, static_cast<int>(rank), r->pid, hist.steps, hist.names, offset)));
+  });
+  http.route("GET", "/healthz", [&src, limit = options.heartbeat_limit_seconds](const HttpRequest&) {
+    const double age = src.seconds_since_heartbeat();
+    if (age > limit) return HttpResponse::text(503, "event loop stalled for " + std::to_string(age) + " s\n");
+    return HttpResponse::text(200, "ok\n");
+  });
+}
+
+}  // namespace argus

@@ -1,0 +1,40 @@
+// Every HTTP route of the agent (GET /metrics, /api/v1/*, /healthz) in one
+// place, against a small read-only seam: the routes never see BPF, maps or the
+// runtime's threads, so they are tested with a hand-made source.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <prometheus/metric_family.h>
+
+#include "detect/detectors.h"
+#include "exporters/http_server.h"
+#include "trace/node_timeline.h"
+#include "userspace/model.h"
+
+namespace argus {
+
+// What the routes read. AgentRuntime is one; tests have their own.
+class ApiSource {
+ public:
+  virtual ~ApiSource() = default;
+  virtual Snapshot snapshot() const = 0;
+  virtual std::vector<DetectedEvent> events_since(double unix_seconds) const = 0;
+  // The node's timeline over the last `seconds`, and the CLOCK_MONOTONIC time it ends at.
+  virtual std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const = 0;
+  virtual NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const = 0;
+  // Seconds since the event loop last went round (/healthz fails when it is stuck).
+  virtual double seconds_since_heartbeat() const = 0;
+  virtual uint64_t monotonic_ns() const = 0;
+};
+
+struct ApiOptions {
+  double heartbeat_limit_seconds = 5;  // /healthz answers 503 past this
+  // Families /metrics adds to the ranks' and the agent's (the RDMA layer's).
+  std::function<std::vector<prometheus::MetricFamily>(const Snapshot&)> extra_metrics;
+};
+
+void register_api_routes(HttpServer& http, const ApiSource& source, ApiOptions options = {});
+
+}  // namespace argus

@@ -1,0 +1,116 @@
+// The agent's HTTP routes against a hand-made source: what each route answers,
+// and how it refuses bad input, with no BPF, runtime or root.
+#include "exporters/api_routes.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "cli/http_client.h"
+
+namespace argus {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct FakeSource : ApiSource {
+  Snapshot snap;
+  std::vector<DetectedEvent> events;
+  double heartbeat_age = 0.1;
+  Snapshot snapshot() const override { return snap; }
+  std::vector<DetectedEvent> events_since(double t) const override {
+    std::vector<DetectedEvent> out;
+    for (const auto& e : events)
+      if (e.time >= t) out.push_back(e);
+    return out;
+  }
+  std::vector<TraceRank> trace(double, uint64_t* end_ns) const override {
+    if (end_ns) *end_ns = 5'000'000'000ULL;
+    return {};
+  }
+  NodeTimeline::StepHistory gpu_steps(int, size_t) const override { return {}; }
+  double seconds_since_heartbeat() const override { return heartbeat_age; }
+  uint64_t monotonic_ns() const override { return 5'000'000'000ULL; }
+};
+
+class ApiRoutes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    RankSnapshot r;
+    r.pid = 42;
+    r.job_id = "j";
+    r.rank = 3;
+    r.sync_wait_ratio = 0.25;
+    src.snap.ranks = {r};
+    src.snap.agent.window_seconds = 10;
+    DetectedEvent link;
+    link.time = 1'700'000'100;
+    link.kind = "link_degraded";
+    link.device = "mlx5_0";
+    link.port = 1;
+    link.summary = "mlx5_0 port 1 degraded (errors)";
+    DetectedEvent strag;
+    strag.time = 1'700'000'000;
+    strag.kind = "straggler";
+    strag.job_id = "j";
+    strag.rank = 3;
+    src.events = {strag, link};
+    ApiOptions opts;
+    opts.extra_metrics = [](const Snapshot&) { return std::vector<prometheus::MetricFamily>{}; };
+    register_api_routes(http, src, opts);
+    auto port = http.start("127.0.0.1:0");
+    ASSERT_TRUE(port.ok()) << port.error();
+    base = "http://127.0.0.1:" + std::to_string(*port);
+  }
+  void TearDown() override { http.stop(); }
+  cli::HttpResponse get(const std::string& path) {
+    auto r = cli::http_get(base + path, 2000ms);
+    EXPECT_TRUE(r.ok()) << path;
+    return r.ok() ? *r : cli::HttpResponse{};
+  }
+  FakeSource src;
+  HttpServer http;
+  std::string base;
+};
+
+TEST_F(ApiRoutes, MetricsRanksAndEventsFromTheSource) {
+  const auto m = get("/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("argus_sync_wait_ratio{job_id=\"j\",rank=\"3\"} 0.25"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("argus_agent_window_seconds 10"), std::string::npos);
+  const auto ranks = nlohmann::json::parse(get("/api/v1/ranks").body);
+  ASSERT_EQ(ranks["ranks"].size(), 1u);
+  EXPECT_EQ(ranks["ranks"][0]["pid"], 42);
+  // Link events come through the same log as the others, with device and port.
+  const auto evs = nlohmann::json::parse(get("/api/v1/events?since=1700000050").body)["events"];
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0]["kind"], "link_degraded");
+  EXPECT_EQ(evs[0]["device"], "mlx5_0");
+  EXPECT_EQ(evs[0]["port"], 1);
+  EXPECT_TRUE(evs[0]["job_id"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(get("/api/v1/events").body)["events"].size(), 2u);
+}
+
+TEST_F(ApiRoutes, BadInputIsA400WithAReason) {
+  for (const char* path : {"/api/v1/events?since=yesterday", "/api/v1/events?since=", "/api/v1/events?since=nan",
+                           "/api/v1/trace?seconds=-1", "/api/v1/ranks/j/x/gpu-steps", "/api/v1/ranks/j/3/gpu-steps?last=0",
+                           "/api/v1/ranks/j/3/gpu-steps?last=601"}) {
+    const auto r = get(path);
+    EXPECT_EQ(r.status, 400) << path;
+    EXPECT_TRUE(nlohmann::json::parse(r.body).contains("error")) << path;
+  }
+  EXPECT_EQ(get("/api/v1/ranks/j/4/gpu-steps").status, 404);
+  EXPECT_EQ(get("/api/v1/ranks/j/3/gpu-steps").status, 200);
+  EXPECT_EQ(get("/api/v1/trace?seconds=2").status, 200);
+}
+
+TEST_F(ApiRoutes, HealthzFollowsTheHeartbeat) {
+  EXPECT_EQ(get("/healthz").status, 200);
+  src.heartbeat_age = 6;
+  const auto r = get("/healthz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("event loop stalled"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace argus
