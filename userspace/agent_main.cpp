@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/defaults.h"
 #include "exporters/api_routes.h"
 #include "exporters/http_server.h"
 #include "exporters/rdma_metrics.h"
@@ -81,8 +82,8 @@ int main(int argc, char** argv) {
   std::string proc_root = "/proc";
   std::string sysfs_root = "/sys";
   std::string probes = "default";
-  double window = 10;
-  double exit_grace = 300;
+  double window = argus::kDefaultWindowSeconds;
+  double exit_grace = argus::kDefaultExitGraceSeconds;
   std::string log_level = "info";
   std::string btf = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_kb = 4096;

@@ -1,6 +1,7 @@
 // Snapshots of the agent's state, handed from the rank registry to the exporters.
 // Plain values: exporters never see maps, files or locks.
 #pragma once
+#include "common/defaults.h"
 #include <cstdint>
 #include <map>
 #include <string>
@@ -102,7 +103,7 @@ struct AgentSnapshot {
   std::string version;
   std::string node;
   std::string probes;  // "default" or "deep"
-  double window_seconds = 10;
+  double window_seconds = kDefaultWindowSeconds;
   std::map<std::string, uint64_t> events_total;           // source -> events received
   std::map<std::string, uint64_t> events_lost;            // source -> events lost (ring buffer full, ...)
   std::map<std::string, uint64_t> bpf_errors;             // BPF error counter name -> count

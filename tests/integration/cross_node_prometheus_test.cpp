@@ -278,17 +278,31 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // series, must name rank 6 and nobody else: the recorded verdict
 // argus:straggler within seconds, and the ArgusStraggler alert once its
 // `for: 30s` has passed.
-TEST(CrossNode, PrometheusRulesNameStragglerOnOtherNode) {
+// Asynchronous NCCL (the sim's default, as real NCCL) on two simulated nodes:
+// a host-slow rank is named by the wait rules (collective + synchronize), a
+// GPU-slow one by the GPU layer's NCCL-kernel share.
+struct CrossNodeCase {
+  const char* name;
+  std::vector<std::string> fault;
+  const char* count_rule;  // how many ranks are judged
+  const char* verdict;     // the recording that names the straggler
+  const char* alert;
+};
+
+class CrossNodeStraggler : public ::testing::TestWithParam<CrossNodeCase> {};
+
+TEST_P(CrossNodeStraggler, PrometheusRulesNameStragglerOnOtherNode) {
   ARGUS_REQUIRE_ROOT();
   require_prometheus();
   if (HasFatalFailure() || IsSkipped()) return;
+  const CrossNodeCase c = GetParam();
   CrossNodeRig rig;
-  const std::string err = rig.start("xstraggler");
+  const std::string err = rig.start(std::string("x") + c.name);
   ASSERT_EQ(err, "");
   ASSERT_EQ(rig.prom->rule_health(), "");
 
   const auto t0 = std::chrono::steady_clock::now();
-  rig.start_job({"--straggler", "6:3"});
+  rig.start_job(c.fault);
   const std::string sel = "{job_id=\"" + rig.job + "\"}";
 
   // The recording names rank 6 alone, and keeps naming it alone: no other rank
@@ -303,12 +317,12 @@ TEST(CrossNode, PrometheusRulesNameStragglerOnOtherNode) {
   while (seconds_since(t0) < 55 && firing_at < 0) {
     std::this_thread::sleep_for(1s);
     ASSERT_TRUE(rig.sim->running()) << read_text(rig.dir / "sim.log");
-    const auto judged = rig.prom->query("job_id:argus_collective_wait_ratio:count" + sel);
+    const auto judged = rig.prom->query(c.count_rule + sel);
     if (!judged.empty() && judged[0].at("value").at(1).get<std::string>() == "8" && all_judged_at < 0)
       all_judged_at = seconds_since(t0);
-    named = rig.prom->label_values("argus:straggler" + sel, "rank");
+    named = rig.prom->label_values(c.verdict + sel, "rank");
     firing = rig.prom->label_values(
-        "ALERTS{alertname=\"ArgusStraggler\",alertstate=\"firing\",job_id=\"" + rig.job + "\"}", "rank");
+        std::string("ALERTS{alertname=\"") + c.alert + "\",alertstate=\"firing\",job_id=\"" + rig.job + "\"}", "rank");
     ever_named.insert(named.begin(), named.end());
     if (all_judged_at >= 0 && seconds_since(t0) > all_judged_at + 5)
       for (const auto& r : named)
@@ -321,13 +335,13 @@ TEST(CrossNode, PrometheusRulesNameStragglerOnOtherNode) {
       json doc = rig.prom->api("alerts");
       if (doc.is_object())
         for (const auto& a : doc.value("alerts", json::array()))
-          if (a.at("labels").value("alertname", "") == "ArgusStraggler" && a.at("labels").value("job_id", "") == rig.job)
+          if (a.at("labels").value("alertname", "") == c.alert && a.at("labels").value("job_id", "") == rig.job)
             summary = a.at("annotations").value("summary", "");
     }
   }
-  std::printf("[ cross-node ] all 8 ranks judged at %.1f s, rank 6 named alone at %.1f s, ArgusStraggler firing at "
+  std::printf("[ cross-node %s ] all 8 ranks judged at %.1f s, rank 6 named alone at %.1f s, %s firing at "
               "%.1f s; ever named %s\n",
-              all_judged_at, named_alone_at, firing_at, set_text(ever_named).c_str());
+              c.name, all_judged_at, named_alone_at, c.alert, firing_at, set_text(ever_named).c_str());
   EXPECT_GE(named_alone_at, 0) << "named " << set_text(named) << "\n" << rig.diagnostics();
   EXPECT_LE(named_alone_at, 60) << rig.diagnostics();
   EXPECT_GE(firing_at, 0) << "firing for " << set_text(firing) << "\n" << rig.diagnostics();
@@ -340,11 +354,19 @@ TEST(CrossNode, PrometheusRulesNameStragglerOnOtherNode) {
   const auto where = rig.prom->label_values("argus_rank_info{job_id=\"" + rig.job + "\",rank=\"6\"}", "instance");
   EXPECT_EQ(where, std::set<std::string>{address_of(*rig.node1)}) << rig.diagnostics();
   // Its slowness is recorded with it: a 3x host slowdown reads clearly above 1.5x.
-  const auto slow = rig.prom->query("argus:straggler" + sel);
+  const auto slow = rig.prom->query(c.verdict + sel);
   ASSERT_EQ(slow.size(), 1u) << rig.diagnostics();
   EXPECT_GT(std::stod(slow[0].at("value").at(1).get<std::string>()), 1.5) << rig.diagnostics();
   EXPECT_EQ(rig.prom->rule_health(), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Async, CrossNodeStraggler,
+    ::testing::Values(CrossNodeCase{"host", {"--straggler", "6:3"}, "job_id:argus_collective_wait_ratio:count",
+                                    "argus:straggler", "ArgusStraggler"},
+                      CrossNodeCase{"gpu", {"--gpu-slow", "6:3"}, "job_id:argus_gpu_nccl_kernel_ratio:count",
+                                    "argus:gpu_straggler", "ArgusGpuStraggler"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // Rank 5 on node-1 stops before a collective (--hang 5:STEP); every other rank,
 // on both nodes, sits in it. With the stall threshold at 5 s (a test copy of

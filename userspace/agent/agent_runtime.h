@@ -1,6 +1,7 @@
 // The agent's moving parts wired together: BPF, discovery, probes, registry.
 // One event-loop thread owns BPF and discovery; exporters read snapshots.
 #pragma once
+#include "common/defaults.h"
 #include <atomic>
 #include <map>
 #include <memory>
@@ -28,8 +29,8 @@ struct AgentOptions {
   std::string proc_root = "/proc";
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   ProbeSet probes = ProbeSet::Default;
-  double window_seconds = 10;
-  double exit_grace_seconds = 300;
+  double window_seconds = kDefaultWindowSeconds;
+  double exit_grace_seconds = kDefaultExitGraceSeconds;
   double scan_interval_seconds = 1;
   double stats_interval_seconds = 1;
   uint32_t ringbuf_bytes = 4u << 20;

@@ -3,6 +3,7 @@
 // exact), the step period, and what a stalled communicator is waiting for.
 // Pure logic on timestamps: tested on recorded streams with no clock at all.
 #pragma once
+#include "common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -13,7 +14,7 @@
 namespace argus {
 
 struct TrackerOptions {
-  double window_seconds = 10;
+  double window_seconds = kDefaultWindowSeconds;
   size_t max_open_seqs = 512;     // incomplete collectives kept per communicator
   double late_threshold_s = 0.001;  // a rank "arrives late" at a seq when its lag exceeds this
   size_t recent_spread = 10;        // lateness is judged on this many latest spread-out collectives

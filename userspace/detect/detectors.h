@@ -1,6 +1,7 @@
 // Straggler and hang detection on per-rank signals. No clocks, maps or files:
 // each evaluation gets the signals and the time, so tests replay them exactly.
 #pragma once
+#include "common/defaults.h"
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -71,7 +72,7 @@ class StragglerDetector {
   struct Verdict;
 
  public:
-  explicit StragglerDetector(StragglerOptions opts = {}, double window_seconds = 10)
+  explicit StragglerDetector(StragglerOptions opts = {}, double window_seconds = kDefaultWindowSeconds)
       : opts_(opts), window_seconds_(window_seconds) {}
   // One evaluation over all ranks of the node; returns the events of flags that rose.
   std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
@@ -105,7 +106,7 @@ struct BubbleOptions {
 // much more than the other ranks of its job, or than it used to.
 class BubbleDetector {
  public:
-  explicit BubbleDetector(BubbleOptions opts = {}, double window_seconds = 10)
+  explicit BubbleDetector(BubbleOptions opts = {}, double window_seconds = kDefaultWindowSeconds)
       : opts_(opts), window_seconds_(window_seconds) {}
   std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
   bool flagged(int pid) const;

@@ -4,6 +4,7 @@
 // sketches, and the recent records for the trace. Pure logic on timestamps:
 // unit-tested on hand-built records, no clock, no BPF.
 #pragma once
+#include "common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -16,7 +17,7 @@
 namespace argus::gpu {
 
 struct TimelineOptions {
-  double window_seconds = 10;
+  double window_seconds = kDefaultWindowSeconds;
   double trace_seconds = 60;       // recent records kept for GET /api/v1/trace
   size_t max_records = 200000;     // ... and at most this many
   double min_step_gap_s = 1.0;     // an idle gap longer than max(this, 2 steps) is outside the steps

@@ -1,6 +1,7 @@
 // The node's ranks: identity, exact counters and exit state, fed by decoded
 // events and BPF aggregates, read by the exporters as snapshots.
 #pragma once
+#include "common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -49,8 +50,8 @@ struct RankDetection {
 
 struct RegistryOptions {
   std::string node;
-  double exit_grace_seconds = 300;  // an exited rank stays visible this long
-  double window_seconds = 10;
+  double exit_grace_seconds = kDefaultExitGraceSeconds;  // an exited rank stays visible this long
+  double window_seconds = kDefaultWindowSeconds;
   bool launches_counted = false;    // --probes deep
 };
 

@@ -1,0 +1,13 @@
+// Defaults that more than one part of the agent uses, declared once: the flag
+// parser, the runtime's options and every component the runtime configures.
+#pragma once
+
+namespace argus {
+
+// --window: the analysis window of every ratio, lag and detector, in seconds.
+// The Prometheus rules read it from argus_agent_window_seconds.
+inline constexpr double kDefaultWindowSeconds = 10;
+// --exit-grace: how long an exited rank stays visible, in seconds.
+inline constexpr double kDefaultExitGraceSeconds = 300;
+
+}  // namespace argus
