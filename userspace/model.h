@@ -99,6 +99,33 @@ struct RankSnapshot {
   std::string nvidia_visible_devices;
 };
 
+// What the detectors concluded about one rank at the last evaluation. The
+// detectors' output, kept apart from the registry's state and laid over the
+// registry's snapshot when one is taken (apply_detection).
+struct RankDetection {
+  double arrival_lag_seconds = 0;
+  double late_fraction = 0;
+  double step_seconds = 0;
+  bool straggler = false;
+  std::string straggler_reason;
+  double straggler_score = 0;
+  bool pipeline_bubble = false;
+  bool hang_missing = false;
+  std::map<std::string, uint64_t> comm_seq;
+};
+
+inline void apply_detection(RankSnapshot& s, const RankDetection& d) {
+  s.arrival_lag_seconds = d.arrival_lag_seconds;
+  s.late_fraction = d.late_fraction;
+  s.step_seconds = d.step_seconds;
+  s.straggler = d.straggler;
+  s.straggler_score = d.straggler_score;
+  s.straggler_reason = d.straggler_reason;
+  s.pipeline_bubble = d.pipeline_bubble;
+  s.hang_missing = d.hang_missing;
+  s.comm_seq = d.comm_seq;
+}
+
 struct AgentSnapshot {
   std::string version;
   std::string node;

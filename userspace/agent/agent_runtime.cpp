@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <string_view>
 #include <set>
 
 #include "attach/attach_plan.h"
@@ -330,8 +331,9 @@ void AgentRuntime::evaluate_detectors() {
     }
     health.push_back(std::move(cs));
   }
+  std::map<int, RankDetection> detections;
   for (const auto& r : ranks) {
-    RankDetection d;
+    RankDetection& d = detections[r.pid];
     const auto& lag = lags[r.pid];
     d.arrival_lag_seconds = lag.mean_lag_s;
     d.late_fraction = lag.late_fraction;
@@ -343,7 +345,6 @@ void AgentRuntime::evaluate_detectors() {
     d.pipeline_bubble = !r.exited && bubbles_.flagged(r.pid);
     d.hang_missing = hangs_.missing(r.pid);
     d.comm_seq = seqs[r.pid];
-    registry_.set_detection(r.pid, d);
   }
   // Processes the registry dropped (grace over) are dropped here too.
   std::set<int> known;
@@ -362,6 +363,7 @@ void AgentRuntime::evaluate_detectors() {
   std::erase_if(step_seconds_, [&](const auto& kv) { return !known.count(kv.first); });
   std::lock_guard lock(counters_mu_);
   comm_health_ = std::move(health);
+  detections_ = std::move(detections);
 }
 
 void AgentRuntime::refresh_stats() {
@@ -414,6 +416,11 @@ Snapshot AgentRuntime::snapshot() const {
   snap.ranks = registry_.snapshot();
   const uint64_t now_ns = clock_.monotonic_ns();
   for (auto& r : snap.ranks) r.gpu = timeline_.gpu_view(r.pid, now_ns);
+  {
+    std::lock_guard lock(counters_mu_);
+    for (auto& r : snap.ranks)
+      if (auto d = detections_.find(r.pid); d != detections_.end()) apply_detection(r, d->second);
+  }
   AgentSnapshot& a = snap.agent;
   a.version = ARGUS_VERSION;
   a.node = opts_.node;
@@ -427,17 +434,18 @@ Snapshot AgentRuntime::snapshot() const {
   std::lock_guard lock(counters_mu_);
   for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_total[source_label(src)] = 0;
   for (const auto& [k, v] : events_total_) a.events_total[k] = v;
-  a.bpf_errors = bpf_errors_;
+  // A full ring buffer is exported once, as events lost by source; every other
+  // BPF failure path as a BPF error.
+  for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_lost[source_label(src)] = 0;
+  constexpr std::string_view kRingbufFull = "ringbuf_full_";
+  for (const auto& [name, v] : bpf_errors_) {
+    if (name.rfind(kRingbufFull, 0) == 0)
+      a.events_lost[name.substr(kRingbufFull.size())] = v;
+    else
+      a.bpf_errors[name] = v;
+  }
   a.bpf_errors["malformed_record"] = malformed_records_;
   snap.comms = comm_health_;
-  auto lost = [&](const char* name) {
-    auto it = bpf_errors_.find(name);
-    return it == bpf_errors_.end() ? 0 : it->second;
-  };
-  a.events_lost["proc"] = lost("ringbuf_full_proc");
-  a.events_lost["nccl"] = lost("ringbuf_full_nccl");
-  a.events_lost["cuda"] = lost("ringbuf_full_cuda");
-  a.events_lost["gpu"] = lost("ringbuf_full_gpu");
   return snap;
 }
 

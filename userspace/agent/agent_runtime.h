@@ -90,6 +90,7 @@ class AgentRuntime : public ApiSource {
   EventLog events_;
   std::map<int, std::map<uint64_t, std::string>> comm_names_;  // pid -> ncclComm_t -> communicator name
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
+  std::map<int, RankDetection> detections_;  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   std::thread thread_;
   std::atomic<bool> running_{false};

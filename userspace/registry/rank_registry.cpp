@@ -197,22 +197,6 @@ void RankRegistry::on_vanished(int pid) {
   mark_exited(it->second, "exit", -1);  // code unknown: the exit event was not seen
 }
 
-void RankRegistry::set_detection(int pid, const RankDetection& d) {
-  std::lock_guard lock(mu_);
-  auto it = entries_.find(pid);
-  if (it == entries_.end()) return;
-  RankSnapshot& s = it->second.snap;
-  s.arrival_lag_seconds = d.arrival_lag_seconds;
-  s.late_fraction = d.late_fraction;
-  s.step_seconds = d.step_seconds;
-  s.straggler = d.straggler;
-  s.straggler_score = d.straggler_score;
-  s.straggler_reason = d.straggler_reason;
-  s.pipeline_bubble = d.pipeline_bubble;
-  s.hang_missing = d.hang_missing;
-  s.comm_seq = d.comm_seq;
-}
-
 namespace {
 
 template <typename Map>

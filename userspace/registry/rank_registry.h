@@ -35,18 +35,6 @@ struct NcclInitInfo {
   std::string uid_hex;  // first bytes of the ncclUniqueId: the communicator's job-wide name
 };
 
-// What the detectors concluded about one rank, written back each evaluation.
-struct RankDetection {
-  double arrival_lag_seconds = 0;
-  double late_fraction = 0;
-  double step_seconds = 0;
-  bool straggler = false;
-  std::string straggler_reason;
-  double straggler_score = 0;
-  bool pipeline_bubble = false;
-  bool hang_missing = false;
-  std::map<std::string, uint64_t> comm_seq;
-};
 
 struct RegistryOptions {
   std::string node;
@@ -77,8 +65,6 @@ class RankRegistry {
   void on_exit(int pid, int exit_code);
   // The process is gone and no exit event came (lost, or before the agent).
   void on_vanished(int pid);
-
-  void set_detection(int pid, const RankDetection& d);
 
   // Recomputes the per-rank windows and drops ranks past their grace period.
   void tick();
