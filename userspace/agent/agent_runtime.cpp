@@ -35,7 +35,12 @@ Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& o
   return rt;
 }
 
-AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader)
+std::unique_ptr<AgentRuntime> AgentRuntime::with_backend(const AgentOptions& opts, const Clock& clock,
+                                                         std::unique_ptr<BpfBackend> backend) {
+  return std::unique_ptr<AgentRuntime>(new AgentRuntime(opts, clock, std::move(backend)));
+}
+
+AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfBackend> loader)
     : opts_(opts),
       clock_(clock),
       loader_(std::move(loader)),
@@ -79,25 +84,25 @@ double AgentRuntime::seconds_since_heartbeat() const {
 }
 
 void AgentRuntime::loop() {
-  double next_scan = 0;
-  double next_stats = 0;
-  while (running_) {
-    loader_->poll_events(50);
-    const double now = now_s();
-    for (const auto& f : discovery_->run_due(now)) track_found(f);
-    if (now >= next_scan) {
-      for (const auto& f : discovery_->scan(now)) track_found(f);
-      next_scan = now + opts_.scan_interval_seconds;
-    }
-    if (now >= next_stats) {
-      refresh_stats();
-      reap_vanished();
-      registry_.tick();
-      evaluate_detectors();
-      next_stats = now + opts_.stats_interval_seconds;
-    }
-    heartbeat_ns_ = clock_.monotonic_ns();
+  while (running_) run_once(50);
+}
+
+void AgentRuntime::run_once(int poll_ms) {
+  loader_->poll_events(poll_ms);
+  const double now = now_s();
+  for (const auto& f : discovery_->run_due(now)) track_found(f);
+  if (now >= next_scan_) {
+    for (const auto& f : discovery_->scan(now)) track_found(f);
+    next_scan_ = now + opts_.scan_interval_seconds;
   }
+  if (now >= next_stats_) {
+    refresh_stats();
+    reap_vanished();
+    registry_.tick();
+    evaluate_detectors();
+    next_stats_ = now + opts_.stats_interval_seconds;
+  }
+  heartbeat_ns_ = clock_.monotonic_ns();
 }
 
 void AgentRuntime::track_found(const FoundProcess& f) {
@@ -114,6 +119,21 @@ void AgentRuntime::track_found(const FoundProcess& f) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
                  f.identity.job_id.empty() ? "?" : f.identity.job_id, f.identity.rank);
   }
+}
+
+// A process that calls into a probed library although discovery found none in
+// its maps (a file it could not read, a mapping that changed): tracked all the
+// same, named from its environment as a discovered rank is.
+void AgentRuntime::track_unmapped(int pid) {
+  RankIdentity identity;
+  if (auto env = procfs::read_environ(opts_.proc_root, pid); env.ok()) identity = identity_from_environ(*env);
+  uint64_t start_ticks = 0;
+  std::string comm;
+  if (auto st = procfs::read_stat(opts_.proc_root, pid); st.ok()) {
+    start_ticks = st->starttime_ticks;
+    comm = st->comm;
+  }
+  registry_.track(pid, start_ticks, comm, identity, {});
 }
 
 void AgentRuntime::handle_record(const void* data, size_t size) {
@@ -141,7 +161,7 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
     if (auto f = discovery_->check(pid, now)) {
       track_found(*f);
     } else if (!registry_.is_live(pid) && opts_.only_env.empty()) {
-      registry_.track(pid, 0, "", RankIdentity{}, {});
+      track_unmapped(pid);
     }
   } else if (const auto* e = std::get_if<argus_exit_event>(&ev)) {
     finish_process(static_cast<int>(e->hdr.tgid), e->exit_code);
@@ -378,9 +398,9 @@ void AgentRuntime::refresh_stats() {
       if (registry_.is_tracked(pid)) continue;  // exited, final totals taken
       if (auto f = discovery_->check(pid, now_s())) {
         track_found(*f);
-      } else if (auto st = procfs::read_stat(opts_.proc_root, pid); st.ok()) {
+      } else if (procfs::read_stat(opts_.proc_root, pid).ok()) {
         if (!opts_.only_env.empty()) continue;  // cannot tell whether it is ours
-        registry_.track(pid, st->starttime_ticks, st->comm, RankIdentity{}, {});
+        track_unmapped(pid);
       } else if (!opts_.only_env.empty()) {
         loader_->delete_stats(static_cast<uint32_t>(pid));
         continue;

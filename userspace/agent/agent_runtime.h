@@ -42,10 +42,16 @@ struct AgentOptions {
 class AgentRuntime : public ApiSource {
  public:
   static Result<std::unique_ptr<AgentRuntime>> create(const AgentOptions& opts, const Clock& clock);
+  // On any backend (tests replay recorded records through a fake one).
+  static std::unique_ptr<AgentRuntime> with_backend(const AgentOptions& opts, const Clock& clock,
+                                                    std::unique_ptr<BpfBackend> backend);
   ~AgentRuntime() override;
 
   void start();  // the event loop thread
   void stop();
+  // One pass of the event loop: poll the ring buffer (up to poll_ms), discovery,
+  // and, when due by the clock, aggregates, reaping and detection.
+  void run_once(int poll_ms);
   Snapshot snapshot() const override;
   std::vector<DetectedEvent> events_since(double unix_seconds) const override { return events_.since(unix_seconds); }
   // An event found outside the runtime (the RDMA poller's link_degraded): the same
@@ -60,11 +66,12 @@ class AgentRuntime : public ApiSource {
   uint64_t monotonic_ns() const override { return clock_.monotonic_ns(); }
 
  private:
-  AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfLoader> loader);
+  AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfBackend> loader);
   void loop();
   void handle_record(const void* data, size_t size);
   void handle_event(DecodedEvent& ev);
   void track_found(const FoundProcess& f);
+  void track_unmapped(int pid);
   void refresh_stats();
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
@@ -77,7 +84,8 @@ class AgentRuntime : public ApiSource {
 
   AgentOptions opts_;
   const Clock& clock_;
-  std::unique_ptr<BpfLoader> loader_;
+  std::unique_ptr<BpfBackend> loader_;
+  double next_scan_ = 0, next_stats_ = 0;  // run_once: when discovery and the stats pass are due
   std::unique_ptr<ProbeManager> probes_;
   std::unique_ptr<Discovery> discovery_;
   RankRegistry registry_;

@@ -24,7 +24,7 @@ std::string open_path(const std::string& proc_root, int pid, const procfs::MapEn
 
 }  // namespace
 
-ProbeManager::ProbeManager(BpfLoader& loader, std::string proc_root, ProbeSet set, Discovery* skips_sink)
+ProbeManager::ProbeManager(BpfBackend& loader, std::string proc_root, ProbeSet set, Discovery* skips_sink)
     : loader_(loader), proc_root_(std::move(proc_root)), set_(set), skips_(skips_sink) {}
 
 void ProbeManager::skip(const std::string& reason) {

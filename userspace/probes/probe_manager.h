@@ -15,7 +15,7 @@ namespace argus {
 
 class ProbeManager final : public LibraryProber {
  public:
-  ProbeManager(BpfLoader& loader, std::string proc_root, ProbeSet set, Discovery* skips_sink = nullptr);
+  ProbeManager(BpfBackend& loader, std::string proc_root, ProbeSet set, Discovery* skips_sink = nullptr);
 
   LibraryKind consider(int pid, const procfs::MapEntry& mapping) override;
   void set_skip_sink(Discovery* d) { skips_ = d; }
@@ -34,7 +34,7 @@ class ProbeManager final : public LibraryProber {
   void attach_gpu_producer(const std::string& path, Library& lib);
   LibraryKind probe_file(int pid, const procfs::MapEntry& mapping, Library& lib);
 
-  BpfLoader& loader_;
+  BpfBackend& loader_;
   std::string proc_root_;
   ProbeSet set_;
   Discovery* skips_;

@@ -1,0 +1,225 @@
+// The agent's runtime without root: recorded ring-buffer records and BPF
+// aggregates replayed through a fake backend, a fake /proc and a manual clock.
+// Dispatch, identity, the ratios and the detectors run exactly as on a node.
+#include "agent/agent_runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+
+#include "support/fake_proc.h"
+#include "support/manual_clock.h"
+
+namespace argus {
+namespace {
+
+using testing_support::environ_of;
+using testing_support::FakeProc;
+using testing_support::ManualClock;
+
+constexpr uint64_t kMs = 1'000'000;
+
+class FakeBackend : public BpfBackend {
+ public:
+  Result<Link> attach_uprobe(const std::string&, const ProbeSpec&) override { return make_error("no BPF here"); }
+  Result<Link> attach_gpu_usdt(const std::string&, bool) override { return make_error("no BPF here"); }
+  bool set_tgid_state(uint32_t tgid, argus_tgid_state state) override {
+    tgids[tgid] = state;
+    return true;
+  }
+  void forget_tgid(uint32_t tgid) override { tgids.erase(tgid); }
+  std::vector<StatEntry> read_stats(uint32_t only) const override {
+    std::vector<StatEntry> out;
+    for (const auto& s : stats)
+      if (only == 0 || s.key.tgid == only) out.push_back(s);
+    return out;
+  }
+  void delete_stats(uint32_t) override {}
+  std::map<std::string, uint64_t> read_errors() const override { return errors; }
+  std::vector<InflightCall> read_inflight_waits() const override { return inflight; }
+  void delete_seqs(uint32_t) override {}
+  void set_event_handler(EventHandler h) override { handler = std::move(h); }
+  int poll_events(int) override {
+    int n = 0;
+    for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
+    return n;
+  }
+
+  template <typename T>
+  void push(const T& rec) {
+    std::string bytes(sizeof(T), '\0');
+    std::memcpy(bytes.data(), &rec, sizeof(T));
+    records.push_back(std::move(bytes));
+  }
+  // The cumulative aggregate of one (tgid, kind, sub), as BPF keeps it.
+  void set_stat(uint32_t tgid, uint16_t kind, uint16_t sub, uint64_t count, uint64_t sum) {
+    for (auto& s : stats)
+      if (s.key.tgid == tgid && s.key.kind == kind && s.key.sub == sub) {
+        s.value = {count, sum};
+        return;
+      }
+    StatEntry e{};
+    e.key.tgid = tgid;
+    e.key.kind = kind;
+    e.key.sub = sub;
+    e.value = {count, sum};
+    stats.push_back(e);
+  }
+
+  EventHandler handler;
+  std::deque<std::string> records;
+  std::vector<StatEntry> stats;
+  std::vector<InflightCall> inflight;
+  std::map<std::string, uint64_t> errors{{"ringbuf_full_nccl", 2}, {"stats_map_full", 0}};
+  std::map<uint32_t, argus_tgid_state> tgids;
+};
+
+argus_event_header header(uint32_t type, int pid, uint64_t ts) { return {type, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts}; }
+
+// Four ranks of job "rec" on one communicator, replayed step by step.
+struct Replay {
+  ManualClock clock{1'000'000 * kMs, 1'790'000'000};
+  FakeProc proc;
+  FakeBackend* backend = nullptr;
+  std::unique_ptr<AgentRuntime> rt;
+  std::map<int, uint64_t> seq, coll_calls, sync_ns, sync_calls;
+
+  static int pid(int rank) { return 201 + rank; }
+  Replay() {
+    for (int r = 0; r < 4; ++r)
+      proc.add(pid(r), "", environ_of({"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=4",
+                                       "LOCAL_WORLD_SIZE=4", "TORCHELASTIC_RUN_ID=rec"}));
+    AgentOptions opts;
+    opts.node = "n";
+    opts.proc_root = proc.root().string();
+    auto b = std::make_unique<FakeBackend>();
+    backend = b.get();
+    rt = AgentRuntime::with_backend(opts, clock, std::move(b));
+    for (int r = 0; r < 4; ++r) {
+      argus_tgid_seen_event seen{header(ARGUS_EV_TGID_SEEN, pid(r), clock.ns), ARGUS_SRC_NCCL, 0};
+      backend->push(seen);
+      argus_nccl_init_event init{};
+      init.hdr = header(ARGUS_EV_NCCL_INIT, pid(r), clock.ns);
+      init.comm = 0xc0000 + static_cast<uint64_t>(r);  // each process's own handle
+      init.rank = r;
+      init.nranks = 4;
+      std::memset(init.uid, 0xab, sizeof(init.uid));  // the same communicator everywhere
+      backend->push(init);
+    }
+    rt->run_once(0);
+  }
+  // One collective by rank r at `ts`, then its wait in a cuStreamSynchronize until `sync_end`.
+  void issue(int r, uint64_t ts, uint64_t sync_end) {
+    argus_nccl_coll_event c{};
+    c.hdr = header(ARGUS_EV_NCCL_COLL, pid(r), ts);
+    c.comm = 0xc0000 + static_cast<uint64_t>(r);
+    c.count = 1024;
+    c.bytes = 4096;
+    c.seq = ++seq[r];
+    c.op = ARGUS_OP_ALL_REDUCE;
+    c.datatype = 7;
+    backend->push(c);
+    ++coll_calls[r];
+    backend->set_stat(pid(r), ARGUS_STAT_NCCL_CALLS, ARGUS_OP_ALL_REDUCE, coll_calls[r], coll_calls[r] * 4096);
+    if (sync_end <= ts) return;
+    argus_call_done_event d{};
+    d.hdr = header(ARGUS_EV_CALL_DONE, pid(r), sync_end);
+    d.start_ns = ts + 10'000;
+    d.cls = ARGUS_CLS_CUDA;
+    d.kind = ARGUS_STAT_CUDA_SYNC;
+    d.id = ARGUS_CU_STREAM_SYNCHRONIZE;
+    backend->push(d);
+    sync_ns[r] += sync_end - d.start_ns;
+    backend->set_stat(pid(r), ARGUS_STAT_CUDA_SYNC, ARGUS_CU_STREAM_SYNCHRONIZE, ++sync_calls[r], sync_ns[r]);
+  }
+  // A 100 ms step of asynchronous NCCL: `late` issues `lag` after the others, who
+  // then wait for it in their synchronize.
+  void step(int late, uint64_t lag) {
+    const uint64_t t = clock.ns;
+    for (int r = 0; r < 4; ++r) issue(r, r == late ? t + lag : t + r * 50'000, t + lag + 2 * kMs);
+    clock.ns += 100 * kMs;
+    rt->run_once(0);
+  }
+  RankSnapshot rank(int r) const {
+    for (const auto& s : rt->snapshot().ranks)
+      if (s.pid == pid(r)) return s;
+    return {};
+  }
+};
+
+TEST(AgentRuntime, RecordedRecordsGiveIdentityCountsAndTheStraggler) {
+  Replay r;
+  for (int i = 0; i < 80; ++i) r.step(2, 40 * kMs);
+  for (int k = 0; k < 4; ++k) {
+    const auto s = r.rank(k);
+    EXPECT_EQ(s.job_id, "rec") << k;
+    EXPECT_EQ(s.rank, k);
+    EXPECT_EQ(s.nccl.at("all_reduce").calls, 80u);
+    EXPECT_EQ(s.comm_seq.begin()->second, 80u);
+    EXPECT_NEAR(s.collective_wait_ratio, 0.0, 1e-9);  // asynchronous: nothing inside the calls
+  }
+  EXPECT_GT(r.rank(0).sync_wait_ratio, 0.35);  // they wait for rank 2 in their synchronize
+  EXPECT_LT(r.rank(2).sync_wait_ratio, 0.05);
+  const auto s2 = r.rank(2);
+  EXPECT_TRUE(s2.straggler);
+  EXPECT_EQ(s2.straggler_reason, "host");
+  EXPECT_NEAR(s2.arrival_lag_seconds, 0.040, 0.001);
+  for (int k : {0, 1, 3}) EXPECT_FALSE(r.rank(k).straggler) << k;
+  const auto evs = r.rt->events_since(0);
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].kind, "straggler");
+  EXPECT_EQ(evs[0].rank, 2);
+  // Ring-buffer loss is exported once, by source; other BPF errors as errors.
+  const auto a = r.rt->snapshot().agent;
+  EXPECT_EQ(a.events_lost.at("nccl"), 2u);
+  EXPECT_EQ(a.bpf_errors.count("ringbuf_full_nccl"), 0u);
+  EXPECT_EQ(a.bpf_errors.at("stats_map_full"), 0u);
+  EXPECT_EQ(a.events_total.at("nccl"), 4u + 80u * 4u);  // init + collectives
+  EXPECT_EQ(a.events_total.at("proc"), 4u);             // first calls (tgid seen)
+}
+
+TEST(AgentRuntime, ARankThatStopsIssuingIsNamedMissingWhileItsPeersSitInSynchronize) {
+  Replay r;
+  for (int i = 0; i < 30; ++i) r.step(-1, 0);
+  // Rank 3 never issues the next collective; the others do and block in a synchronize.
+  const uint64_t t = r.clock.ns;
+  for (int k = 0; k < 3; ++k) {
+    r.issue(k, t, 0);
+    r.backend->inflight.push_back({static_cast<uint32_t>(Replay::pid(k)), static_cast<uint32_t>(Replay::pid(k)),
+                                   t + kMs, 0, ARGUS_CU_STREAM_SYNCHRONIZE, ARGUS_STAT_CUDA_SYNC});
+  }
+  for (int i = 0; i < 12; ++i) {
+    r.clock.ns += 1000 * kMs;
+    r.rt->run_once(0);
+  }
+  EXPECT_TRUE(r.rank(3).hang_missing);
+  for (int k = 0; k < 3; ++k) EXPECT_FALSE(r.rank(k).hang_missing) << k;
+  std::vector<DetectedEvent> hangs;
+  for (const auto& e : r.rt->events_since(0))
+    if (e.kind == "hang") hangs.push_back(e);
+  ASSERT_EQ(hangs.size(), 1u);
+  EXPECT_EQ(hangs[0].rank, 3);
+  EXPECT_NE(hangs[0].summary.find("rank 3 never issued it; its peers here: 3 wait in a CUDA synchronize"),
+            std::string::npos)
+      << hangs[0].summary;
+  const auto comms = r.rt->snapshot().comms;
+  ASSERT_EQ(comms.size(), 1u);
+  EXPECT_TRUE(comms[0].hung);
+  EXPECT_GE(comms[0].stalled_seconds, 10.0);
+}
+
+TEST(AgentRuntime, MalformedRecordsAreCountedNotTrusted) {
+  Replay r;
+  r.backend->records.push_back(std::string(7, '\x01'));  // shorter than any header
+  argus_nccl_coll_event c{};
+  c.hdr = header(ARGUS_EV_NCCL_COLL, Replay::pid(0), r.clock.ns);
+  std::string cut(reinterpret_cast<const char*>(&c), sizeof(c) - 8);  // a collective cut short
+  r.backend->records.push_back(cut);
+  r.rt->run_once(0);
+  EXPECT_EQ(r.rt->snapshot().agent.bpf_errors.at("malformed_record"), 2u);
+  EXPECT_EQ(r.rank(0).comm_seq.begin()->second, 0u);  // nothing was made of them
+}
+
+}  // namespace
+}  // namespace argus

@@ -1,0 +1,79 @@
+// The seam between the agent's runtime and BPF: the maps, the ring buffer and
+// the attaches the runtime and the probe manager use, and nothing else. The
+// real one is BpfLoader (the skeleton in the kernel); tests replay recorded
+// records and aggregates through a fake, without root.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "argus.h"
+#include "attach/attach_plan.h"
+#include "common/result.h"
+
+struct bpf_link;
+
+namespace argus {
+
+// One attached probe; detaches on destruction.
+class Link {
+ public:
+  explicit Link(bpf_link* link) : link_(link) {}
+  Link(Link&& other) noexcept : link_(other.link_) { other.link_ = nullptr; }
+  Link& operator=(Link&& other) noexcept;
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+  ~Link();
+
+ private:
+  bpf_link* link_;
+};
+
+struct StatEntry {
+  argus_stat_key key;
+  argus_stat_val value;  // summed over CPUs
+};
+
+// A collective call still running (its entry seen, its return not yet).
+// A call that has entered and not returned yet: a collective (kind
+// ARGUS_STAT_NCCL_WAIT, comm = its communicator) or a CUDA synchronize
+// (ARGUS_STAT_CUDA_SYNC, op = the api id).
+struct InflightCall {
+  uint32_t tgid = 0;
+  uint32_t tid = 0;
+  uint64_t start_ns = 0;
+  uint64_t comm = 0;
+  uint32_t op = 0;
+  uint32_t kind = 0;
+};
+
+class BpfBackend {
+ public:
+  virtual ~BpfBackend() = default;
+
+  // A uprobe (or uretprobe) on `path` at the spec's offset, for every process (pid -1).
+  virtual Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) = 0;
+  // The GPU-activity USDT probes of a producer (argus:gpu_batch, or argus:gpu_name when `names`).
+  virtual Result<Link> attach_gpu_usdt(const std::string& path, bool names) = 0;
+
+  // Tracked-tgid map.
+  virtual bool set_tgid_state(uint32_t tgid, argus_tgid_state state) = 0;
+  virtual void forget_tgid(uint32_t tgid) = 0;
+
+  // All aggregates (per CPU summed); only_tgid != 0 restricts to one process.
+  virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;
+  virtual void delete_stats(uint32_t tgid) = 0;
+  virtual std::map<std::string, uint64_t> read_errors() const = 0;  // BPF error counters by name
+  // Collectives and synchronize calls still running (a host blocked in them).
+  virtual std::vector<InflightCall> read_inflight_waits() const = 0;
+  virtual void delete_seqs(uint32_t tgid) = 0;  // the collective numbering of an ended process
+
+  // Ring buffer: the handler gets each raw record; poll waits up to timeout_ms.
+  using EventHandler = std::function<void(const void* data, size_t size)>;
+  virtual void set_event_handler(EventHandler handler) = 0;
+  virtual int poll_events(int timeout_ms) = 0;
+};
+
+}  // namespace argus
