@@ -203,15 +203,16 @@ struct argus_tgid_seen_event {
 	__u32 pad;
 };
 
+/* What the detectors need of a collective: when (hdr.ts_ns), on which
+ * communicator, and its number there. Calls and bytes are aggregated in BPF
+ * (ARGUS_STAT_NCCL_CALLS), never read from events. */
 struct argus_nccl_coll_event {
 	struct argus_event_header hdr;
-	__u64 comm;  /* ncclComm_t handle (a pointer in the rank's address space) */
-	__u64 count; /* elements */
-	__u64 bytes; /* count x datatype size */
-	__u64 seq;   /* collectives on this communicator by this process, from 1; 0 for p2p.
-	              * Counted in BPF so that a lost event does not shift later numbers. */
-	__u32 op;    /* enum argus_nccl_op */
-	__s32 datatype;
+	__u64 comm; /* ncclComm_t handle (a pointer in the rank's address space) */
+	__u64 seq;  /* collectives on this communicator by this process, from 1; 0 for p2p.
+	             * Counted in BPF so that a lost event does not shift later numbers. */
+	__u32 op;   /* enum argus_nccl_op */
+	__u32 pad;
 };
 
 /* Key of the per-(process, communicator) collective counter. */
@@ -280,7 +281,7 @@ ARGUS_ASSERT_SIZE(argus_event_header, 24);
 ARGUS_ASSERT_SIZE(argus_exec_event, 48);
 ARGUS_ASSERT_SIZE(argus_exit_event, 32);
 ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
-ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 64);
+ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 48);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
 ARGUS_ASSERT_SIZE(argus_nccl_group_event, 32);

@@ -62,11 +62,9 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 		argus_reserve(sizeof(*ev), ARGUS_EV_NCCL_COLL, ARGUS_SRC_NCCL);
 	if (ev) {
 		ev->comm = comm;
-		ev->count = count;
-		ev->bytes = bytes;
 		ev->seq = seq;
 		ev->op = op;
-		ev->datatype = dtype;
+		ev->pad = 0;
 		bpf_ringbuf_submit(ev, 0);
 	}
 

@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   double exit_grace = argus::kDefaultExitGraceSeconds;
   std::string log_level = "info";
   std::string btf = "/sys/kernel/btf/vmlinux";
-  uint32_t ringbuf_kb = 4096;
+  uint32_t ringbuf_kb = argus::kDefaultRingbufKiB;
 
   app.add_option("--listen", listen, "HTTP address for /metrics and /api/v1 (ADDR:PORT)")->envname("ARGUS_LISTEN");
   app.add_option("--node", node, "node name in labels (default: hostname)")->envname("ARGUS_NODE");

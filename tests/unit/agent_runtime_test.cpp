@@ -114,11 +114,8 @@ struct Replay {
     argus_nccl_coll_event c{};
     c.hdr = header(ARGUS_EV_NCCL_COLL, pid(r), ts);
     c.comm = 0xc0000 + static_cast<uint64_t>(r);
-    c.count = 1024;
-    c.bytes = 4096;
     c.seq = ++seq[r];
     c.op = ARGUS_OP_ALL_REDUCE;
-    c.datatype = 7;
     backend->push(c);
     ++coll_calls[r];
     backend->set_stat(pid(r), ARGUS_STAT_NCCL_CALLS, ARGUS_OP_ALL_REDUCE, coll_calls[r], coll_calls[r] * 4096);

@@ -17,13 +17,13 @@ TEST(EventDecoder, DecodesEachType) {
   c.hdr.type = ARGUS_EV_NCCL_COLL;
   c.hdr.tgid = 42;
   c.op = ARGUS_OP_SEND;
-  c.bytes = 4096;
+  c.seq = 4096;
   auto ev = decode_event(&c, sizeof(c));
   ASSERT_TRUE(ev);
   const auto* got = std::get_if<argus_nccl_coll_event>(&*ev);
   ASSERT_NE(got, nullptr);
   EXPECT_EQ(got->hdr.tgid, 42u);
-  EXPECT_EQ(got->bytes, 4096u);
+  EXPECT_EQ(got->seq, 4096u);
   EXPECT_EQ(event_source(*ev), static_cast<uint32_t>(ARGUS_SRC_NCCL));
 
   argus_exit_event x{};

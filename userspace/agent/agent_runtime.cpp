@@ -182,8 +182,9 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
     registry_.on_nccl_init(static_cast<int>(e->hdr.tgid), info);
   } else if (const auto* e = std::get_if<argus_nccl_coll_event>(&ev)) {
     on_collective(*e);
-  } else if (const auto* e = std::get_if<argus_nccl_group_event>(&ev)) {
-    registry_.on_group(static_cast<int>(e->hdr.tgid), e->is_end != 0);
+  } else if (std::get_if<argus_nccl_group_event>(&ev)) {
+    // Counted (argus_agent_events_total) and otherwise unused: the group probes
+    // go with the cost work of issue 14, which measures them.
   } else if (const auto* e = std::get_if<argus_call_done_event>(&ev)) {
     on_call_done(*e);
   } else if (auto* e = std::get_if<GpuBatch>(&ev)) {
@@ -269,7 +270,6 @@ std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
 
 void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
-  registry_.on_collective(pid);
   auto step = step_seconds_.find(pid);
   timeline_.on_collective_enter(pid, e.hdr.ts_ns, step == step_seconds_.end() ? 0 : step->second);
   if (e.seq == 0) return;  // p2p

@@ -33,7 +33,7 @@ struct AgentOptions {
   double exit_grace_seconds = kDefaultExitGraceSeconds;
   double scan_interval_seconds = 1;
   double stats_interval_seconds = 1;
-  uint32_t ringbuf_bytes = 4u << 20;
+  uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
   std::string only_env;  // KEY=VALUE, or empty
   StragglerOptions straggler;
   HangOptions hang;

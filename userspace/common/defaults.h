@@ -9,5 +9,7 @@ namespace argus {
 inline constexpr double kDefaultWindowSeconds = 10;
 // --exit-grace: how long an exited rank stays visible, in seconds.
 inline constexpr double kDefaultExitGraceSeconds = 300;
+// --ringbuf-kb: the BPF ring buffer, in KiB.
+inline constexpr unsigned kDefaultRingbufKiB = 4096;
 
 }  // namespace argus

@@ -10,6 +10,7 @@
 
 #include "argus.h"
 #include "attach/attach_plan.h"
+#include "common/defaults.h"
 #include "common/result.h"
 #include "probes/bpf_backend.h"
 
@@ -21,7 +22,7 @@ namespace argus {
 
 struct LoaderOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
-  uint32_t ringbuf_bytes = 4u << 20;
+  uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
 };
 
 // The real backend: the loaded skeleton in the kernel.

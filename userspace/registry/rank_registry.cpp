@@ -156,19 +156,6 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
   apply_identity_from_init(it->second, info);
 }
 
-void RankRegistry::on_collective(int pid) {
-  std::lock_guard lock(mu_);
-  auto it = entries_.find(pid);
-  if (it != entries_.end()) ++it->second.collective_events;
-}
-
-void RankRegistry::on_group(int pid, bool is_end) {
-  std::lock_guard lock(mu_);
-  auto it = entries_.find(pid);
-  if (it == entries_.end()) return;
-  ++(is_end ? it->second.groups_ended : it->second.groups_started);
-}
-
 void RankRegistry::mark_exited(Entry& e, const std::string& reason, int code) {
   if (e.snap.exited) return;
   e.snap.exited = true;

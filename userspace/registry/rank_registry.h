@@ -59,8 +59,6 @@ class RankRegistry {
   // Absolute totals for one process, as read from the BPF aggregates.
   void apply_totals(int pid, const std::vector<AggregateRecord>& records);
   void on_nccl_init(int pid, const NcclInitInfo& info);
-  void on_collective(int pid);
-  void on_group(int pid, bool is_end);
   // exit_code as the kernel keeps it: (status << 8) | signal.
   void on_exit(int pid, int exit_code);
   // The process is gone and no exit event came (lost, or before the agent).
@@ -81,9 +79,6 @@ class RankRegistry {
   struct Entry {
     RankSnapshot snap;
     std::deque<Sample> samples;
-    uint64_t collective_events = 0;
-    uint64_t groups_started = 0;
-    uint64_t groups_ended = 0;
     std::vector<NcclInitInfo> comms;
   };
 
