@@ -204,6 +204,18 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // Hang events say what the links show (a stuck collective with nobody missing is
+  // often a dead link): every port's state and its degraded reasons.
+  rt.set_link_state_provider([&rdma] {
+    nlohmann::json ports = nlohmann::json::array();
+    for (const auto& p : rdma.snapshot().ports)
+      ports.push_back({{"device", p.device},
+                       {"port", p.port},
+                       {"up", p.up},
+                       {"state", p.state},
+                       {"degraded", std::vector<std::string>(p.degraded.begin(), p.degraded.end())}});
+    return ports;
+  });
   rt.start();
   spdlog::info("argus-agent {} on node {}: probes={}, listening on {} (port {})", ARGUS_VERSION, node, probes, listen,
                *port);

@@ -198,7 +198,9 @@ TEST(Detection, EqualCountsHangSaysNoRankIsMissing) {
   EXPECT_TRUE(ev["evidence"]["missing"].empty());
   EXPECT_NE(ev["summary"].get<std::string>().find("no rank is missing: the collective itself is stuck"), std::string::npos)
       << ev["summary"];
-  // What the other layers show: every rank blocked in a synchronize; the GPU went quiet.
+  // What the other layers show: the links (none on this machine: an empty list),
+  // every rank blocked in a synchronize, and the GPU gone quiet.
+  EXPECT_TRUE(ev["evidence"]["links"].is_array()) << ev.dump();
   for (const auto& r : ev["evidence"]["ranks"]) {
     EXPECT_EQ(r["state"], "in_synchronize") << r.dump();
     EXPECT_TRUE(r.contains("gpu_idle_seconds")) << r.dump();

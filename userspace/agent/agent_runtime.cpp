@@ -328,6 +328,12 @@ void AgentRuntime::evaluate_detectors() {
   }
   const auto comms = tracker_.comms();
   for (auto& ev : hangs_.evaluate(comms, inflight, facts, now_ns, now_unix)) {
+    std::function<nlohmann::json()> links;
+    {
+      std::lock_guard lock(counters_mu_);
+      links = link_state_;
+    }
+    if (links) ev.evidence["links"] = links();
     spdlog::warn("{}", ev.summary);
     events_.add(std::move(ev));
   }

@@ -3,6 +3,7 @@
 #pragma once
 #include "common/defaults.h"
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,13 @@ class AgentRuntime : public ApiSource {
   // An event found outside the runtime (the RDMA poller's link_degraded): the same
   // bounded, counted log serves it.
   void add_event(DetectedEvent ev) { events_.add(std::move(ev)); }
+  // What the node's links look like now (the RDMA layer's ports: state and
+  // degraded reasons), added to hang events: a stuck collective with no rank
+  // missing is often a dead link. Called from the event loop.
+  void set_link_state_provider(std::function<nlohmann::json()> provider) {
+    std::lock_guard lock(counters_mu_);
+    link_state_ = std::move(provider);
+  }
   // Seconds since the event loop last went round: /healthz fails when stuck.
   double seconds_since_heartbeat() const override;
   // The node's timeline over the last `seconds` (GET /api/v1/trace), and the
@@ -98,7 +106,8 @@ class AgentRuntime : public ApiSource {
   EventLog events_;
   std::map<int, std::map<uint64_t, std::string>> comm_names_;  // pid -> ncclComm_t -> communicator name
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
-  std::map<int, RankDetection> detections_;  // the last evaluation's verdicts by pid; guarded by counters_mu_
+  std::map<int, RankDetection> detections_;
+  std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   std::thread thread_;
   std::atomic<bool> running_{false};
