@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "argus_gpu_wire.h"
+#include "bpf/argus_gpu_wire.h"
 
 #ifdef ARGUS_HAVE_CUPTI
-#include "cupti_convert.h"
-#include "cupti_hooks.h"
+#include "gpu/cupti_convert.h"
+#include "gpu/cupti_hooks.h"
 
 namespace {
 

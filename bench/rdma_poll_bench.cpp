@@ -23,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include "ib_fixture.h"
+#include "sim/ib_fixture.h"
 #include "rdma/rdma_monitor.h"
 #include "userspace/common/clock.h"
 

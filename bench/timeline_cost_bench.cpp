@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "gpu_timeline/timeline.h"
+#include "userspace/gpu_timeline/timeline.h"
 
 namespace {
 

@@ -8,9 +8,9 @@
 
 #include <prometheus/metric_family.h>
 
-#include "detect/detectors.h"
+#include "userspace/detect/detectors.h"
 #include "exporters/http_server.h"
-#include "trace/node_timeline.h"
+#include "userspace/trace/node_timeline.h"
 #include "userspace/model.h"
 
 namespace argus {

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpu_timeline/timeline.h"
+#include "userspace/gpu_timeline/timeline.h"
 #include "userspace/model.h"
 
 namespace argus {

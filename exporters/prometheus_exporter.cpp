@@ -1,7 +1,7 @@
 #include "exporters/prometheus_exporter.h"
 
 #include "exporters/metric_family.h"
-#include "rank_identity.h"
+#include "userspace/rank_identity.h"
 
 #include <algorithm>
 #include <limits>

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <prometheus/metric_family.h>
 
-#include "detect/event_log.h"
+#include "userspace/detect/event_log.h"
 #include "rdma/link_model.h"
 
 namespace argus {

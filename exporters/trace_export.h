@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "detect/detectors.h"
-#include "trace/node_timeline.h"
+#include "userspace/detect/detectors.h"
+#include "userspace/trace/node_timeline.h"
 #include "userspace/model.h"
 
 namespace argus {

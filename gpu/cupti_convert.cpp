@@ -1,4 +1,4 @@
-#include "cupti_convert.h"
+#include "gpu/cupti_convert.h"
 
 #include <cxxabi.h>
 

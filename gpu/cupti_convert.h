@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "argus_gpu_wire.h"
+#include "bpf/argus_gpu_wire.h"
 
 namespace argus::gpu {
 

@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "cupti_convert.h"
-#include "cupti_hooks.h"
+#include "gpu/cupti_convert.h"
+#include "gpu/cupti_hooks.h"
 
 static uint64_t now_ns() {
   timespec ts{};

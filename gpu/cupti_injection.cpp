@@ -25,8 +25,8 @@
 
 #include <cupti_version.h>
 
-#include "cupti_convert.h"
-#include "cupti_hooks.h"
+#include "gpu/cupti_convert.h"
+#include "gpu/cupti_hooks.h"
 
 #define ARGUS_EXPORT extern "C" __attribute__((visibility("default")))
 

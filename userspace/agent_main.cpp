@@ -18,15 +18,15 @@
 #include <optional>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/defaults.h"
+#include "userspace/common/clock.h"
+#include "userspace/common/defaults.h"
 #include "exporters/api_routes.h"
 #include "exporters/http_server.h"
 #include "exporters/rdma_metrics.h"
 #include "rdma/rdma_monitor.h"
 #include "rdma/topology.h"
-#include "agent/agent_runtime.h"
-#include "procfs/procfs.h"
+#include "userspace/agent/agent_runtime.h"
+#include "userspace/procfs/procfs.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Snapshots of the agent's state, handed from the rank registry to the exporters.
 // Plain values: exporters never see maps, files or locks.
 #pragma once
-#include "common/defaults.h"
+#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <map>
 #include <string>

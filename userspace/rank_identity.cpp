@@ -1,4 +1,4 @@
-#include "rank_identity.h"
+#include "userspace/rank_identity.h"
 
 #include <charconv>
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Bad input to the agent: each case is one clear line and a non-zero exit.
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace argus::itest {
 namespace {

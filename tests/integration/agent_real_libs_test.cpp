@@ -1,7 +1,7 @@
 // The real NCCL and the CUDA driver stub from the toolkit, loaded by a process
 // the way PyTorch loads them (dlopen, pip-style paths): the agent recognises
 // them by their symbols and attaches to the real symbol tables.
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace argus::itest {
 namespace {

@@ -3,7 +3,7 @@
 #include <functional>
 #include <regex>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace argus::itest {
 namespace {

@@ -18,7 +18,7 @@
 #include <cctype>
 #include <set>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace argus::itest {
 namespace {

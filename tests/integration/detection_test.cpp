@@ -3,7 +3,7 @@
 #include <random>
 #include <set>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace argus::itest {
 namespace {

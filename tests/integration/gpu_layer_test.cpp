@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace argus::itest {
 namespace {

@@ -7,7 +7,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "support/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace argus::testing_support {
 

@@ -3,7 +3,7 @@
 #pragma once
 #include <cstdint>
 
-#include "common/clock.h"
+#include "userspace/common/clock.h"
 
 namespace argus::testing_support {
 

@@ -1,15 +1,15 @@
 // The agent's runtime without root: recorded ring-buffer records and BPF
 // aggregates replayed through a fake backend, a fake /proc and a manual clock.
 // Dispatch, identity, the ratios and the detectors run exactly as on a node.
-#include "agent/agent_runtime.h"
+#include "userspace/agent/agent_runtime.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <deque>
 
-#include "support/fake_proc.h"
-#include "support/manual_clock.h"
+#include "tests/support/fake_proc.h"
+#include "tests/support/manual_clock.h"
 
 namespace argus {
 namespace {

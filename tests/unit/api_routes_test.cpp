@@ -6,7 +6,7 @@
 
 #include <chrono>
 
-#include "cli/http_client.h"
+#include "userspace/cli/http_client.h"
 
 namespace argus {
 namespace {

@@ -1,6 +1,6 @@
 // The probe plan, decided from real symbol tables: which functions are probed,
 // once per address, with the argument positions nccl.h gives.
-#include "attach/attach_plan.h"
+#include "userspace/attach/attach_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <map>
 #include <set>
 
-#include "argus.h"
+#include "bpf/argus.h"
 
 namespace argus {
 namespace {

@@ -2,7 +2,7 @@
 // hand) -> the GPU wire format. No GPU, no driver, no libcupti needed.
 #ifdef ARGUS_HAVE_CUPTI
 
-#include "cupti_convert.h"
+#include "gpu/cupti_convert.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>

@@ -1,13 +1,13 @@
 // Straggler and hang detection on recorded event streams with injected time:
 // every figure below is exact, none depends on the machine.
-#include "detect/detectors.h"
+#include "userspace/detect/detectors.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "detect/collective_tracker.h"
-#include "detect/event_log.h"
+#include "userspace/detect/collective_tracker.h"
+#include "userspace/detect/event_log.h"
 
 namespace argus {
 namespace {

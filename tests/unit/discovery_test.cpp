@@ -1,6 +1,6 @@
 // Discovery on fake /proc trees: which processes are ranks, the identity from
 // their environment, and counted skips for malformed or vanished entries.
-#include "discovery/discovery.h"
+#include "userspace/discovery/discovery.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

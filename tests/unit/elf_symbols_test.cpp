@@ -1,7 +1,7 @@
 // Symbol resolution: proven on real symbol tables (NCCL, the CUDA stub, libc)
 // against binutils' own view, and on hundreds of malformed images that must
 // each come back as a clean error (or a table), never a crash.
-#include "elf/elf_symbols.h"
+#include "userspace/elf/elf_symbols.h"
 
 #include <elf.h>
 #include <fcntl.h>

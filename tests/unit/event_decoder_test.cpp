@@ -1,5 +1,5 @@
 // Ring-buffer records: typed when well-formed, refused when not.
-#include "decoder/event_decoder.h"
+#include "userspace/decoder/event_decoder.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // GPU-side straggler reason and pipeline-bubble detection on hand-made signals.
 #include <gtest/gtest.h>
 
-#include "detect/detectors.h"
+#include "userspace/detect/detectors.h"
 
 namespace argus {
 namespace {

@@ -1,10 +1,10 @@
 // The GPU timeline on hand-built wire records: busy, idle, NCCL time, bubbles,
 // step sketches. Every expected figure is computed from the records here.
-#include "gpu_timeline/timeline.h"
+#include "userspace/gpu_timeline/timeline.h"
 
 #include <gtest/gtest.h>
 
-#include "gpu_timeline/sketch.h"
+#include "userspace/gpu_timeline/sketch.h"
 
 namespace argus::gpu {
 namespace {

@@ -27,7 +27,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "exporters/rdma_metrics.h"
-#include "ib_fixture.h"
+#include "sim/ib_fixture.h"
 #include "rdma/rdma_monitor.h"
 #include "tests/unit/rdma_test_util.h"
 #include "userspace/cli/http_client.h"

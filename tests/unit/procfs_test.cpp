@@ -1,5 +1,5 @@
 // /proc parsing on the real /proc/self and on fake proc trees in a temp dir.
-#include "procfs/procfs.h"
+#include "userspace/procfs/procfs.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

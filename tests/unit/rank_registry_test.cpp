@@ -1,10 +1,10 @@
 // The registry on scripted input with an injected clock.
-#include "registry/rank_registry.h"
-#include "support/manual_clock.h"
+#include "userspace/registry/rank_registry.h"
+#include "tests/support/manual_clock.h"
 
 #include <gtest/gtest.h>
 
-#include "argus.h"
+#include "bpf/argus.h"
 
 namespace argus {
 namespace {

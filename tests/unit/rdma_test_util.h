@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "support/manual_clock.h"
+#include "tests/support/manual_clock.h"
 #include "userspace/common/clock.h"
 
 namespace argus::rdma::testutil {

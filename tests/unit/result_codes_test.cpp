@@ -5,8 +5,8 @@
 #include <set>
 #include <string>
 
-#include "argus_result_codes.h"
-#include "attach/attach_plan.h"
+#include "bpf/argus_result_codes.h"
+#include "userspace/attach/attach_plan.h"
 
 namespace argus {
 namespace {

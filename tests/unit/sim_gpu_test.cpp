@@ -29,9 +29,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../bpf/argus_gpu_wire.h"
-#include "../../sim/sim_gpu.h"
-#include "sim_test_util.h"
+#include "bpf/argus_gpu_wire.h"
+#include "sim/sim_gpu.h"
+#include "tests/unit/sim_test_util.h"
 
 namespace {
 

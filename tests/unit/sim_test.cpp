@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim_test_util.h"
+#include "tests/unit/sim_test_util.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "support/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 extern char **environ;
 

@@ -1,4 +1,4 @@
-#include "agent/agent_runtime.h"
+#include "userspace/agent/agent_runtime.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <set>
 
-#include "attach/attach_plan.h"
+#include "userspace/attach/attach_plan.h"
 
 namespace argus {
 namespace {

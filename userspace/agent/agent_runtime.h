@@ -1,7 +1,7 @@
 // The agent's moving parts wired together: BPF, discovery, probes, registry.
 // One event-loop thread owns BPF and discovery; exporters read snapshots.
 #pragma once
-#include "common/defaults.h"
+#include "userspace/common/defaults.h"
 #include <atomic>
 #include <functional>
 #include <map>
@@ -10,18 +10,18 @@
 #include <string>
 #include <thread>
 
-#include "common/clock.h"
-#include "decoder/event_decoder.h"
-#include "detect/collective_tracker.h"
-#include "detect/detectors.h"
-#include "detect/event_log.h"
+#include "userspace/common/clock.h"
+#include "userspace/decoder/event_decoder.h"
+#include "userspace/detect/collective_tracker.h"
+#include "userspace/detect/detectors.h"
+#include "userspace/detect/event_log.h"
 #include "exporters/api_routes.h"
-#include "discovery/discovery.h"
-#include "model.h"
-#include "probes/bpf_loader.h"
-#include "probes/probe_manager.h"
-#include "registry/rank_registry.h"
-#include "trace/node_timeline.h"
+#include "userspace/discovery/discovery.h"
+#include "userspace/model.h"
+#include "userspace/probes/bpf_loader.h"
+#include "userspace/probes/probe_manager.h"
+#include "userspace/registry/rank_registry.h"
+#include "userspace/trace/node_timeline.h"
 
 namespace argus {
 

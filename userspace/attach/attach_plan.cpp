@@ -1,10 +1,10 @@
-#include "attach/attach_plan.h"
+#include "userspace/attach/attach_plan.h"
 
 #include <array>
 #include <set>
 
-#include "argus.h"
-#include "argus_result_codes.h"
+#include "bpf/argus.h"
+#include "bpf/argus_result_codes.h"
 
 namespace argus {
 namespace {

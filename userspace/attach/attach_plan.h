@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "elf/elf_symbols.h"
+#include "userspace/elf/elf_symbols.h"
 
 namespace argus {
 

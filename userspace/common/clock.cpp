@@ -1,4 +1,4 @@
-#include "common/clock.h"
+#include "userspace/common/clock.h"
 
 #include <time.h>
 

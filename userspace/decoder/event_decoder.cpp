@@ -1,4 +1,4 @@
-#include "decoder/event_decoder.h"
+#include "userspace/decoder/event_decoder.h"
 
 #include <cstddef>
 #include <cstring>

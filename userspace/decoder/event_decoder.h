@@ -8,7 +8,7 @@
 #include <variant>
 #include <vector>
 
-#include "argus.h"
+#include "bpf/argus.h"
 
 namespace argus {
 

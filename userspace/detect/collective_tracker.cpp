@@ -1,4 +1,4 @@
-#include "detect/collective_tracker.h"
+#include "userspace/detect/collective_tracker.h"
 
 #include <algorithm>
 

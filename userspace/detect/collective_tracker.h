@@ -3,7 +3,7 @@
 // exact), the step period, and what a stalled communicator is waiting for.
 // Pure logic on timestamps: tested on recorded streams with no clock at all.
 #pragma once
-#include "common/defaults.h"
+#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>

@@ -1,4 +1,4 @@
-#include "detect/detectors.h"
+#include "userspace/detect/detectors.h"
 
 #include <algorithm>
 #include <cmath>

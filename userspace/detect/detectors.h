@@ -1,7 +1,7 @@
 // Straggler and hang detection on per-rank signals. No clocks, maps or files:
 // each evaluation gets the signals and the time, so tests replay them exactly.
 #pragma once
-#include "common/defaults.h"
+#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "detect/collective_tracker.h"
+#include "userspace/detect/collective_tracker.h"
 
 namespace argus {
 

@@ -1,4 +1,4 @@
-#include "detect/event_log.h"
+#include "userspace/detect/event_log.h"
 
 #include <cmath>
 #include <cstdio>

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "detect/detectors.h"
+#include "userspace/detect/detectors.h"
 
 namespace argus {
 

@@ -1,4 +1,4 @@
-#include "discovery/discovery.h"
+#include "userspace/discovery/discovery.h"
 
 #include <spdlog/spdlog.h>
 

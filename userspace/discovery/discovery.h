@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "attach/attach_plan.h"
-#include "procfs/procfs.h"
-#include "rank_identity.h"
+#include "userspace/attach/attach_plan.h"
+#include "userspace/procfs/procfs.h"
+#include "userspace/rank_identity.h"
 
 namespace argus {
 

@@ -1,4 +1,4 @@
-#include "elf/elf_symbols.h"
+#include "userspace/elf/elf_symbols.h"
 
 #include <elf.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/result.h"
+#include "userspace/common/result.h"
 
 namespace argus::elf {
 

@@ -1,4 +1,4 @@
-#include "gpu_timeline/sketch.h"
+#include "userspace/gpu_timeline/sketch.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "gpu_timeline/timeline.h"
+#include "userspace/gpu_timeline/timeline.h"
 
 #include <algorithm>
 #include <iterator>

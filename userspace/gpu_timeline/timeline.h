@@ -4,15 +4,15 @@
 // sketches, and the recent records for the trace. Pure logic on timestamps:
 // unit-tested on hand-built records, no clock, no BPF.
 #pragma once
-#include "common/defaults.h"
+#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "argus_gpu_wire.h"
-#include "gpu_timeline/sketch.h"
+#include "bpf/argus_gpu_wire.h"
+#include "userspace/gpu_timeline/sketch.h"
 
 namespace argus::gpu {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "argus.h"
-#include "attach/attach_plan.h"
-#include "common/result.h"
+#include "bpf/argus.h"
+#include "userspace/attach/attach_plan.h"
+#include "userspace/common/result.h"
 
 struct bpf_link;
 

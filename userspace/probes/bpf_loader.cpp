@@ -1,4 +1,4 @@
-#include "probes/bpf_loader.h"
+#include "userspace/probes/bpf_loader.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>

@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "argus.h"
-#include "attach/attach_plan.h"
-#include "common/defaults.h"
-#include "common/result.h"
-#include "probes/bpf_backend.h"
+#include "bpf/argus.h"
+#include "userspace/attach/attach_plan.h"
+#include "userspace/common/defaults.h"
+#include "userspace/common/result.h"
+#include "userspace/probes/bpf_backend.h"
 
 struct argus_bpf;     // the bpftool skeleton
 struct bpf_link;

@@ -1,4 +1,4 @@
-#include "probes/probe_manager.h"
+#include "userspace/probes/probe_manager.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "elf/elf_symbols.h"
+#include "userspace/elf/elf_symbols.h"
 
 namespace argus {
 namespace {

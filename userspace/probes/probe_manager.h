@@ -8,8 +8,8 @@
 #include <tuple>
 #include <vector>
 
-#include "discovery/discovery.h"
-#include "probes/bpf_loader.h"
+#include "userspace/discovery/discovery.h"
+#include "userspace/probes/bpf_loader.h"
 
 namespace argus {
 

@@ -1,4 +1,4 @@
-#include "procfs/procfs.h"
+#include "userspace/procfs/procfs.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,11 +1,11 @@
-#include "registry/rank_registry.h"
+#include "userspace/registry/rank_registry.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "argus.h"
-#include "attach/attach_plan.h"
-#include "gpu_timeline/timeline.h"
+#include "bpf/argus.h"
+#include "userspace/attach/attach_plan.h"
+#include "userspace/gpu_timeline/timeline.h"
 
 namespace argus {
 

@@ -1,7 +1,7 @@
 // The node's ranks: identity, exact counters and exit state, fed by decoded
 // events and BPF aggregates, read by the exporters as snapshots.
 #pragma once
-#include "common/defaults.h"
+#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "model.h"
-#include "rank_identity.h"
+#include "userspace/common/clock.h"
+#include "userspace/model.h"
+#include "userspace/rank_identity.h"
 
 namespace argus {
 

@@ -1,4 +1,4 @@
-#include "trace/node_timeline.h"
+#include "userspace/trace/node_timeline.h"
 
 #include <algorithm>
 

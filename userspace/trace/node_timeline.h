@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "argus.h"
-#include "gpu_timeline/timeline.h"
-#include "model.h"
+#include "bpf/argus.h"
+#include "userspace/gpu_timeline/timeline.h"
+#include "userspace/model.h"
 
 namespace argus {
 
