@@ -288,6 +288,8 @@ struct CrossNodeCase {
   const char* verdict;     // the recording that names the straggler
   const char* alert;
 };
+// gtest prints a case by its name (ctest lists the tests by it).
+inline void PrintTo(const CrossNodeCase& c, std::ostream* os) { *os << c.name; }
 
 class CrossNodeStraggler : public ::testing::TestWithParam<CrossNodeCase> {};
 

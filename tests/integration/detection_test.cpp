@@ -58,6 +58,8 @@ struct StragglerCase {
   const char* fault_kind;         // the truth's fault: "straggler" or "gpu_slow"
   const char* reason;
 };
+// gtest prints a case by its name (ctest lists the tests by it).
+inline void PrintTo(const StragglerCase& c, std::ostream* os) { *os << c.name; }
 
 class DetectionMatrix : public ::testing::TestWithParam<StragglerCase> {};
 
@@ -110,16 +112,31 @@ INSTANTIATE_TEST_SUITE_P(
         StragglerCase{"blocking_gpu", {"--nccl-mode", "blocking", "--gpu-slow", "R:3"}, true, "gpu_slow", "gpu"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// An agent (--window 5) watching a 4-rank job of 50 ms steps whose random rank
+// gets `fault` (--hang, --exit, --gpu-hang) at step `step`; truth in dir/truth.
+struct FaultJob {
+  FaultJob(const std::string& tag, const std::string& fault, int step, std::vector<std::string> extra = {})
+      : dir(make_temp_dir(tag)), agent(dir, {"--window", "5"}), rank(random_rank(4)), job(tag + "-" + std::to_string(rank)) {
+    ready = agent.wait_ready();
+    std::vector<std::string> argv = {bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms",
+                                     "200", "--job-id", job, fault, std::to_string(rank) + ":" + std::to_string(step),
+                                     "--out", (dir / "truth").string(), "--quiet"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    if (ready) sim = std::make_unique<Child>(argv, dir / "sim.log");
+  }
+  fs::path dir;
+  Agent agent;
+  int rank;
+  std::string job;
+  bool ready = false;
+  std::unique_ptr<Child> sim;
+};
+
 TEST(Detection, HungRankNamedAlone) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("hang");
-  Agent agent(dir, {"--window", "5"});
-  ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const int hung = random_rank(4);
-  const std::string job = "hang-" + std::to_string(hung);
-  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
-             "--hang", std::to_string(hung) + ":60", "--quiet"},
-            dir / "sim.log");
+  FaultJob j("hang", "--hang", 60);
+  ASSERT_TRUE(j.ready) << j.agent.log();
+  const auto& [agent, hung, job] = std::tie(j.agent, j.rank, j.job);
   auto [now, ever] = wait_flag(agent, job, "hang_missing", 45s);
   EXPECT_EQ(now, std::set<int>{hung}) << agent.log();
   EXPECT_EQ(ever, std::set<int>{hung});
@@ -140,14 +157,9 @@ TEST(Detection, HungRankNamedAlone) {
 
 TEST(Detection, ExitedRankCountsAsMissingAndSaysSo) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("exit");
-  Agent agent(dir, {"--window", "5"});
-  ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const int gone = random_rank(4);
-  const std::string job = "exit-" + std::to_string(gone);
-  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
-             "--exit", std::to_string(gone) + ":60", "--quiet"},
-            dir / "sim.log");
+  FaultJob j("exit", "--exit", 60);
+  ASSERT_TRUE(j.ready) << j.agent.log();
+  const auto& [agent, gone, job] = std::tie(j.agent, j.rank, j.job);
   auto [now, ever] = wait_flag(agent, job, "hang_missing", 45s);
   EXPECT_EQ(now, std::set<int>{gone}) << agent.log();
   auto evs = events_of(agent, "hang", job);
@@ -159,14 +171,9 @@ TEST(Detection, ExitedRankCountsAsMissingAndSaysSo) {
 
 TEST(Detection, BlockingHangNamesTheRankWhosePeersSitInTheCall) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("hang-blocking");
-  Agent agent(dir, {"--window", "5"});
-  ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const int hung = random_rank(4);
-  const std::string job = "hangb-" + std::to_string(hung);
-  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
-             "--nccl-mode", "blocking", "--hang", std::to_string(hung) + ":60", "--quiet"},
-            dir / "sim.log");
+  FaultJob j("hangb", "--hang", 60, {"--nccl-mode", "blocking"});
+  ASSERT_TRUE(j.ready) << j.agent.log();
+  const auto& [agent, hung, job] = std::tie(j.agent, j.rank, j.job);
   auto [now, ever] = wait_flag(agent, job, "hang_missing", 45s);
   EXPECT_EQ(now, std::set<int>{hung}) << agent.log();
   auto evs = events_of(agent, "hang", job);
@@ -177,14 +184,9 @@ TEST(Detection, BlockingHangNamesTheRankWhosePeersSitInTheCall) {
 // A GPU stuck in a kernel: every rank issues the collective and none finishes.
 TEST(Detection, EqualCountsHangSaysNoRankIsMissing) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("gpu-hang");
-  Agent agent(dir, {"--window", "5"});
-  ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const int stuck = random_rank(4);
-  const std::string job = "gpuhang-" + std::to_string(stuck);
-  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "200", "--job-id", job,
-             "--gpu-hang", std::to_string(stuck) + ":40", "--out", (dir / "truth").string(), "--quiet"},
-            dir / "sim.log");
+  FaultJob j("gpuhang", "--gpu-hang", 40);
+  ASSERT_TRUE(j.ready) << j.agent.log();
+  const auto& [agent, stuck, job, dir] = std::tie(j.agent, j.rank, j.job, j.dir);
   json ev;
   const auto deadline = std::chrono::steady_clock::now() + 45s;
   while (ev.is_null() && std::chrono::steady_clock::now() < deadline) {

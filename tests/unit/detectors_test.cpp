@@ -160,6 +160,8 @@ struct Case {
   bool host_slow, gpu_slow, sync_before_coll, gpu_layer;
   const char* reason;  // "" = nobody may be named
 };
+// gtest prints a case by its name (ctest lists the tests by it).
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class StragglerMatrix : public ::testing::TestWithParam<Case> {};
 
