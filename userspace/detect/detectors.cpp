@@ -172,8 +172,12 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
                r->lag.median_lag_s >= v.lag_margin_s;
       const bool sync_explains = v.late && r->lag.late_sync_share >= opts_.min_sync_share;
       // Host: late, not because of its own synchronize waits, and it waits less
-      // than its peers (they wait for it, in the call or in their next synchronize).
-      const bool host_slow = v.late && !sync_explains && total_wait(*r) <= v.wait_threshold;
+      // than its peers (they wait for it, in the call or in their next
+      // synchronize). A job whose hosts run ahead without synchronizing in the
+      // window (they block in a full launch queue, which is not timed) shows no
+      // waits at all: then the arrival order alone decides.
+      const bool waits_visible = wait_median >= opts_.min_wait_gap;
+      const bool host_slow = v.late && !sync_explains && (!waits_visible || total_wait(*r) <= v.wait_threshold);
       // GPU (with the GPU layer): its NCCL kernels run least — its peers' kernels
       // wait for it. A rank whose GPU is late because it idles on pipeline
       // receives is a bubble (the bubble detector's), not a slow GPU or stream.
