@@ -113,37 +113,27 @@ def main():
                 break
             except (OSError, ValueError):
                 time.sleep(0.2)
-        results = {"straggler": [], "hang": [], "gpu_slow": [], "sync": [], "nccl_mode": a.nccl_mode}
         m = a.nccl_mode
-        for i in range(a.runs):
-            rank, factor = rng.randrange(a.ranks), rng.uniform(1.5, 4.0)
-            lat, others = run_one(a.port, "straggler", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-{i}", m)
-            results["straggler"].append({"rank": rank, "factor": factor, "latency": lat, "others": others})
-            print(f"straggler run {i}: rank {rank} x{factor:.2f}: "
-                  f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
-                  flush=True)
-        for i in range(a.hang_runs):
-            rank = rng.randrange(a.ranks)
-            lat, others = run_one(a.port, "hang", rank, 1, 30, a.ranks, a.step_ms, 60, f"{a.seed}-h{i}", m)
-            results["hang"].append({"rank": rank, "latency": lat, "others": others})
-            print(f"hang run {i}: rank {rank}: {'%.1f s' % lat if lat is not None else 'not detected'}"
-                  f"{' others ' + str(others) if others else ''}", flush=True)
-        for i in range(a.gpu_runs):
-            # GPU factors from 2: below ~1.7 the emulated GPU (busy 60% of a step) still keeps up with the host.
-            rank, factor = rng.randrange(a.ranks), rng.uniform(2.0, 4.0)
-            lat, others = run_one(a.port, "gpu_slow", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-g{i}", m)
-            results["gpu_slow"].append({"rank": rank, "factor": factor, "latency": lat, "others": others})
-            print(f"gpu-slow run {i}: rank {rank} x{factor:.2f}: "
-                  f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
-                  flush=True)
-        for i in range(a.sync_runs):
-            # A slow GPU the host waits for before each collective (loss.item()), no GPU layer.
-            rank, factor = rng.randrange(a.ranks), rng.uniform(2.0, 4.0)
-            lat, others = run_one(a.port, "sync", rank, factor, 30, a.ranks, a.step_ms, 40, f"{a.seed}-s{i}", m)
-            results["sync"].append({"rank": rank, "factor": factor, "latency": lat, "others": others})
-            print(f"sync run {i}: rank {rank} x{factor:.2f}: "
-                  f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
-                  flush=True)
+        # (kind, runs, factor range or None, timeout s, seed tag). GPU factors from 2: below ~1.7
+        # the emulated GPU (busy 60% of a step) still keeps up with the host. "sync": a slow GPU
+        # the host waits for before each collective (loss.item()), no GPU layer.
+        plan = [("straggler", a.runs, (1.5, 4.0), 40, ""), ("hang", a.hang_runs, None, 60, "h"),
+                ("gpu_slow", a.gpu_runs, (2.0, 4.0), 40, "g"), ("sync", a.sync_runs, (2.0, 4.0), 40, "s")]
+        results = {kind: [] for kind, *_ in plan}
+        results["nccl_mode"] = m
+        for kind, runs, factors, timeout_s, tag in plan:
+            for i in range(runs):
+                rank = rng.randrange(a.ranks)
+                factor = rng.uniform(*factors) if factors else 1
+                lat, others = run_one(a.port, kind, rank, factor, 30, a.ranks, a.step_ms, timeout_s,
+                                      f"{a.seed}-{tag}{i}", m)
+                run = {"rank": rank, "latency": lat, "others": others}
+                if factors:
+                    run["factor"] = factor
+                results[kind].append(run)
+                print(f"{kind} run {i}: rank {rank}{' x%.2f' % factor if factors else ''}: "
+                      f"{'%.1f s' % lat if lat is not None else 'not detected'}{' others ' + str(others) if others else ''}",
+                      flush=True)
         print(f"seed {a.seed}, {a.ranks} ranks, step {a.step_ms} ms, window {a.window} s, nccl-mode {m}")
         summarize("straggler", results["straggler"], "<= 10 s")
         summarize("hang", results["hang"], f"<= 2 windows = {2 * a.window:.0f} s")
