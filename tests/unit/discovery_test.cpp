@@ -1,6 +1,7 @@
 // Discovery on fake /proc trees: which processes are ranks, the identity from
 // their environment, and counted skips for malformed or vanished entries.
 #include "userspace/discovery/discovery.h"
+#include "tests/support/fake_proc.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,22 +26,7 @@ class NameProber : public LibraryProber {
   int calls = 0;
 };
 
-class FakeProc {
- public:
-  FakeProc() {
-    std::string t = (fs::temp_directory_path() / "argus-proc-XXXXXX").string();
-    root = mkdtemp(t.data());
-  }
-  ~FakeProc() { fs::remove_all(root); }
-  void add(int pid, const std::string& maps, const std::string& environ, const std::string& comm = "python") {
-    const fs::path d = root / std::to_string(pid);
-    fs::create_directories(d);
-    std::ofstream(d / "maps") << maps;
-    std::ofstream(d / "environ") << environ;
-    std::ofstream(d / "stat") << pid << " (" << comm << ") S 1 1 1 0 -1 0 0 0 0 0 5 6 0 0 20 0 1 0 4242 0 0\n";
-  }
-  fs::path root;
-};
+using testing_support::FakeProc;
 
 const std::string kNcclMaps =
     "7f0000000000-7f0000100000 r-xp 00000000 fd:01 1234 /opt/conda/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
@@ -48,18 +34,14 @@ const std::string kNcclMaps =
     "7f0000400000-7f0000500000 r-xp 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n";
 const std::string kPlainMaps = "7f0000400000-7f0000500000 r-xp 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n";
 
-std::string env(std::initializer_list<std::string> kv) {
-  std::string out;
-  for (const auto& s : kv) out += s + '\0';
-  return out;
-}
+std::string env(std::initializer_list<std::string> kv) { return testing_support::environ_of(kv); }
 
 TEST(Discovery, FindsRanksByTheirLibrariesWithIdentity) {
   FakeProc proc;
   proc.add(10, kNcclMaps, env({"RANK=3", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=llm-7", "LOCAL_RANK=3"}));
   proc.add(11, kPlainMaps, env({"RANK=1"}));
   NameProber prober;
-  Discovery d({proc.root.string(), 0}, prober);
+  Discovery d({proc.root().string(), 0}, prober);
   auto found = d.scan(100);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].pid, 10);
@@ -77,7 +59,7 @@ TEST(Discovery, SkipsTheAgentItselfAndBacksOffOldProcesses) {
   proc.add(20, kPlainMaps, "");
   proc.add(21, kNcclMaps, "");
   NameProber prober;
-  DiscoveryOptions opts{proc.root.string(), 21};
+  DiscoveryOptions opts{proc.root().string(), 21};
   Discovery d(opts, prober);
   EXPECT_TRUE(d.scan(0).empty());
   const int after_first = prober.calls;
@@ -97,7 +79,7 @@ TEST(Discovery, ExecFollowUpsCatchLibrariesMappedLater) {
   FakeProc proc;
   proc.add(30, kPlainMaps, env({"RANK=0"}));
   NameProber prober;
-  Discovery d({proc.root.string(), 0}, prober);
+  Discovery d({proc.root().string(), 0}, prober);
   d.on_exec(30, 10.0);
   EXPECT_TRUE(d.run_due(10.0).empty());  // nothing mapped yet
   proc.add(30, kNcclMaps, env({"RANK=0"}));  // the loader (or a dlopen) mapped NCCL
@@ -110,10 +92,10 @@ TEST(Discovery, ExecFollowUpsCatchLibrariesMappedLater) {
 TEST(Discovery, MalformedAndVanishedEntriesAreCountedSkips) {
   FakeProc proc;
   proc.add(40, "garbage line\n" + kNcclMaps + "zzzz-yyyy r-xp\n", env({"RANK=2"}));
-  fs::create_directories(proc.root / "41");  // a pid whose files are gone
-  fs::create_directories(proc.root / "notapid");
+  fs::create_directories(proc.root() / "41");  // a pid whose files are gone
+  fs::create_directories(proc.root() / "notapid");
   NameProber prober;
-  Discovery d({proc.root.string(), 0}, prober);
+  Discovery d({proc.root().string(), 0}, prober);
   auto found = d.scan(0);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].pid, 40);
@@ -127,9 +109,9 @@ TEST(Discovery, MalformedAndVanishedEntriesAreCountedSkips) {
 TEST(Discovery, UnreadableEnvironmentStillTracksTheRank) {
   FakeProc proc;
   proc.add(50, kNcclMaps, "");
-  fs::remove(proc.root / "50" / "environ");
+  fs::remove(proc.root() / "50" / "environ");
   NameProber prober;
-  Discovery d({proc.root.string(), 0}, prober);
+  Discovery d({proc.root().string(), 0}, prober);
   auto found = d.scan(0);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].identity.rank, -1);  // NCCL init will tell
@@ -149,7 +131,7 @@ TEST(Discovery, OnlyEnvSelectsThisNodesRanks) {
   proc.add(62, kNcclMaps, env({"RANK=2"}));
   NameProber prober;
   DiscoveryOptions opts;
-  opts.proc_root = proc.root.string();
+  opts.proc_root = proc.root().string();
   opts.only_env_key = "ARGUS_SIM_NODE";
   opts.only_env_value = "node-1";
   Discovery d(opts, prober);

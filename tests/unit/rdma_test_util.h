@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/support/manual_clock.h"
+#include "tests/support/temp_dir.h"
 #include "userspace/common/clock.h"
 
 namespace argus::rdma::testutil {
@@ -18,23 +19,10 @@ namespace fs = std::filesystem;
 
 using ManualClock = argus::testing_support::ManualClock;
 
-class TempDir {
- public:
-  // On tmpfs when there is one: fixture writers replace files by rename, which costs ~1.7 ms
-  // a file on a disk mounted with `discard` and ~60 us on tmpfs.
-  TempDir() {
-    const fs::path base = ::access("/dev/shm", W_OK) == 0 ? fs::path("/dev/shm") : fs::temp_directory_path();
-    std::string tmpl = (base / "argus-rdma-test-XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    path = p ? p : "";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string path;
+// The rdma tests build their paths as strings: the shared temp dir, by name.
+struct TempDir {
+  testing_support::TempDir dir{"rdma-test"};
+  std::string path = dir.str();
 };
 
 inline void write_file(const std::string& path, const std::string& content) {
