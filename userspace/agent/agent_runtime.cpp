@@ -23,6 +23,11 @@ std::string hex_prefix(const uint8_t* bytes, size_t n) {
   return out;
 }
 
+// One BPF aggregate as the registry takes it.
+AggregateRecord aggregate_of(const StatEntry& s) {
+  return {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& opts, const Clock& clock) {
@@ -226,8 +231,7 @@ std::vector<TraceRank> AgentRuntime::trace(double seconds, uint64_t* end_ns) con
 // reused pid starts from zero.
 void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   std::vector<AggregateRecord> records;
-  for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid)))
-    records.push_back({s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum});
+  for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
   registry_.apply_totals(pid, records);
   if (exit_code)
@@ -394,9 +398,7 @@ void AgentRuntime::evaluate_detectors() {
 
 void AgentRuntime::refresh_stats() {
   std::map<int, std::vector<AggregateRecord>> by_pid;
-  for (const auto& s : loader_->read_stats())
-    by_pid[static_cast<int>(s.key.tgid)].push_back(
-        {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum});
+  for (const auto& s : loader_->read_stats()) by_pid[static_cast<int>(s.key.tgid)].push_back(aggregate_of(s));
   for (const auto& [pid, records] : by_pid) {
     if (!registry_.is_live(pid)) {
       // Counted in BPF but unknown here: its first-call event was lost (full
