@@ -306,6 +306,19 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                             "library", a.probe_attach_errors);
   auto attached = per_key(family("argus_agent_probes_attached", "Probes attached now, by library.", MetricType::Gauge),
                           "library", a.probes_attached);
+  auto files = per_key(family("argus_agent_probed_files", "Library files with probes attached now, by library.",
+                              MetricType::Gauge),
+                       "library", a.probed_files);
+  auto released = family("argus_agent_probe_files_released_total",
+                         "Library files whose probes were detached because no process mapped them any more.",
+                         MetricType::Counter);
+  add(released, {}, static_cast<double>(a.probe_files_released));
+  auto usdt = family("argus_agent_usdt_spec_slots",
+                     "libbpf's USDT spec table: its size (state=limit) and the slots GPU producers hold "
+                     "(state=used). A full table blinds the GPU layer for new producers.",
+                     MetricType::Gauge);
+  add(usdt, {{"state", "limit"}}, static_cast<double>(a.usdt_spec_slots_limit));
+  add(usdt, {{"state", "used"}}, static_cast<double>(a.usdt_spec_slots_used));
   auto bpf_err = per_key(family("argus_agent_bpf_errors_total", "Errors counted inside the BPF programs.",
                                 MetricType::Counter),
                          "error", a.bpf_errors);
@@ -331,7 +344,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &bpf_err, &skips, &build, &window, &log_dropped}) {
+                  &files, &released, &usdt, &bpf_err, &skips, &build, &window, &log_dropped}) {
     out.push_back(std::move(*f));
   }
   return out;

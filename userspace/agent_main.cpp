@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   std::string probes = "default";
   double window = argus::kDefaultWindowSeconds;
   double exit_grace = argus::kDefaultExitGraceSeconds;
+  double probe_release = argus::kDefaultProbeReleaseSeconds;
   std::string log_level = "info";
   std::string btf = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_kb = argus::kDefaultRingbufKiB;
@@ -100,6 +101,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.5, 3600.0));
   app.add_option("--exit-grace", exit_grace, "seconds an exited rank stays visible")
       ->envname("ARGUS_EXIT_GRACE")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--probe-release-seconds", probe_release,
+                 "seconds a library's probes stay after the last process that maps it is gone")
+      ->envname("ARGUS_PROBE_RELEASE_SECONDS")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->envname("ARGUS_LOG_LEVEL")
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
   opts.probes = probes == "deep" ? argus::ProbeSet::Deep : argus::ProbeSet::Default;
   opts.window_seconds = window;
   opts.exit_grace_seconds = exit_grace;
+  opts.probe_release_seconds = probe_release;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
   opts.only_env = only_env;
 

@@ -135,7 +135,11 @@ struct AgentSnapshot {
   std::map<std::string, uint64_t> events_lost;            // source -> events lost (ring buffer full, ...)
   std::map<std::string, uint64_t> bpf_errors;             // BPF error counter name -> count
   std::map<std::string, uint64_t> probe_attach_errors;    // library -> failed attaches
-  std::map<std::string, uint64_t> probes_attached;        // library -> attached probes
+  std::map<std::string, uint64_t> probes_attached;        // library -> attached probes now
+  std::map<std::string, uint64_t> probed_files;           // library -> files with probes now
+  uint64_t probe_files_released = 0;                      // files whose probes were detached (unused), ever
+  uint64_t usdt_spec_slots_used = 0;                      // libbpf USDT spec slots held by our producers
+  uint64_t usdt_spec_slots_limit = 0;                     // the table's size (0: unknown)
   std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
   uint64_t tracked_processes = 0;
   uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log

@@ -58,7 +58,10 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
       bubbles_(BubbleOptions{}, opts.window_seconds),
       hangs_(opts.hang),
       timeline_(NodeTimelineOptions{gpu::TimelineOptions{opts.window_seconds}, 60, 50000}) {
-  probes_ = std::make_unique<ProbeManager>(*loader_, opts_.proc_root, opts_.probes);
+  probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
+                                                                         .set = opts_.probes,
+                                                                         .release_grace_seconds =
+                                                                             opts_.probe_release_seconds});
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
   dopts.self_pid = static_cast<int>(getpid());
@@ -95,9 +98,13 @@ void AgentRuntime::loop() {
 void AgentRuntime::run_once(int poll_ms) {
   loader_->poll_events(poll_ms);
   const double now = now_s();
+  // Libraries parsed since the last pass: the processes that map them are ranks now.
+  for (int pid : probes_->complete_parses())
+    if (auto f = discovery_->check(pid, now)) track_found(*f);
   for (const auto& f : discovery_->run_due(now)) track_found(f);
   if (now >= next_scan_) {
     for (const auto& f : discovery_->scan(now)) track_found(f);
+    probes_->sweep(now, discovery_->alive_pids());
     next_scan_ = now + opts_.scan_interval_seconds;
   }
   if (now >= next_stats_) {
@@ -455,8 +462,13 @@ Snapshot AgentRuntime::snapshot() const {
   a.probes = opts_.probes == ProbeSet::Deep ? "deep" : "default";
   a.window_seconds = opts_.window_seconds;
   a.tracked_processes = registry_.tracked_count();
-  a.probes_attached = probes_->attached();
-  a.probe_attach_errors = probes_->attach_errors();
+  const ProbeStats probe_stats = probes_->stats();
+  a.probes_attached = probe_stats.probes;
+  a.probed_files = probe_stats.files;
+  a.probe_attach_errors = probe_stats.attach_errors;
+  a.probe_files_released = probe_stats.files_released;
+  a.usdt_spec_slots_used = probe_stats.usdt_slots_used;
+  a.usdt_spec_slots_limit = probe_stats.usdt_slots_limit;
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   std::lock_guard lock(counters_mu_);

@@ -32,6 +32,7 @@ struct AgentOptions {
   ProbeSet probes = ProbeSet::Default;
   double window_seconds = kDefaultWindowSeconds;
   double exit_grace_seconds = kDefaultExitGraceSeconds;
+  double probe_release_seconds = kDefaultProbeReleaseSeconds;
   double scan_interval_seconds = 1;
   double stats_interval_seconds = 1;
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;

@@ -106,9 +106,9 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
 std::vector<FoundProcess> Discovery::scan(double now_s) {
   std::vector<FoundProcess> out;
   const auto pids = procfs::list_pids(opts_.proc_root);
-  const std::set<int> alive(pids.begin(), pids.end());
+  alive_ = std::set<int>(pids.begin(), pids.end());
   for (auto it = pids_.begin(); it != pids_.end();) {
-    it = alive.count(it->first) ? std::next(it) : pids_.erase(it);
+    it = alive_.count(it->first) ? std::next(it) : pids_.erase(it);
   }
   for (int pid : pids) {
     auto it = pids_.find(pid);

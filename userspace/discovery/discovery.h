@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,9 @@ class Discovery {
   // Looks at one process right now (also for BPF's "first call" hint).
   std::optional<FoundProcess> check(int pid, double now_s);
 
+  // The pids the last scan() found in /proc.
+  const std::set<int>& alive_pids() const { return alive_; }
+
   std::map<std::string, uint64_t> skips() const;  // reason -> count
   void count_skip(const std::string& reason);
 
@@ -78,6 +82,7 @@ class Discovery {
   DiscoveryOptions opts_;
   LibraryProber& prober_;
   std::map<int, PidState> pids_;
+  std::set<int> alive_;
   mutable std::mutex skips_mu_;
   std::map<std::string, uint64_t> skips_;
 };

@@ -30,6 +30,10 @@ using Bytes = std::span<const std::byte>;
 constexpr uint16_t kVersymIndex = 0x7fff;
 constexpr uint16_t kVersymHidden = 0x8000;
 
+constexpr std::string_view kLimitPrefix = "limit: ";
+// SystemTap's USDT note: owner "stapsdt", type 3 (sys/sdt.h).
+constexpr uint32_t kStapsdtNoteType = 3;
+
 // off + len <= size, written so that it cannot overflow.
 bool in_bounds(uint64_t off, uint64_t len, uint64_t size) { return off <= size && len <= size - off; }
 
@@ -102,12 +106,15 @@ bool preferred(const Symbol& a, const Symbol& b) {
 class Parser {
  public:
   Parser(ByteSource& src, std::string path, const ReadOptions& opts)
-      : src_(src), path_(std::move(path)), opts_(opts) {}
+      : src_(src), path_(std::move(path)), opts_(opts), cost_(opts.cost != nullptr ? *opts.cost : own_cost_) {
+    cost_ = ParseCost{};
+  }
 
   Result<SymbolTable> run() {
     if (auto e = read_header()) return *e;
     if (auto e = read_section_headers()) return *e;
     if (auto e = read_program_headers()) return *e;
+    if (limit_) return *limit_;
 
     int dynsym = find_section(SHT_DYNSYM);
     int symtab = opts_.include_symtab ? find_section(SHT_SYMTAB) : -1;
@@ -121,8 +128,39 @@ class Parser {
     return SymbolTable(std::move(out_), eh_.e_machine, eh_.e_type, symtab >= 0);
   }
 
+  Result<std::vector<UsdtNote>> run_notes() {
+    if (auto e = read_header()) return *e;
+    if (auto e = read_section_headers()) return *e;
+    std::vector<UsdtNote> notes;
+    for (size_t i = 0; i < shdrs_.size(); ++i) {
+      if (shdrs_[i].sh_type != SHT_NOTE) continue;
+      if (auto e = read_notes(i, notes)) return *e;
+    }
+    return notes;
+  }
+
  private:
-  Error fail(const std::string& what) const { return make_error(path_ + ": " + what); }
+  Error fail(const std::string& what) const {
+    if (limit_) return *limit_;  // a refused read shows as "beyond end of file": name the cap instead
+    return make_error(path_ + ": " + what);
+  }
+  Error over_cap(const std::string& what, uint64_t value, uint64_t cap) const {
+    return make_error(std::string(kLimitPrefix) + path_ + ": " + what + " " + std::to_string(value) +
+                      " over the cap of " + std::to_string(cap));
+  }
+
+  // Every byte taken from the file goes through here: the read budget holds
+  // whatever sizes the headers claim (a sparse file costs no disk but its
+  // claimed sections would cost memory).
+  std::optional<Bytes> read(uint64_t off, uint64_t len) {
+    if (len > opts_.max_read_bytes - std::min(opts_.max_read_bytes, cost_.bytes_read)) {
+      if (!limit_) limit_ = over_cap("bytes to read", cost_.bytes_read + len, opts_.max_read_bytes);
+      return std::nullopt;
+    }
+    auto got = src_.read(off, len);
+    if (got) cost_.bytes_read += len;
+    return got;
+  }
 
   Status read_header() {
     uint64_t size = src_.size();
@@ -130,7 +168,7 @@ class Parser {
     if (size > opts_.max_file_bytes) {
       return fail("file larger than " + std::to_string(opts_.max_file_bytes) + " bytes");
     }
-    auto ident = src_.read(0, std::min<uint64_t>(size, EI_NIDENT));
+    auto ident = read(0, std::min<uint64_t>(size, EI_NIDENT));
     if (!ident || ident->size() < SELFMAG || std::memcmp(ident->data(), ELFMAG, SELFMAG) != 0) {
       return make_error("not an ELF file: " + path_);
     }
@@ -138,7 +176,7 @@ class Parser {
         load<unsigned char>(*ident, EI_DATA) != ELFDATA2LSB) {
       return make_error("not a 64-bit little-endian ELF: " + path_);
     }
-    auto hdr = src_.read(0, sizeof(Elf64_Ehdr));
+    auto hdr = read(0, sizeof(Elf64_Ehdr));
     if (!hdr) return fail("truncated ELF header");
     eh_ = load<Elf64_Ehdr>(*hdr, 0);
     if (eh_.e_type != ET_DYN && eh_.e_type != ET_EXEC) {
@@ -156,13 +194,14 @@ class Parser {
     uint64_t count = eh_.e_shnum;
     if (count == 0) {
       // >= SHN_LORESERVE sections: the real count is section 0's sh_size.
-      auto first = src_.read(eh_.e_shoff, sizeof(Elf64_Shdr));
+      auto first = read(eh_.e_shoff, sizeof(Elf64_Shdr));
       if (!first) return fail("section header table beyond end of file");
       count = load<Elf64_Shdr>(*first, 0).sh_size;
     }
+    if (count > opts_.max_sections) return over_cap("section header count", count, opts_.max_sections);
     // count * 64 cannot overflow once count is bounded by the file size.
     if (count > src_.size() / sizeof(Elf64_Shdr)) return fail("section header count too large");
-    auto table = src_.read(eh_.e_shoff, count * sizeof(Elf64_Shdr));
+    auto table = read(eh_.e_shoff, count * sizeof(Elf64_Shdr));
     if (!table) return fail("section header table beyond end of file");
     shdrs_.reserve(count);
     for (uint64_t i = 0; i < count; ++i) shdrs_.push_back(load<Elf64_Shdr>(*table, i * sizeof(Elf64_Shdr)));
@@ -180,15 +219,22 @@ class Parser {
     if (eh_.e_phentsize != sizeof(Elf64_Phdr)) {
       return fail("bad program header size " + std::to_string(eh_.e_phentsize));
     }
+    if (count > opts_.max_program_headers)
+      return over_cap("program header count", count, opts_.max_program_headers);
     if (count > src_.size() / sizeof(Elf64_Phdr)) return fail("program header count too large");
-    auto table = src_.read(eh_.e_phoff, count * sizeof(Elf64_Phdr));
+    auto table = read(eh_.e_phoff, count * sizeof(Elf64_Phdr));
     if (!table) return fail("program header table beyond end of file");
     for (uint64_t i = 0; i < count; ++i) {
       auto ph = load<Elf64_Phdr>(*table, i * sizeof(Elf64_Phdr));
       if (ph.p_type != PT_LOAD) continue;
       if (ph.p_vaddr + ph.p_memsz < ph.p_vaddr) return fail("PT_LOAD segment wraps around the address space");
+      if (loads_.size() >= opts_.max_load_segments)
+        return over_cap("PT_LOAD segment count", loads_.size() + 1, opts_.max_load_segments);
       loads_.push_back(ph);
     }
+    // Sorted by address so that a symbol finds its segment by binary search.
+    std::stable_sort(loads_.begin(), loads_.end(),
+                     [](const Elf64_Phdr& a, const Elf64_Phdr& b) { return a.p_vaddr < b.p_vaddr; });
     return std::nullopt;
   }
 
@@ -206,7 +252,7 @@ class Parser {
     if (idx >= shdrs_.size()) return std::nullopt;
     const Elf64_Shdr& sh = shdrs_[idx];
     if (sh.sh_type == SHT_NOBITS) return Bytes{};
-    return src_.read(sh.sh_offset, sh.sh_size);
+    return read(sh.sh_offset, sh.sh_size);
   }
 
   // A string table linked from section `from`.
@@ -271,13 +317,14 @@ class Parser {
     if (sh.sh_entsize != sizeof(Elf64_Sym)) return fail(std::string(what) + " has bad entry size");
     if (sh.sh_size % sizeof(Elf64_Sym) != 0) return fail(std::string(what) + " size is not a multiple of its entry size");
     uint64_t count = sh.sh_size / sizeof(Elf64_Sym);
-    if (count > opts_.max_symbols) return fail(std::string(what) + " has too many symbols (" + std::to_string(count) + ")");
+    if (count > opts_.max_symbols) return over_cap(std::string(what) + " symbol count", count, opts_.max_symbols);
     auto data = section_data(idx);
     if (!data) return fail(std::string(what) + " beyond end of file");
     auto strtab = linked_strtab(idx);
     if (!strtab) return fail(std::string(what) + " has no valid string table");
 
     for (uint64_t i = 1; i < count; ++i) {  // entry 0 is the reserved null symbol
+      ++cost_.symbols_visited;
       auto st = load<Elf64_Sym>(*data, i * sizeof(Elf64_Sym));
       if (st.st_shndx == SHN_UNDEF || st.st_name == 0) continue;
       unsigned type = ELF64_ST_TYPE(st.st_info);
@@ -332,16 +379,66 @@ class Parser {
     s.default_version = dflt;
   }
 
-  // A uprobe is placed by file offset: find the PT_LOAD that maps the address.
-  void map_to_file(Symbol& s) const {
+  // A uprobe is placed by file offset: find the PT_LOAD that maps the address
+  // (the last one starting at or below it; segments of a sane file never overlap).
+  void map_to_file(Symbol& s) {
     if (s.section_index == SHN_ABS || s.section_index == SHN_COMMON) return;
-    for (const auto& ph : loads_) {
-      if (s.value >= ph.p_vaddr && s.value - ph.p_vaddr < ph.p_memsz) {
-        s.file_offset = s.value - ph.p_vaddr + ph.p_offset;
-        s.mapped = true;
-        return;
-      }
+    size_t lo = 0, hi = loads_.size();  // first segment starting above the value
+    while (lo < hi) {
+      ++cost_.segment_steps;
+      const size_t mid = lo + (hi - lo) / 2;
+      if (loads_[mid].p_vaddr <= s.value)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
+    if (lo == 0) return;
+    const Elf64_Phdr& ph = loads_[lo - 1];
+    if (s.value - ph.p_vaddr < ph.p_memsz) {
+      s.file_offset = s.value - ph.p_vaddr + ph.p_offset;
+      s.mapped = true;
+    }
+  }
+
+  // One SHT_NOTE section: 4-byte aligned name and descriptor, as GNU tools
+  // write them on 64-bit targets too.
+  Status read_notes(uint64_t idx, std::vector<UsdtNote>& out) {
+    auto data = section_data(idx);
+    if (!data) return fail("note section beyond end of file");
+    const auto align4 = [](uint64_t v) { return (v + 3) & ~uint64_t{3}; };
+    uint64_t off = 0;
+    while (in_bounds(off, sizeof(Elf64_Nhdr), data->size())) {
+      auto nh = load<Elf64_Nhdr>(*data, off);
+      off += sizeof(Elf64_Nhdr);
+      const uint64_t name_off = off, desc_off = off + align4(nh.n_namesz);
+      if (!in_bounds(name_off, align4(nh.n_namesz), data->size()) ||
+          !in_bounds(desc_off, align4(nh.n_descsz), data->size()))
+        return fail("note out of bounds");
+      off = desc_off + align4(nh.n_descsz);
+      auto owner = str_at(data->subspan(name_off, nh.n_namesz), 0);
+      if (nh.n_type != kStapsdtNoteType || !owner || *owner != "stapsdt") continue;
+      if (out.size() >= opts_.max_notes) return over_cap("USDT note count", out.size() + 1, opts_.max_notes);
+      if (auto e = add_usdt_note(data->subspan(desc_off, nh.n_descsz), out)) return *e;
+    }
+    return std::nullopt;
+  }
+
+  // The descriptor: pc, base, semaphore (3 addresses), then provider, name and
+  // args as consecutive NUL-terminated strings.
+  Status add_usdt_note(Bytes desc, std::vector<UsdtNote>& out) {
+    constexpr uint64_t kAddrs = 3 * sizeof(uint64_t);
+    if (desc.size() < kAddrs) return fail("USDT note too short");
+    UsdtNote n;
+    n.pc = load<uint64_t>(desc, 0);
+    uint64_t off = kAddrs;
+    for (std::string* field : {&n.provider, &n.name, &n.args}) {
+      auto str = str_at(desc, off);
+      if (!str) return fail("USDT note string not NUL-terminated");
+      *field = std::string(*str);
+      off += str->size() + 1;
+    }
+    out.push_back(std::move(n));
+    return std::nullopt;
   }
 
   ByteSource& src_;
@@ -354,6 +451,9 @@ class Parser {
   std::map<uint16_t, std::string> version_names_;
   std::set<std::pair<std::string, uint64_t>> seen_;
   std::vector<Symbol> out_;
+  ParseCost own_cost_;
+  ParseCost& cost_;
+  std::optional<Error> limit_;  // the first cap hit
 };
 
 // Closes the fd on every path out of read_symbols.
@@ -404,21 +504,46 @@ bool SymbolTable::exports_any(std::initializer_list<std::string_view> names) con
   return false;
 }
 
+bool is_limit_error(const std::string& message) { return message.rfind(kLimitPrefix, 0) == 0; }
+
 Result<SymbolTable> parse_symbols(std::span<const std::byte> image, ReadOptions opts) {
   MemorySource src(image);
   return Parser(src, "<memory>", opts).run();
+}
+
+namespace {
+
+// Runs `parse` on a regular file's bytes; anything else is refused before a read.
+template <typename Parse>
+auto with_regular_file(int fd, const std::string& name, Parse parse) -> decltype(parse(std::declval<FileSource&>())) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return make_error("stat " + name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return make_error(name + ": is a directory");
+  if (!S_ISREG(st.st_mode)) return make_error(name + ": not a regular file");
+  FileSource src(fd, static_cast<uint64_t>(st.st_size));
+  return parse(src);
+}
+
+}  // namespace
+
+Result<SymbolTable> read_symbols_fd(int fd, const std::string& name, ReadOptions opts) {
+  return with_regular_file(fd, name, [&](FileSource& src) { return Parser(src, name, opts).run(); });
 }
 
 Result<SymbolTable> read_symbols(const std::string& path, ReadOptions opts) {
   // O_NONBLOCK: opening a FIFO must not hang the agent; it is refused below.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
   if (f.fd < 0) return make_error("open " + path + ": " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) return make_error("stat " + path + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return make_error(path + ": is a directory");
-  if (!S_ISREG(st.st_mode)) return make_error(path + ": not a regular file");
-  FileSource src(f.fd, static_cast<uint64_t>(st.st_size));
-  return Parser(src, path, opts).run();
+  return read_symbols_fd(f.fd, path, opts);
+}
+
+Result<std::vector<UsdtNote>> read_usdt_notes_fd(int fd, const std::string& name, ReadOptions opts) {
+  return with_regular_file(fd, name, [&](FileSource& src) { return Parser(src, name, opts).run_notes(); });
+}
+
+Result<std::vector<UsdtNote>> parse_usdt_notes(std::span<const std::byte> image, ReadOptions opts) {
+  MemorySource src(image);
+  return Parser(src, "<memory>", opts).run_notes();
 }
 
 }  // namespace argus::elf

@@ -65,10 +65,41 @@ class SymbolTable {
   bool has_symtab_ = false;
 };
 
+// What one parse cost: tests hold a hostile file to these, and a cap is checked
+// against them as the parse goes.
+struct ParseCost {
+  uint64_t bytes_read = 0;       // bytes copied out of the file (or image)
+  uint64_t symbols_visited = 0;  // symbol-table entries looked at
+  uint64_t segment_steps = 0;    // PT_LOAD comparisons made to map symbols to file offsets
+};
+
+// Every count in an ELF header is bounded only by the file size, and a sparse
+// file is as large as its owner says. These caps bound one parse in bytes and
+// steps whatever the file claims; real libraries sit far below every one
+// (libtorch_cpu: ~40 sections, 10 program headers, ~200k dynamic symbols,
+// ~30 MiB of symbol and string tables). A file over a cap is refused with an
+// error that starts "limit: " (is_limit_error), so callers count it apart.
 struct ReadOptions {
   bool include_symtab = true;             // also read .symtab when present (locals, statics)
   uint64_t max_file_bytes = 4ull << 30;   // larger files are refused
-  uint64_t max_symbols = 1ull << 24;      // per table: a count above this is taken as corrupt
+  uint64_t max_symbols = 1ull << 21;      // per table
+  uint64_t max_sections = 4096;           // section headers
+  uint64_t max_program_headers = 512;     // program headers
+  uint64_t max_load_segments = 64;        // PT_LOAD entries
+  uint64_t max_read_bytes = 256ull << 20; // bytes copied out of the file, all reads together
+  uint64_t max_notes = 4096;              // USDT notes
+  ParseCost* cost = nullptr;              // filled in when set
+};
+
+// True for the error of a file refused because it went over a ReadOptions cap.
+bool is_limit_error(const std::string& message);
+
+// One USDT probe site (.note.stapsdt), as SystemTap's sdt.h lays it out.
+struct UsdtNote {
+  std::string provider;
+  std::string name;
+  std::string args;  // the argument spec, e.g. "8@%rdi -4@%esi"
+  uint64_t pc = 0;   // the probe's address (unadjusted for prelink)
 };
 
 // Reads only the pieces it needs (headers, symbol/string/version sections)
@@ -76,7 +107,15 @@ struct ReadOptions {
 // shrinks underneath yields an error, not SIGBUS. Every failure (not a regular
 // file, not ELF, truncated, out-of-bounds offsets, ...) is one line naming the path.
 Result<SymbolTable> read_symbols(const std::string& path, ReadOptions opts = {});
+// The same on a file the caller opened and checked (a mapped library opened
+// safely through /proc); `name` is only for errors. The fd stays the caller's.
+Result<SymbolTable> read_symbols_fd(int fd, const std::string& name, ReadOptions opts = {});
 // The same on an image already in memory (tests, fuzzing); errors name "<memory>".
 Result<SymbolTable> parse_symbols(std::span<const std::byte> image, ReadOptions opts = {});
+
+// The USDT notes of a file (every SHT_NOTE section, owner "stapsdt", type 3),
+// bounded by the same caps. A file without notes gives an empty list.
+Result<std::vector<UsdtNote>> read_usdt_notes_fd(int fd, const std::string& name, ReadOptions opts = {});
+Result<std::vector<UsdtNote>> parse_usdt_notes(std::span<const std::byte> image, ReadOptions opts = {});
 
 }  // namespace argus::elf

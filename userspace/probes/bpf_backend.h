@@ -57,6 +57,9 @@ class BpfBackend {
   virtual Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) = 0;
   // The GPU-activity USDT probes of a producer (argus:gpu_batch, or argus:gpu_name when `names`).
   virtual Result<Link> attach_gpu_usdt(const std::string& path, bool names) = 0;
+  // Slots of libbpf's USDT spec table (each producer attach takes some; a
+  // detach gives them back); 0 when there is no such table.
+  virtual uint64_t usdt_spec_slots() const { return 0; }
 
   // Tracked-tgid map.
   virtual bool set_tgid_state(uint32_t tgid, argus_tgid_state state) = 0;

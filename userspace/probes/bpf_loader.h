@@ -38,6 +38,7 @@ class BpfLoader : public BpfBackend {
   // BpfBackend, on the kernel's maps, ring buffer and uprobe PMU.
   Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) override;
   Result<Link> attach_gpu_usdt(const std::string& path, bool names) override;
+  uint64_t usdt_spec_slots() const override { return usdt_spec_slots_; }
   bool set_tgid_state(uint32_t tgid, argus_tgid_state state) override;
   void forget_tgid(uint32_t tgid) override;
   std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const override;
@@ -60,6 +61,7 @@ class BpfLoader : public BpfBackend {
   EventHandler handler_;
   std::string tp_flavour_;
   int ncpus_ = 1;
+  uint64_t usdt_spec_slots_ = 0;
 };
 
 const char* bpf_error_name(uint32_t err);

@@ -1,31 +1,39 @@
 #include "userspace/probes/probe_manager.h"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
+#include <algorithm>
 
-#include "userspace/elf/elf_symbols.h"
+#include "bpf/argus_gpu_wire.h"
 
 namespace argus {
 namespace {
 
-// A deleted (replaced) file is still reachable through map_files.
-std::string open_path(const std::string& proc_root, int pid, const procfs::MapEntry& m) {
-  if (m.deleted) {
-    char range[64];
-    std::snprintf(range, sizeof(range), "map_files/%lx-%lx", static_cast<unsigned long>(m.start),
-                  static_cast<unsigned long>(m.end));
-    return procfs::pid_path(proc_root, pid, range);
-  }
-  return procfs::root_path(proc_root, pid, m.path);
+// The USDT spec slots libbpf gives one attach: one per distinct argument spec
+// among the probe's sites (it shares a slot between sites with equal specs).
+uint64_t usdt_slots_for(const std::vector<elf::UsdtNote>& notes, const char* name) {
+  std::set<std::string> specs;
+  for (const auto& n : notes)
+    if (n.provider == ARGUS_GPU_USDT_PROVIDER && n.name == name) specs.insert(n.args);
+  return specs.size();
 }
 
 }  // namespace
 
-ProbeManager::ProbeManager(BpfBackend& loader, std::string proc_root, ProbeSet set, Discovery* skips_sink)
-    : loader_(loader), proc_root_(std::move(proc_root)), set_(set), skips_(skips_sink) {}
+ProbeManager::ProbeManager(BpfBackend& loader, ProbeManagerOptions opts, Discovery* skips_sink)
+    : loader_(loader), opts_(std::move(opts)), skips_(skips_sink) {
+  stats_.usdt_slots_limit = loader_.usdt_spec_slots();
+  if (opts_.parse_in_background) worker_ = std::thread([this] { worker_loop(); });
+}
+
+ProbeManager::~ProbeManager() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
 
 void ProbeManager::skip(const std::string& reason) {
   if (skips_ != nullptr) skips_->count_skip(reason);
@@ -33,95 +41,210 @@ void ProbeManager::skip(const std::string& reason) {
 
 LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
   const FileKey key{mapping.dev_major, mapping.dev_minor, mapping.inode};
-  auto it = files_.find(key);
-  if (it != files_.end()) return it->second.kind;
-  Library lib;
-  const LibraryKind kind = probe_file(pid, mapping, lib);
-  if (kind == LibraryKind::None && lib.path.empty()) return kind;  // transient: try again later
-  files_.emplace(key, std::move(lib));
-  return kind;
-}
-
-LibraryKind ProbeManager::probe_file(int pid, const procfs::MapEntry& mapping, Library& lib) {
-  const std::string path = open_path(proc_root_, pid, mapping);
-  elf::ReadOptions ropts;
-  ropts.include_symtab = false;  // the NCCL and CUDA APIs are exported: .dynsym is enough
-  auto symbols = elf::read_symbols(path, ropts);
-  if (!symbols.ok()) {
-    if (access(path.c_str(), F_OK) != 0 && (errno == ENOENT || errno == ESRCH)) {
-      skip("vanished");  // the process went away mid-attach: another mapper may come
-      return LibraryKind::None;
-    }
-    skip("unreadable_elf");
-    spdlog::debug("not probing {}: {}", path, symbols.error());
-    lib.path = path;  // remembered as not probeable
+  if (auto it = files_.find(key); it != files_.end()) {
+    it->second.users.insert(pid);
+    it->second.unused_since = -1;
+    return it->second.pending ? LibraryKind::None : it->second.kind;
+  }
+  if (pending_ >= opts_.max_pending_parses) {
+    skip("parse_queue_full");  // not remembered: a later recheck tries again
     return LibraryKind::None;
   }
-  lib.path = path;
-  lib.kind = classify_library(*symbols);
-  const bool gpu_producer = symbols->find(kGpuProducerSymbol) != nullptr;
-  if (gpu_producer) attach_gpu_producer(path, lib);
-  if (lib.kind == LibraryKind::None) {
-    if (gpu_producer && !lib.links.empty()) lib.kind = LibraryKind::GpuActivity;
+  auto opened = procfs::open_mapped_file(opts_.proc_root, pid, mapping);
+  if (!opened.ok()) {
+    const char* reason = procfs::mapped_file_skip_reason(opened.error());
+    skip(reason);
+    spdlog::debug("not probing: {}", opened.error());
+    if (std::string_view(reason) == "vanished") return LibraryKind::None;  // another mapper may come
+    if (std::string_view(reason) != "mapped_open_failed")
+      spdlog::warn("refused a mapped file: {}", opened.error());  // someone planted it
+    Library refused;
+    refused.pending = false;
+    refused.name = mapping.path;
+    refused.users.insert(pid);
+    files_.emplace(key, std::move(refused));
+    return LibraryKind::None;
+  }
+  Library& lib = files_[key];
+  lib.name = mapping.path;
+  lib.users.insert(pid);
+  ++pending_;
+  Parsed job{key, std::make_shared<procfs::MappedFile>(std::move(*opened)), mapping.path, {}, {}};
+  if (!opts_.parse_in_background) {
+    parse(job, opts_.elf);
+    finish(job);
     return lib.kind;
   }
+  {
+    std::lock_guard lock(queue_mu_);
+    todo_.push_back(std::move(job));
+  }
+  queue_cv_.notify_one();
+  return LibraryKind::None;
+}
 
-  const std::string label = library_kind_name(lib.kind);
+// Worker thread (or inline): only reads the fd; nothing here touches BPF.
+void ProbeManager::parse(Parsed& job, const elf::ReadOptions& ropts) {
+  job.symbols = elf::read_symbols_fd(job.file->fd.get(), job.name, ropts);
+  if (job.symbols->ok() && (*job.symbols)->find(kGpuProducerSymbol) != nullptr)
+    job.notes = elf::read_usdt_notes_fd(job.file->fd.get(), job.name, ropts);
+}
+
+void ProbeManager::worker_loop() {
+  std::unique_lock lock(queue_mu_);
+  for (;;) {
+    queue_cv_.wait(lock, [this] { return stopping_ || !todo_.empty(); });
+    if (stopping_) return;
+    Parsed job = std::move(todo_.front());
+    todo_.pop_front();
+    ++in_progress_;
+    lock.unlock();
+    parse(job, opts_.elf);
+    lock.lock();
+    --in_progress_;
+    done_.push_back(std::move(job));
+    queue_cv_.notify_all();
+  }
+}
+
+void ProbeManager::wait_idle() {
+  std::unique_lock lock(queue_mu_);
+  queue_cv_.wait(lock, [this] { return stopping_ || (todo_.empty() && in_progress_ == 0); });
+}
+
+std::vector<int> ProbeManager::complete_parses() {
+  std::deque<Parsed> done;
+  {
+    std::lock_guard lock(queue_mu_);
+    done.swap(done_);
+  }
+  std::vector<int> again;
+  for (auto& d : done) {
+    finish(d);
+    auto it = files_.find(d.key);
+    if (it != files_.end() && it->second.kind != LibraryKind::None)
+      again.insert(again.end(), it->second.users.begin(), it->second.users.end());
+  }
+  return again;
+}
+
+void ProbeManager::finish(Parsed& done) {
+  auto it = files_.find(done.key);
+  if (it == files_.end()) return;
+  Library& lib = it->second;
+  lib.pending = false;
+  --pending_;
+  const Result<elf::SymbolTable>& symbols = *done.symbols;
+  if (!symbols.ok()) {
+    const bool capped = elf::is_limit_error(symbols.error());
+    skip(capped ? "elf_limit" : "unreadable_elf");
+    if (capped)
+      spdlog::warn("not probing {}: {}", done.name, symbols.error());
+    else
+      spdlog::debug("not probing {}: {}", done.name, symbols.error());
+    return;
+  }
+  lib.kind = classify_library(*symbols);
+  if (symbols->find(kGpuProducerSymbol) != nullptr) attach_gpu_producer(done, lib);
+  if (lib.kind == LibraryKind::None) {
+    if (!lib.links.empty()) lib.kind = LibraryKind::GpuActivity;
+  } else {
+    attach_probes(*symbols, done.file->self_path(), lib);
+  }
+  if (lib.kind != LibraryKind::None) {
+    std::lock_guard lock(counters_mu_);
+    const std::string label = library_kind_name(lib.kind);
+    stats_.files[label] += 1;
+    stats_.probes[label] += lib.links.size();
+  }
+}
+
+void ProbeManager::attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib) {
   size_t ok = 0, failed = 0;
-  for (const auto& spec : plan_probes(*symbols, lib.kind, set_)) {
+  for (const auto& spec : plan_probes(symbols, lib.kind, opts_.set)) {
     auto link = loader_.attach_uprobe(path, spec);
     if (link.ok()) {
       lib.links.push_back(std::move(*link));
       ++ok;
     } else {
       ++failed;
-      spdlog::warn("probe attach failed: {}", link.error());
+      spdlog::warn("probe attach failed: {} ({})", link.error(), lib.name);
     }
   }
   {
-    std::lock_guard lock(counters_mu_);
-    attached_[label] += ok;
-    attach_errors_[label] += failed;
+    std::lock_guard lock(counters_mu_);  // the series exists (at 0) once a library of its kind was seen
+    stats_.attach_errors[library_kind_name(lib.kind)] += failed;
   }
-  if (ok == 0 && failed > 0 && access(path.c_str(), F_OK) != 0) {
-    // The file vanished between reading and attaching: forget it so a later mapper retries.
-    skip("vanished");
-    lib.path.clear();
-    lib.kind = LibraryKind::None;
-    return LibraryKind::None;
-  }
-  spdlog::info("attached {} probes ({} failed) to {} library {} (first seen in pid {}, dev {}:{} inode {})", ok,
-               failed, label, mapping.path, pid, mapping.dev_major, mapping.dev_minor, mapping.inode);
-  return lib.kind;
+  spdlog::info("attached {} probes ({} failed) to {} library {}", ok, failed, library_kind_name(lib.kind), lib.name);
 }
 
-// The USDT hand-off of a GPU-activity producer: both probes or none.
-void ProbeManager::attach_gpu_producer(const std::string& path, Library& lib) {
+// The USDT hand-off of a GPU-activity producer: both probes or none, and only
+// while libbpf's spec table has room (a full table fails every later attach).
+void ProbeManager::attach_gpu_producer(const Parsed& done, Library& lib) {
+  uint64_t slots = 2;  // one per probe, unless the notes say otherwise
+  if (done.notes && done.notes->ok())
+    slots = usdt_slots_for(**done.notes, ARGUS_GPU_USDT_BATCH) + usdt_slots_for(**done.notes, ARGUS_GPU_USDT_NAME);
+  {
+    std::lock_guard lock(counters_mu_);
+    if (stats_.usdt_slots_limit > 0 && stats_.usdt_slots_used + slots > stats_.usdt_slots_limit) {
+      stats_.attach_errors["gpu"] += 1;
+      spdlog::warn("GPU activity probes not attached to {}: USDT spec table full ({} of {} slots)", lib.name,
+                   stats_.usdt_slots_used, stats_.usdt_slots_limit);
+      skip("usdt_spec_table_full");
+      return;
+    }
+  }
+  const std::string path = done.file->self_path();
   auto batch = loader_.attach_gpu_usdt(path, false);
   auto names = loader_.attach_gpu_usdt(path, true);
-  const bool ok = batch.ok() && names.ok();
-  if (ok) {
+  std::lock_guard lock(counters_mu_);
+  if (batch.ok() && names.ok()) {
     lib.links.push_back(std::move(*batch));
     lib.links.push_back(std::move(*names));
-    spdlog::info("attached GPU activity probes to {}", path);
+    lib.usdt_slots = slots;
+    stats_.usdt_slots_used += slots;
+    spdlog::info("attached GPU activity probes to {}", lib.name);
   } else {
+    stats_.attach_errors["gpu"] += 1;
     spdlog::warn("GPU activity probes not attached: {}", batch.ok() ? names.error() : batch.error());
   }
-  std::lock_guard lock(counters_mu_);
-  if (ok)
-    attached_["gpu"] += 2;
-  else
-    attach_errors_["gpu"] += 1;
 }
 
-std::map<std::string, uint64_t> ProbeManager::attached() const {
+void ProbeManager::sweep(double now_s, const std::set<int>& alive_pids) {
+  for (auto it = files_.begin(); it != files_.end();) {
+    Library& lib = it->second;
+    std::erase_if(lib.users, [&](int pid) { return !alive_pids.count(pid); });
+    if (!lib.users.empty()) {
+      lib.unused_since = -1;
+    } else if (lib.unused_since < 0) {
+      lib.unused_since = now_s;
+    } else if (!lib.pending && now_s - lib.unused_since >= opts_.release_grace_seconds) {
+      release(lib);
+      it = files_.erase(it);
+      continue;
+    }
+    ++it;
+  }
   std::lock_guard lock(counters_mu_);
-  return attached_;
+  stats_.files_known = files_.size();
 }
 
-std::map<std::string, uint64_t> ProbeManager::attach_errors() const {
+void ProbeManager::release(Library& lib) {
+  if (lib.kind == LibraryKind::None) return;
+  spdlog::info("detaching {} probes from {} library {}: no process maps it any more", lib.links.size(),
+               library_kind_name(lib.kind), lib.name);
   std::lock_guard lock(counters_mu_);
-  return attach_errors_;
+  const std::string label = library_kind_name(lib.kind);
+  stats_.files[label] -= 1;
+  stats_.probes[label] -= lib.links.size();
+  stats_.usdt_slots_used -= lib.usdt_slots;
+  stats_.files_released += 1;
+  lib.links.clear();  // detaches (and frees libbpf's USDT slots for reuse)
+}
+
+ProbeStats ProbeManager::stats() const {
+  std::lock_guard lock(counters_mu_);
+  return stats_;
 }
 
 }  // namespace argus

@@ -1,47 +1,122 @@
 // Attaches probes once per distinct library file (device + inode), whichever
-// process maps it and whatever its name or mount namespace.
+// process maps it and whatever its name or mount namespace, and detaches them
+// once no process maps the file any more.
+//
+// A mapped file is opened safely (procfs/mapped_file.h) on the event loop; its
+// ELF is parsed, within caps, on a worker thread; the probes are attached back
+// on the event loop through the same fd, so they land on the inode that was
+// checked. Every refusal is a counted skip, every cap a counted refusal.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "userspace/common/defaults.h"
 #include "userspace/discovery/discovery.h"
-#include "userspace/probes/bpf_loader.h"
+#include "userspace/elf/elf_symbols.h"
+#include "userspace/probes/bpf_backend.h"
+#include "userspace/procfs/mapped_file.h"
 
 namespace argus {
 
+struct ProbeManagerOptions {
+  std::string proc_root = "/proc";
+  ProbeSet set = ProbeSet::Default;
+  // A file no live process maps keeps its probes this long (seconds).
+  double release_grace_seconds = kDefaultProbeReleaseSeconds;
+  // Parse on a worker thread (the agent); false parses inside consider() (tests).
+  bool parse_in_background = true;
+  // Files opened and waiting for the parser; more are skipped and retried later.
+  size_t max_pending_parses = 64;
+  elf::ReadOptions elf{.include_symtab = false};  // the NCCL and CUDA APIs are exported
+};
+
+// What the probes cost now, for /metrics.
+struct ProbeStats {
+  std::map<std::string, uint64_t> files;          // library kind -> files with probes now
+  std::map<std::string, uint64_t> probes;         // library kind -> probes attached now
+  std::map<std::string, uint64_t> attach_errors;  // library kind -> failed attaches, ever
+  uint64_t files_released = 0;                    // files whose probes were detached, ever
+  uint64_t files_known = 0;                       // files remembered (probed or not)
+  uint64_t usdt_slots_used = 0;                   // USDT spec slots our producers hold
+  uint64_t usdt_slots_limit = 0;                  // 0: unknown
+};
+
 class ProbeManager final : public LibraryProber {
  public:
-  ProbeManager(BpfBackend& loader, std::string proc_root, ProbeSet set, Discovery* skips_sink = nullptr);
+  ProbeManager(BpfBackend& loader, ProbeManagerOptions opts, Discovery* skips_sink = nullptr);
+  ~ProbeManager() override;
+  ProbeManager(const ProbeManager&) = delete;
+  ProbeManager& operator=(const ProbeManager&) = delete;
 
+  // The kind of a file already parsed; None while it is still being parsed
+  // (complete_parses() names the process again once it is done).
   LibraryKind consider(int pid, const procfs::MapEntry& mapping) override;
   void set_skip_sink(Discovery* d) { skips_ = d; }
 
-  std::map<std::string, uint64_t> attached() const;       // library kind -> probes attached
-  std::map<std::string, uint64_t> attach_errors() const;  // library kind -> failed attaches
+  // Event loop: attaches the probes of every finished parse. Returns the
+  // processes that map those libraries, to be looked at again now.
+  std::vector<int> complete_parses();
+  // Event loop: forgets processes that are gone; detaches and forgets the files
+  // that no live process has mapped for the grace period.
+  void sweep(double now_s, const std::set<int>& alive_pids);
+  // Blocks until every queued parse is done (tests).
+  void wait_idle();
+
+  ProbeStats stats() const;  // any thread
 
  private:
   using FileKey = std::tuple<uint32_t, uint32_t, uint64_t>;  // dev major, minor, inode
-  struct Library {
-    LibraryKind kind = LibraryKind::None;
-    std::string path;  // as first opened
-    std::vector<Link> links;
+  struct Parsed {
+    FileKey key;
+    std::shared_ptr<procfs::MappedFile> file;
+    std::string name;  // the mapped path, for logs
+    std::optional<Result<elf::SymbolTable>> symbols;
+    std::optional<Result<std::vector<elf::UsdtNote>>> notes;  // producers only
   };
+  struct Library {
+    bool pending = true;
+    LibraryKind kind = LibraryKind::None;
+    std::string name;
+    std::set<int> users;          // pids seen mapping it
+    double unused_since = -1;     // when the last user went; -1 while used
+    std::vector<Link> links;
+    uint64_t usdt_slots = 0;
+  };
+
   void skip(const std::string& reason);
-  void attach_gpu_producer(const std::string& path, Library& lib);
-  LibraryKind probe_file(int pid, const procfs::MapEntry& mapping, Library& lib);
+  static void parse(Parsed& job, const elf::ReadOptions& ropts);
+  void worker_loop();
+  void finish(Parsed& done);
+  void attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib);
+  void attach_gpu_producer(const Parsed& done, Library& lib);
+  void release(Library& lib);
 
   BpfBackend& loader_;
-  std::string proc_root_;
-  ProbeSet set_;
+  ProbeManagerOptions opts_;
   Discovery* skips_;
-  std::map<FileKey, Library> files_;
+  std::map<FileKey, Library> files_;  // event loop only
+  size_t pending_ = 0;                // files_ entries still being parsed
+
+  // Worker hand-off.
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Parsed> todo_, done_;
+  size_t in_progress_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+
   mutable std::mutex counters_mu_;
-  std::map<std::string, uint64_t> attached_;
-  std::map<std::string, uint64_t> attach_errors_;
+  ProbeStats stats_;
 };
 
 }  // namespace argus

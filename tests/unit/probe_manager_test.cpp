@@ -1,0 +1,147 @@
+// The probe manager's lifecycle without BPF: a file is probed once whoever maps
+// it, its probes go when no live process maps it for the grace period, and a
+// new mapper probes it again. Attaches land on /proc/self/fd/N of the file
+// that was checked.
+#include "userspace/probes/probe_manager.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <set>
+
+#include "tests/support/mapping_child.h"
+#include "tests/support/temp_dir.h"
+
+namespace argus {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_support::MappingChild;
+using testing_support::TempDir;
+
+const std::string kShim = ARGUS_BUILD_DIR "/lib/libnccl.so.2";
+
+// Attaches succeed (with no kernel link behind them) and are recorded.
+class RecordingBackend : public BpfBackend {
+ public:
+  Result<Link> attach_uprobe(const std::string& path, const ProbeSpec&) override {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) inodes.insert(st.st_ino);
+    paths.insert(path);
+    ++uprobes;
+    return Link(nullptr);
+  }
+  Result<Link> attach_gpu_usdt(const std::string&, bool) override { return Link(nullptr); }
+  uint64_t usdt_spec_slots() const override { return 4; }
+  bool set_tgid_state(uint32_t, argus_tgid_state) override { return true; }
+  void forget_tgid(uint32_t) override {}
+  std::vector<StatEntry> read_stats(uint32_t) const override { return {}; }
+  void delete_stats(uint32_t) override {}
+  std::map<std::string, uint64_t> read_errors() const override { return {}; }
+  std::vector<InflightCall> read_inflight_waits() const override { return {}; }
+  void delete_seqs(uint32_t) override {}
+  void set_event_handler(EventHandler) override {}
+  int poll_events(int) override { return 0; }
+
+  std::set<std::string> paths;
+  std::set<ino_t> inodes;
+  int uprobes = 0;
+};
+
+class ProbeLifecycle : public ::testing::TestWithParam<bool> {
+ protected:
+  ProbeManagerOptions options() const {
+    return {.proc_root = "/proc", .release_grace_seconds = 10, .parse_in_background = GetParam()};
+  }
+  // consider(), then (in the background mode) the parse and its completion.
+  LibraryKind probe(ProbeManager& pm, int pid, const procfs::MapEntry& m, std::vector<int>* again = nullptr) {
+    LibraryKind k = pm.consider(pid, m);
+    if (!GetParam()) return k;
+    EXPECT_EQ(k, LibraryKind::None);  // still being parsed
+    pm.wait_idle();
+    auto pids = pm.complete_parses();
+    if (again) *again = pids;
+    return pm.consider(pid, m);
+  }
+  TempDir dir_{"probe-lifecycle"};
+  RecordingBackend backend_;
+};
+
+TEST_P(ProbeLifecycle, ProbedOnceReleasedAfterGraceProbedAgain) {
+  const fs::path lib = dir_.path / "libnccl.so.2";
+  fs::copy_file(kShim, lib);
+  struct stat st {};
+  ASSERT_EQ(::stat(lib.c_str(), &st), 0);
+  MappingChild a(lib.string()), b(lib.string());
+  ASSERT_TRUE(a.mapped() && b.mapped());
+  ProbeManager pm(backend_, options());
+
+  std::vector<int> again;
+  EXPECT_EQ(probe(pm, a.pid(), *a.entry(lib.string()), &again), LibraryKind::Nccl);
+  if (GetParam()) {
+    EXPECT_EQ(again, std::vector<int>{a.pid()});
+  }
+  const int per_file = backend_.uprobes;
+  ASSERT_GT(per_file, 0);
+  EXPECT_EQ(pm.consider(b.pid(), *b.entry(lib.string())), LibraryKind::Nccl);  // same inode: no new probes
+  EXPECT_EQ(backend_.uprobes, per_file);
+  // Every attach went through the fd of the checked file.
+  EXPECT_EQ(backend_.inodes, std::set<ino_t>{st.st_ino});
+  for (const auto& p : backend_.paths) EXPECT_EQ(p.rfind("/proc/self/fd/", 0), 0u) << p;
+
+  auto stats = pm.stats();
+  EXPECT_EQ(stats.files["nccl"], 1u);
+  EXPECT_EQ(stats.probes["nccl"], static_cast<uint64_t>(per_file));
+
+  // One mapper left: nothing goes. None left: it goes after the grace period.
+  const int pid_a = a.pid(), pid_b = b.pid();
+  a.kill();
+  pm.sweep(100, {pid_b});
+  pm.sweep(200, {pid_b});
+  EXPECT_EQ(pm.stats().files["nccl"], 1u);
+  b.kill();
+  pm.sweep(300, {});
+  pm.sweep(305, {});
+  EXPECT_EQ(pm.stats().files["nccl"], 1u);  // within the grace period
+  pm.sweep(311, {});
+  stats = pm.stats();
+  EXPECT_EQ(stats.files["nccl"], 0u);
+  EXPECT_EQ(stats.probes["nccl"], 0u);
+  EXPECT_EQ(stats.files_released, 1u);
+  EXPECT_EQ(stats.files_known, 0u);
+
+  // A new process maps it: probed again.
+  MappingChild c(lib.string());
+  ASSERT_TRUE(c.mapped());
+  EXPECT_EQ(probe(pm, c.pid(), *c.entry(lib.string())), LibraryKind::Nccl);
+  EXPECT_EQ(backend_.uprobes, 2 * per_file);
+  EXPECT_EQ(pm.stats().probes["nccl"], static_cast<uint64_t>(per_file));
+  (void)pid_a;
+}
+
+// A file that is not an NCCL/CUDA library is remembered (not re-read at every
+// recheck) while mapped, and forgotten with its last mapper: the table of
+// known files is bounded by what live processes map.
+TEST_P(ProbeLifecycle, UnprobedFilesAreForgottenWithTheirMappers) {
+  const fs::path lib = dir_.path / "libm-copy.so";
+  fs::copy_file("/lib/x86_64-linux-gnu/libm.so.6", lib);
+  MappingChild a(lib.string());
+  ASSERT_TRUE(a.mapped());
+  ProbeManager pm(backend_, options());
+  EXPECT_EQ(probe(pm, a.pid(), *a.entry(lib.string())), LibraryKind::None);
+  pm.sweep(1, {a.pid()});
+  EXPECT_EQ(pm.stats().files_known, 1u);
+  a.kill();
+  pm.sweep(2, {});
+  pm.sweep(20, {});
+  EXPECT_EQ(pm.stats().files_known, 0u);
+  EXPECT_EQ(pm.stats().files_released, 0u);  // nothing was attached, nothing released
+  EXPECT_EQ(backend_.uprobes, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(ParseMode, ProbeLifecycle, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Background" : "Inline"; });
+
+}  // namespace
+}  // namespace argus
