@@ -313,6 +313,11 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                          "Library files whose probes were detached because no process mapped them any more.",
                          MetricType::Counter);
   add(released, {}, static_cast<double>(a.probe_files_released));
+  auto detaching = family("argus_agent_probes_detaching",
+                          "Probes released (no process maps their library) that the kernel is still detaching: "
+                          "one at a time, ~0.1 s each.",
+                          MetricType::Gauge);
+  add(detaching, {}, static_cast<double>(a.probes_detaching));
   auto usdt = family("argus_agent_usdt_spec_slots",
                      "libbpf's USDT spec table: its size (state=limit) and the slots GPU producers hold "
                      "(state=used). A full table blinds the GPU layer for new producers.",
@@ -344,7 +349,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &files, &released, &usdt, &bpf_err, &skips, &build, &window, &log_dropped}) {
+                  &files, &released, &detaching, &usdt, &bpf_err, &skips, &build, &window, &log_dropped}) {
     out.push_back(std::move(*f));
   }
   return out;

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   double window = argus::kDefaultWindowSeconds;
   double exit_grace = argus::kDefaultExitGraceSeconds;
   double probe_release = argus::kDefaultProbeReleaseSeconds;
+  unsigned usdt_slots = argus::kUsdtSpecSlots;
   std::string log_level = "info";
   std::string btf = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_kb = argus::kDefaultRingbufKiB;
@@ -106,6 +107,10 @@ int main(int argc, char** argv) {
                  "seconds a library's probes stay after the last process that maps it is gone")
       ->envname("ARGUS_PROBE_RELEASE_SECONDS")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--usdt-spec-slots", usdt_slots,
+                 "size of libbpf's USDT spec table: GPU-activity producer files attached at once need 2 each")
+      ->envname("ARGUS_USDT_SPEC_SLOTS")
+      ->check(CLI::Range(4u, 65536u));
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
       ->envname("ARGUS_LOG_LEVEL")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
   opts.window_seconds = window;
   opts.exit_grace_seconds = exit_grace;
   opts.probe_release_seconds = probe_release;
+  opts.usdt_spec_slots = usdt_slots;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
   opts.only_env = only_env;
 

@@ -192,6 +192,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_probed_files", "gauge"},
       {"argus_agent_probe_files_released_total", "counter"},
       {"argus_agent_usdt_spec_slots", "gauge"},
+      {"argus_agent_probes_detaching", "gauge"},
       {"argus_agent_bpf_errors_total", "counter"},
       {"argus_agent_discovery_skips_total", "counter"},
       {"argus_agent_build_info", "gauge"},
@@ -410,7 +411,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 48u);  // + probed files, released files, USDT spec slots  // + argus_sync_wait_ratio, argus_agent_window_seconds, argus_agent_detected_events_dropped_total
+  EXPECT_EQ(types_of(lines).size(), 49u);  // + probed files, released files, detaching, USDT spec slots  // + argus_sync_wait_ratio, argus_agent_window_seconds, argus_agent_detected_events_dropped_total
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
 }

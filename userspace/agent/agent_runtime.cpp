@@ -34,6 +34,7 @@ Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& o
   LoaderOptions lopts;
   lopts.btf_path = opts.btf_path;
   lopts.ringbuf_bytes = opts.ringbuf_bytes;
+  lopts.usdt_spec_slots = opts.usdt_spec_slots;
   auto loader = BpfLoader::create(lopts);
   if (!loader.ok()) return make_error(loader.error());
   std::unique_ptr<AgentRuntime> rt(new AgentRuntime(opts, clock, std::move(*loader)));
@@ -469,6 +470,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.probe_files_released = probe_stats.files_released;
   a.usdt_spec_slots_used = probe_stats.usdt_slots_used;
   a.usdt_spec_slots_limit = probe_stats.usdt_slots_limit;
+  a.probes_detaching = probe_stats.probes_detaching;
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   std::lock_guard lock(counters_mu_);

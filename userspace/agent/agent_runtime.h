@@ -36,6 +36,7 @@ struct AgentOptions {
   double scan_interval_seconds = 1;
   double stats_interval_seconds = 1;
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
+  uint32_t usdt_spec_slots = kUsdtSpecSlots;
   std::string only_env;  // KEY=VALUE, or empty
   StragglerOptions straggler;
   HangOptions hang;

@@ -44,9 +44,9 @@ int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
 
 // libbpf's USDT tables default to 256 specs (~128 producer files node-wide);
 // the IP table keeps libbpf's 4:1 ratio (used only without BPF cookies).
-void size_usdt_tables(argus_bpf* skel) {
-  bpf_map__set_max_entries(skel->maps.__bpf_usdt_specs, kUsdtSpecSlots);
-  bpf_map__set_max_entries(skel->maps.__bpf_usdt_ip_to_spec_id, 4 * kUsdtSpecSlots);
+void size_usdt_tables(argus_bpf* skel, uint32_t slots) {
+  bpf_map__set_max_entries(skel->maps.__bpf_usdt_specs, slots);
+  bpf_map__set_max_entries(skel->maps.__bpf_usdt_ip_to_spec_id, 4 * slots);
 }
 
 }  // namespace
@@ -97,7 +97,7 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
   while (rb < opts.ringbuf_bytes && rb < (1u << 30)) rb <<= 1;
   bpf_map__set_max_entries(self->skel_->maps.events, rb);
 
-  size_usdt_tables(self->skel_);
+  size_usdt_tables(self->skel_, opts.usdt_spec_slots);
   self->usdt_spec_slots_ = bpf_map__max_entries(self->skel_->maps.__bpf_usdt_specs);
   // Process tracepoints: tp_btf needs no tracefs; raw_tp is the fallback.
   auto* s = self->skel_;
@@ -111,7 +111,7 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
     self->skel_ = s = argus_bpf__open_opts(&open_opts);
     if (s == nullptr) return make_error("cannot reopen the BPF object: " + errno_text(errno));
     bpf_map__set_max_entries(s->maps.events, rb);
-    size_usdt_tables(s);
+    size_usdt_tables(s, opts.usdt_spec_slots);
     bpf_program__set_autoload(s->progs.argus_exec_btf, false);
     bpf_program__set_autoload(s->progs.argus_exit_btf, false);
     self->tp_flavour_ = "raw_tp";

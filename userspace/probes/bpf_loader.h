@@ -23,6 +23,7 @@ namespace argus {
 struct LoaderOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
+  uint32_t usdt_spec_slots = kUsdtSpecSlots;
 };
 
 // The real backend: the loaded skeleton in the kernel.

@@ -27,6 +27,9 @@ ProbeManager::ProbeManager(BpfBackend& loader, ProbeManagerOptions opts, Discove
 }
 
 ProbeManager::~ProbeManager() {
+  // Every probe detached in parallel (the reaper drains on destruction), not
+  // one grace period after another.
+  for (auto& [key, lib] : files_) reaper_.reap(std::move(lib.links), std::move(lib.usdt_links));
   {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
@@ -108,8 +111,11 @@ void ProbeManager::worker_loop() {
 }
 
 void ProbeManager::wait_idle() {
-  std::unique_lock lock(queue_mu_);
-  queue_cv_.wait(lock, [this] { return stopping_ || (todo_.empty() && in_progress_ == 0); });
+  {
+    std::unique_lock lock(queue_mu_);
+    queue_cv_.wait(lock, [this] { return stopping_ || (todo_.empty() && in_progress_ == 0); });
+  }
+  reaper_.wait_idle();
 }
 
 std::vector<int> ProbeManager::complete_parses() {
@@ -147,7 +153,7 @@ void ProbeManager::finish(Parsed& done) {
   lib.kind = classify_library(*symbols);
   if (symbols->find(kGpuProducerSymbol) != nullptr) attach_gpu_producer(done, lib);
   if (lib.kind == LibraryKind::None) {
-    if (!lib.links.empty()) lib.kind = LibraryKind::GpuActivity;
+    if (!lib.usdt_links.empty()) lib.kind = LibraryKind::GpuActivity;
   } else {
     attach_probes(*symbols, done.file->self_path(), lib);
   }
@@ -155,7 +161,7 @@ void ProbeManager::finish(Parsed& done) {
     std::lock_guard lock(counters_mu_);
     const std::string label = library_kind_name(lib.kind);
     stats_.files[label] += 1;
-    stats_.probes[label] += lib.links.size();
+    stats_.probes[label] += lib.links.size() + lib.usdt_links.size();
   }
 }
 
@@ -195,18 +201,24 @@ void ProbeManager::attach_gpu_producer(const Parsed& done, Library& lib) {
     }
   }
   const std::string path = done.file->self_path();
+  std::unique_lock usdt_lock(usdt_mu_);
   auto batch = loader_.attach_gpu_usdt(path, false);
   auto names = loader_.attach_gpu_usdt(path, true);
+  if (!batch.ok() || !names.ok()) {  // detached here, under the USDT lock, not later
+    batch = make_error(batch.ok() ? names.error() : batch.error());
+    names = make_error("");
+  }
+  usdt_lock.unlock();
   std::lock_guard lock(counters_mu_);
   if (batch.ok() && names.ok()) {
-    lib.links.push_back(std::move(*batch));
-    lib.links.push_back(std::move(*names));
+    lib.usdt_links.push_back(std::move(*batch));
+    lib.usdt_links.push_back(std::move(*names));
     lib.usdt_slots = slots;
     stats_.usdt_slots_used += slots;
     spdlog::info("attached GPU activity probes to {}", lib.name);
   } else {
     stats_.attach_errors["gpu"] += 1;
-    spdlog::warn("GPU activity probes not attached: {}", batch.ok() ? names.error() : batch.error());
+    spdlog::warn("GPU activity probes not attached: {}", batch.error());
   }
 }
 
@@ -231,20 +243,28 @@ void ProbeManager::sweep(double now_s, const std::set<int>& alive_pids) {
 
 void ProbeManager::release(Library& lib) {
   if (lib.kind == LibraryKind::None) return;
-  spdlog::info("detaching {} probes from {} library {}: no process maps it any more", lib.links.size(),
+  const size_t probes = lib.links.size() + lib.usdt_links.size();
+  spdlog::info("detaching {} probes from {} library {}: no process maps it any more", probes,
                library_kind_name(lib.kind), lib.name);
-  std::lock_guard lock(counters_mu_);
-  const std::string label = library_kind_name(lib.kind);
-  stats_.files[label] -= 1;
-  stats_.probes[label] -= lib.links.size();
-  stats_.usdt_slots_used -= lib.usdt_slots;
-  stats_.files_released += 1;
-  lib.links.clear();  // detaches (and frees libbpf's USDT slots for reuse)
+  {
+    std::lock_guard lock(counters_mu_);
+    const std::string label = library_kind_name(lib.kind);
+    stats_.files[label] -= 1;
+    stats_.probes[label] -= probes;
+    stats_.files_released += 1;
+  }
+  // libbpf takes the USDT slots back as the USDT links go: only then are they free.
+  reaper_.reap(std::move(lib.links), std::move(lib.usdt_links), [this, slots = lib.usdt_slots] {
+    std::lock_guard lock(counters_mu_);
+    stats_.usdt_slots_used -= slots;
+  });
 }
 
 ProbeStats ProbeManager::stats() const {
   std::lock_guard lock(counters_mu_);
-  return stats_;
+  ProbeStats out = stats_;
+  out.probes_detaching = reaper_.pending();
+  return out;
 }
 
 }  // namespace argus

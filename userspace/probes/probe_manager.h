@@ -24,6 +24,7 @@
 #include "userspace/discovery/discovery.h"
 #include "userspace/elf/elf_symbols.h"
 #include "userspace/probes/bpf_backend.h"
+#include "userspace/probes/link_reaper.h"
 #include "userspace/procfs/mapped_file.h"
 
 namespace argus {
@@ -49,6 +50,7 @@ struct ProbeStats {
   uint64_t files_known = 0;                       // files remembered (probed or not)
   uint64_t usdt_slots_used = 0;                   // USDT spec slots our producers hold
   uint64_t usdt_slots_limit = 0;                  // 0: unknown
+  uint64_t probes_detaching = 0;                  // released, still being detached
 };
 
 class ProbeManager final : public LibraryProber {
@@ -69,7 +71,7 @@ class ProbeManager final : public LibraryProber {
   // Event loop: forgets processes that are gone; detaches and forgets the files
   // that no live process has mapped for the grace period.
   void sweep(double now_s, const std::set<int>& alive_pids);
-  // Blocks until every queued parse is done (tests).
+  // Blocks until every queued parse is done and every released probe detached (tests).
   void wait_idle();
 
   ProbeStats stats() const;  // any thread
@@ -89,7 +91,8 @@ class ProbeManager final : public LibraryProber {
     std::string name;
     std::set<int> users;          // pids seen mapping it
     double unused_since = -1;     // when the last user went; -1 while used
-    std::vector<Link> links;
+    std::vector<Link> links;       // uprobes
+    std::vector<Link> usdt_links;  // the GPU producer's USDT probes
     uint64_t usdt_slots = 0;
   };
 
@@ -106,6 +109,8 @@ class ProbeManager final : public LibraryProber {
   Discovery* skips_;
   std::map<FileKey, Library> files_;  // event loop only
   size_t pending_ = 0;                // files_ entries still being parsed
+  std::mutex usdt_mu_;                // libbpf's USDT manager: attaches and detaches one at a time
+  LinkReaper reaper_{usdt_mu_};       // destroyed before files_: drains what was handed to it
 
   // Worker hand-off.
   std::mutex queue_mu_;
