@@ -18,6 +18,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -891,6 +892,10 @@ Result<uint16_t> HttpServer::start(const std::string& listen) {
     auto ctx = load_tls(opts_.tls_cert_file, opts_.tls_key_file);
     if (!ctx) return make_error(ctx.error());
     impl_->tls = *ctx;
+    // OpenSSL writes to the socket without MSG_NOSIGNAL: a client gone mid-answer must
+    // not kill the process. (The agent ignores SIGPIPE anyway; this covers other users.)
+    struct sigaction old{};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   }
   auto fd = bind_listen(listen, addr->host, addr->port);
   if (!fd) return make_error(fd.error());
