@@ -37,16 +37,33 @@ const RankSnapshot* find_rank(const Snapshot& snap, const std::string& job, long
   return best;
 }
 
+HttpResponse debug_disabled(const std::string& pattern) {
+  return HttpResponse::json(
+      404, dump_json({{"error", pattern + " is disabled: it reveals process internals; start argus-agent with "
+                                          "--debug-routes to enable it"},
+                      {"disabled", true},
+                      {"flag", "--debug-routes"}}));
+}
+
 }  // namespace
 
+void debug_route(HttpServer& http, const ApiOptions& options, const std::string& pattern, HttpHandler handler) {
+  if (options.debug_routes) {
+    http.route("GET", pattern, std::move(handler));
+  } else {
+    http.route("GET", pattern, [pattern](const HttpRequest&) { return debug_disabled(pattern); });
+  }
+}
+
 void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions options) {
-  http.route("GET", "/metrics", [&src, extra = options.extra_metrics](const HttpRequest&) {
+  http.route("GET", "/metrics", [&src, &http, extra = options.extra_metrics](const HttpRequest&) {
     HttpResponse r;
     r.content_type = kPrometheusContentType;
     const auto snap = src.snapshot();
     auto families = collect_metrics(snap);
     if (extra)
       for (auto& f : extra(snap)) families.push_back(std::move(f));
+    families.push_back(http_rejection_metrics(http.rejections()));
     r.body = serialize_metrics(families);
     return r;
   });
@@ -64,9 +81,9 @@ void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions opti
     for (const auto& ev : src.events_since(since)) list.push_back(event_to_json(ev));
     return HttpResponse::json(200, dump_json({{"events", list}}));
   });
-  http.route("GET", "/api/v1/comms",
-             [&src](const HttpRequest&) { return HttpResponse::json(200, dump_json(comms_json(src.snapshot()))); });
-  http.route("GET", "/api/v1/trace", [&src](const HttpRequest& req) {
+  debug_route(http, options, "/api/v1/comms",
+              [&src](const HttpRequest&) { return HttpResponse::json(200, dump_json(comms_json(src.snapshot()))); });
+  debug_route(http, options, "/api/v1/trace", [&src](const HttpRequest& req) {
     auto it = req.query.find("seconds");
     const auto secs = parse_trace_seconds(it == req.query.end() ? "" : it->second, it != req.query.end());
     if (!secs.ok) return bad_request(secs.error);
@@ -92,6 +109,10 @@ void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions opti
     return HttpResponse::json(
         200, dump_json(gpu_steps_json(job, static_cast<int>(rank), r->pid, hist.steps, hist.names, offset)));
   });
+  // Python stacks and profiles are not served yet; their gate is: off, they say so.
+  if (!options.debug_routes) {
+    for (const char* pattern : {kDebugRoutes[2], kDebugRoutes[3]}) debug_route(http, options, pattern, nullptr);
+  }
   http.route("GET", "/healthz", [&src, limit = options.heartbeat_limit_seconds](const HttpRequest&) {
     const double age = src.seconds_since_heartbeat();
     if (age > limit) return HttpResponse::text(503, "event loop stalled for " + std::to_string(age) + " s\n");

@@ -355,6 +355,15 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   return out;
 }
 
+MetricFamily http_rejection_metrics(const std::map<std::string, uint64_t>& by_reason) {
+  auto f = family("argus_agent_http_rejections_total",
+                  "HTTP connections and requests the agent's server refused, by reason: over_capacity, "
+                  "read_timeout, header_too_large, body_too_large, bad_request, unauthorized, tls_handshake.",
+                  MetricType::Counter);
+  for (const auto& [reason, n] : by_reason) add(f, {{"reason", reason}}, static_cast<double>(n));
+  return f;
+}
+
 std::string serialize_metrics(const std::vector<MetricFamily>& families) {
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, families);

@@ -36,7 +36,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 echo "demo: starting argus-agent on 127.0.0.1:${PORT} (log: $WORK/agent.log)"
-"$BIN/argus-agent" --listen "127.0.0.1:${PORT}" --window 10 >"$WORK/agent.log" 2>&1 &
+"$BIN/argus-agent" --listen "127.0.0.1:${PORT}" --window 10 --debug-routes >"$WORK/agent.log" 2>&1 &
 AGENT_PID=$!
 for _ in $(seq 1 100); do
   if "$BIN/argusctl" ranks --agent "$AGENT_URL" >/dev/null 2>&1; then break; fi

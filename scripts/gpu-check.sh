@@ -198,7 +198,7 @@ else
 fi
 
 # 4. The agent.
-"${SUDO[@]}" "$AGENT" --listen "127.0.0.1:$PORT" --window 5 >"$RESULTS/agent.log" 2>&1 &
+"${SUDO[@]}" "$AGENT" --listen "127.0.0.1:$PORT" --window 5 --debug-routes >"$RESULTS/agent.log" 2>&1 &
 agent_pid=$!
 up=0
 for _ in $(seq 1 60); do

@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
+#include <iterator>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -42,6 +44,23 @@ std::string hostname() {
   char buf[256] = {};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
   return buf;
+}
+
+// The bearer token of --auth-token-file: the file's text less trailing whitespace.
+// Unreadable, empty or multi-line: one line saying so.
+argus::Result<std::string> read_token_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return argus::make_error("cannot read --auth-token-file " + path + ": " + std::strerror(errno));
+  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return argus::make_error("cannot read --auth-token-file " + path + ": " + std::strerror(errno));
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.empty()) return argus::make_error("--auth-token-file " + path + " is empty");
+  for (char c : token) {
+    if (static_cast<unsigned char>(c) < 0x21 || c == 0x7f)
+      return argus::make_error("--auth-token-file " + path +
+                               " must hold one token without spaces or control characters");
+  }
+  return token;
 }
 
 bool is_dir(const std::string& path) {
@@ -126,6 +145,18 @@ int main(int argc, char** argv) {
       ->envname("ARGUS_RINGBUF_KB")
       ->check(CLI::Range(64u, 1048576u));
 
+  std::string auth_token_file, tls_cert, tls_key;
+  bool debug_routes = false;
+  app.add_option("--auth-token-file", auth_token_file,
+                 "file holding a bearer token that every route but /healthz then requires")
+      ->envname("ARGUS_AUTH_TOKEN_FILE");
+  app.add_option("--tls-cert", tls_cert, "serve HTTPS with this PEM certificate (chain); needs --tls-key")
+      ->envname("ARGUS_TLS_CERT");
+  app.add_option("--tls-key", tls_key, "the PEM private key of --tls-cert")->envname("ARGUS_TLS_KEY");
+  app.add_flag("--debug-routes", debug_routes,
+               "serve the routes that reveal process internals (trace, comms, python-stacks, profile)")
+      ->envname("ARGUS_DEBUG_ROUTES");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -142,6 +173,17 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   // Cheap checks first, each one line: the operator fixes the flag and retries.
+  argus::HttpServerOptions http_opts;
+  if (!auth_token_file.empty()) {
+    auto token = read_token_file(auth_token_file);
+    if (!token.ok()) return fail(token.error());
+    http_opts.auth_token = *token;
+  }
+  if (!tls_cert.empty() || !tls_key.empty()) {
+    if (auto tls = argus::check_tls_files(tls_cert, tls_key); !tls.ok()) return fail(tls.error());
+    http_opts.tls_cert_file = tls_cert;
+    http_opts.tls_key_file = tls_key;
+  }
   if (auto why = check_proc_root(proc_root); !why.empty()) return fail(why);
   if (!is_dir(sysfs_root)) return fail("--sysfs-root " + sysfs_root + " is not a directory");
   if (access(btf.c_str(), R_OK) != 0)
@@ -184,12 +226,14 @@ int main(int argc, char** argv) {
     }
     return out;
   };
-  argus::HttpServer http;
+  argus::HttpServer http(http_opts);
   argus::ApiOptions api;
+  api.debug_routes = debug_routes;
   api.extra_metrics = [&](const argus::Snapshot& snap) {
     return argus::collect_rdma_metrics(rdma.snapshot(), rank_gpus(snap));
   };
   argus::register_api_routes(http, rt, api);
+  signal(SIGPIPE, SIG_IGN);  // before serving: OpenSSL writes to sockets without MSG_NOSIGNAL
   auto port = http.start(listen);
   if (!port.ok()) return fail(port.error());
 
@@ -229,8 +273,9 @@ int main(int argc, char** argv) {
     return ports;
   });
   rt.start();
-  spdlog::info("argus-agent {} on node {}: probes={}, listening on {} (port {})", ARGUS_VERSION, node, probes, listen,
-               *port);
+  spdlog::info("argus-agent {} on node {}: probes={}, listening on {} (port {}, {}{}{})", ARGUS_VERSION, node, probes,
+               listen, *port, http.tls() ? "https" : "http", http_opts.auth_token.empty() ? "" : ", bearer token",
+               debug_routes ? ", debug routes on" : "");
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   spdlog::info("stopping");
   http.stop();

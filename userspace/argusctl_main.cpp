@@ -12,6 +12,8 @@
 #include <functional>
 #include <ctime>
 #include <fstream>
+#include <iterator>
+#include <cctype>
 #include <cstring>
 #include <cerrno>
 #include <cstdio>
@@ -52,10 +54,20 @@ std::string one_line(std::string s) {
 struct AgentOptions {
   std::string agent = kDefaultAgent;
   double timeout_s = 5;
+  std::string token_file;
+  std::string ca_cert;
+  bool insecure = false;
 
   void add(CLI::App& sub) {
-    sub.add_option("--agent", agent, "the agent's URL (default: $ARGUS_AGENT, else " + std::string(kDefaultAgent) + ")")
+    sub.add_option("--agent", agent,
+                   "the agent's URL, http:// or https:// (default: $ARGUS_AGENT, else " + std::string(kDefaultAgent) +
+                       ")")
         ->envname("ARGUS_AGENT");
+    sub.add_option("--token-file", token_file, "send the bearer token in FILE (the agent's --auth-token-file)")
+        ->envname("ARGUS_TOKEN_FILE");
+    auto* ca = sub.add_option("--ca-cert", ca_cert, "https: trust the CA certificate(s) in FILE (PEM)")
+                   ->envname("ARGUS_CA_CERT");
+    sub.add_flag("--insecure", insecure, "https: do not verify the agent's certificate")->excludes(ca);
     sub.add_option("--timeout", timeout_s, "seconds to wait for the agent")
         ->check(CLI::Validator(
             [](std::string& v) -> std::string {
@@ -78,12 +90,38 @@ struct AgentOptions {
     return base + path;
   }
 
+  argus::cli::ClientOptions client_options() const {
+    argus::cli::ClientOptions o;
+    o.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+    o.ca_cert_file = ca_cert;
+    o.insecure = insecure;
+    if (!token_file.empty()) {
+      std::ifstream in(token_file, std::ios::binary);
+      if (!in) throw CommandError{"cannot read --token-file " + token_file + ": " + std::strerror(errno)};
+      std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+      if (token.empty()) throw CommandError{"--token-file " + token_file + " is empty"};
+      o.bearer_token = token;
+    }
+    return o;
+  }
+
   // GET path, expect 200 and a JSON body.
   nlohmann::json get_json(const std::string& path) const {
     const std::string u = url(path);
-    auto timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
-    auto resp = argus::cli::http_get(u, timeout);
+    auto resp = argus::cli::http_get(u, client_options());
     if (!resp) throw CommandError{resp.error()};
+    if (resp->status == 401) {
+      throw CommandError{token_file.empty()
+                             ? "the agent at " + url("") + " requires a bearer token: pass --token-file FILE"
+                             : "the agent at " + url("") + " refused the token in " + token_file};
+    }
+    if (resp->status == 404) {  // a debug route the agent serves only with --debug-routes
+      nlohmann::json err = nlohmann::json::parse(resp->body, nullptr, false);
+      if (err.is_object() && err.value("disabled", false))
+        throw CommandError{"the agent at " + url("") + " has " + path.substr(0, path.find('?')) +
+                           " turned off: start argus-agent with --debug-routes to use this command"};
+    }
     if (resp->status != 200) {
       std::string body = one_line(resp->body);
       if (body.size() > 200) body = body.substr(0, 200) + "...";

@@ -149,7 +149,7 @@ struct AgentSnapshot {
 // One communicator as this node sees it.
 struct CommSnapshot {
   std::string job_id;
-  std::string comm;  // the first bytes of its ncclUniqueId, hex: the same on every node
+  std::string comm;  // comm_id_from_uid of its ncclUniqueId (a hash): the same on every node
   int nranks = 0;    // the whole communicator
   int ranks_here = 0;
   uint64_t newest_seq = 0;

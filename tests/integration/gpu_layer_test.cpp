@@ -176,7 +176,7 @@ TEST(GpuLayer, BubbleStageNamedAndItsRanksIdleMost) {
 TEST(GpuLayer, TraceIsChromeJsonWithEveryRankAndWellNestedTracks) {
   ARGUS_REQUIRE_ROOT();
   const auto dir = make_temp_dir("gpu-trace");
-  Agent agent(dir, {"--window", "5"});
+  Agent agent(dir, {"--window", "5", "--debug-routes"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const std::string job = "gpu-trace";
   Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "1500", "--job-id", job,
@@ -234,7 +234,7 @@ TEST(GpuLayer, CuptiInjectionLibraryBatchesReachTheAgent) {
 TEST(GpuLayer, HostileProducerIsCountedNotTrusted) {
   ARGUS_REQUIRE_ROOT();
   const auto dir = make_temp_dir("gpu-bad");
-  Agent agent(dir, {"--window", "5"});
+  Agent agent(dir, {"--window", "5", "--debug-routes"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   Child p({bin("gpu_bad_producer"), "2500"}, dir / "producer.log",
           {"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "ARGUS_JOB_ID=bad-producer"});

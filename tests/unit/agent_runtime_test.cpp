@@ -8,7 +8,11 @@
 #include <cstring>
 #include <deque>
 
+#include "exporters/json_api.h"
+#include "exporters/prometheus_exporter.h"
+#include "exporters/trace_export.h"
 #include "tests/support/fake_proc.h"
+#include "userspace/common/comm_id.h"
 #include "tests/support/manual_clock.h"
 
 namespace argus {
@@ -174,6 +178,31 @@ TEST(AgentRuntime, RecordedRecordsGiveIdentityCountsAndTheStraggler) {
   EXPECT_EQ(a.bpf_errors.at("stats_map_full"), 0u);
   EXPECT_EQ(a.events_total.at("nccl"), 4u + 80u * 4u);  // init + collectives
   EXPECT_EQ(a.events_total.at("proc"), 4u);             // first calls (tgid seen)
+}
+
+// The communicator's name everywhere is the hash of its unique id, never the id's bytes
+// (NCCL's bootstrap magic and the root's address); and it is the same for every rank.
+TEST(AgentRuntime, CommunicatorNamesAreHashedUniqueIds) {
+  Replay r;
+  for (int i = 0; i < 10; ++i) r.step(-1, 0);
+  uint8_t uid[ARGUS_NCCL_UID_PREFIX];
+  std::memset(uid, 0xab, sizeof(uid));
+  const std::string name = comm_id_from_uid(uid, sizeof(uid));
+  const auto snap = r.rt->snapshot();
+  ASSERT_EQ(snap.comms.size(), 1u);
+  EXPECT_EQ(snap.comms[0].comm, name);
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_EQ(r.rank(k).comm_seq.size(), 1u);
+    EXPECT_EQ(r.rank(k).comm_seq.begin()->first, name) << k;
+  }
+  std::string everything = render_metrics(snap) + comms_json(snap).dump() + render_ranks_json(snap);
+  TraceRequest tr;
+  tr.seconds = 60;
+  const auto spans = r.rt->trace(60, &tr.end_ns);
+  const std::string trace = trace_json(spans, snap.ranks, r.rt->events_since(0), tr).dump();
+  everything += trace;
+  EXPECT_NE(everything.find(name), std::string::npos);
+  EXPECT_EQ(everything.find("abababab"), std::string::npos);
 }
 
 TEST(AgentRuntime, ARankThatStopsIssuingIsNamedMissingWhileItsPeersSitInSynchronize) {

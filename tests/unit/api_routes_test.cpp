@@ -2,9 +2,16 @@
 // and how it refuses bad input, with no BPF, runtime or root.
 #include "exporters/api_routes.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <thread>
 
 #include "userspace/cli/http_client.h"
 
@@ -35,7 +42,8 @@ struct FakeSource : ApiSource {
 
 class ApiRoutes : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { start(false); }
+  void start(bool debug_routes) {
     RankSnapshot r;
     r.pid = 42;
     r.job_id = "j";
@@ -56,20 +64,22 @@ class ApiRoutes : public ::testing::Test {
     strag.rank = 3;
     src.events = {strag, link};
     ApiOptions opts;
+    opts.debug_routes = debug_routes;
     opts.extra_metrics = [](const Snapshot&) { return std::vector<prometheus::MetricFamily>{}; };
-    register_api_routes(http, src, opts);
-    auto port = http.start("127.0.0.1:0");
+    http = std::make_unique<HttpServer>();
+    register_api_routes(*http, src, opts);
+    auto port = http->start("127.0.0.1:0");
     ASSERT_TRUE(port.ok()) << port.error();
     base = "http://127.0.0.1:" + std::to_string(*port);
   }
-  void TearDown() override { http.stop(); }
+  void TearDown() override { http->stop(); }
   cli::HttpResponse get(const std::string& path) {
     auto r = cli::http_get(base + path, 2000ms);
     EXPECT_TRUE(r.ok()) << path;
     return r.ok() ? *r : cli::HttpResponse{};
   }
   FakeSource src;
-  HttpServer http;
+  std::unique_ptr<HttpServer> http;
   std::string base;
 };
 
@@ -91,9 +101,78 @@ TEST_F(ApiRoutes, MetricsRanksAndEventsFromTheSource) {
   EXPECT_EQ(nlohmann::json::parse(get("/api/v1/events").body)["events"].size(), 2u);
 }
 
+TEST_F(ApiRoutes, DebugRoutesAreOffUnlessEnabled) {
+  for (const char* path : {"/api/v1/trace?seconds=2", "/api/v1/comms", "/api/v1/ranks/j/3/python-stacks",
+                           "/api/v1/ranks/j/3/profile"}) {
+    const auto r = get(path);
+    EXPECT_EQ(r.status, 404) << path;
+    const auto body = nlohmann::json::parse(r.body);
+    EXPECT_EQ(body["disabled"], true) << path;
+    EXPECT_NE(body["error"].get<std::string>().find("--debug-routes"), std::string::npos) << r.body;
+  }
+  http->stop();
+  start(true);
+  EXPECT_EQ(get("/api/v1/trace?seconds=2").status, 200);
+  EXPECT_EQ(get("/api/v1/comms").status, 200);
+  EXPECT_EQ(get("/api/v1/trace?seconds=-1").status, 400);
+}
+
+TEST_F(ApiRoutes, MetricsCountHttpRejections) {
+  EXPECT_EQ(get("/api/v1/events?since=x").status, 400);  // a handler's 400 is not a rejection
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(http->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const std::string bad = "NOT HTTP\r\n\r\n";
+  ASSERT_EQ(::send(fd, bad.data(), bad.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bad.size()));
+  char buf[512];
+  while (::recv(fd, buf, sizeof(buf), 0) > 0) {
+  }
+  ::close(fd);
+  const auto m = get("/metrics");
+  EXPECT_NE(m.body.find("# TYPE argus_agent_http_rejections_total counter"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("argus_agent_http_rejections_total{reason=\"bad_request\"} 1"), std::string::npos) << m.body;
+}
+
+// The finding of issue 10: slow clients that hold connections open must not starve
+// Prometheus or the kubelet. 500 of them each send half a request line and sit idle.
+TEST_F(ApiRoutes, ScrapesAndHealthzWorkWhile500SlowClientsHoldConnections) {
+  constexpr int kSlow = 500;
+  rlimit lim{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &lim), 0);
+  if (lim.rlim_cur < 2 * kSlow + 200) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 4096);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (lim.rlim_cur < 2 * kSlow + 200) GTEST_SKIP() << "RLIMIT_NOFILE hard limit " << lim.rlim_max << " is too low";
+  std::vector<int> slow;
+  for (int i = 0; i < kSlow; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(http->port());
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << i;
+    ASSERT_EQ(::send(fd, "GET /metr", 9, MSG_NOSIGNAL), 9);
+    slow.push_back(fd);
+  }
+  for (int i = 0; i < 500 && http->active_connections() < kSlow; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_GE(http->active_connections(), static_cast<size_t>(kSlow)) << "every slow client holds a connection";
+  const auto m = get("/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("argus_agent_window_seconds 10"), std::string::npos);
+  const auto h = get("/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(http->rejections().count("over_capacity"), 0u);
+  for (int fd : slow) ::close(fd);
+}
+
 TEST_F(ApiRoutes, BadInputIsA400WithAReason) {
   for (const char* path : {"/api/v1/events?since=yesterday", "/api/v1/events?since=", "/api/v1/events?since=nan",
-                           "/api/v1/trace?seconds=-1", "/api/v1/ranks/j/x/gpu-steps", "/api/v1/ranks/j/3/gpu-steps?last=0",
+                           "/api/v1/ranks/j/x/gpu-steps", "/api/v1/ranks/j/3/gpu-steps?last=0",
                            "/api/v1/ranks/j/3/gpu-steps?last=601"}) {
     const auto r = get(path);
     EXPECT_EQ(r.status, 400) << path;
@@ -101,7 +180,6 @@ TEST_F(ApiRoutes, BadInputIsA400WithAReason) {
   }
   EXPECT_EQ(get("/api/v1/ranks/j/4/gpu-steps").status, 404);
   EXPECT_EQ(get("/api/v1/ranks/j/3/gpu-steps").status, 200);
-  EXPECT_EQ(get("/api/v1/trace?seconds=2").status, 200);
 }
 
 TEST_F(ApiRoutes, HealthzFollowsTheHeartbeat) {

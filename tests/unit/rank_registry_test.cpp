@@ -81,7 +81,7 @@ TEST(RankRegistry, NcclInitFillsOnlyWhatTheEnvironmentLacks) {
   NcclInitInfo info;
   info.rank = 5;
   info.nranks = 16;
-  info.uid_hex = "00112233445566778899aabbccddeeff";
+  info.comm_id = "0011223344556677";
   reg.on_nccl_init(1, info);
   reg.on_nccl_init(2, info);
   NcclInitInfo failed = info;

@@ -210,14 +210,17 @@ TEST_F(RankTableArgusctl, ErrorsAreOneLine) {
   std::string out, err;
   server_.stop();
   EXPECT_EQ(run("ranks --agent " + agent_, out, err), 1);
-  EXPECT_EQ(err, "argusctl: cannot connect to " + agent_.substr(7) + ": Connection refused\n");
+  EXPECT_EQ(err, "argusctl: cannot connect to " + agent_.substr(7) + " (connection refused or unreachable)\n");
   EXPECT_EQ(run("ranks --bogus", out, err), 2);
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_EQ(err.rfind("argusctl: ", 0), 0u) << err;
   EXPECT_EQ(run("", out, err), 2);
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  EXPECT_EQ(run("ranks --agent https://x/", out, err), 1);
-  EXPECT_EQ(err.rfind("argusctl: https is not supported", 0), 0u) << err;
+  EXPECT_EQ(run("ranks --agent ftp://x/", out, err), 1);
+  EXPECT_EQ(err.rfind("argusctl: invalid URL 'ftp://x/api/v1/ranks': only http:// and https://", 0), 0u) << err;
+  EXPECT_EQ(run("ranks --agent " + agent_ + " --token-file /nonexistent/token", out, err), 1);
+  EXPECT_EQ(err, "argusctl: cannot read --token-file /nonexistent/token: No such file or directory\n");
+  EXPECT_EQ(run("ranks --agent " + agent_ + " --ca-cert x.pem --insecure", out, err), 2) << "one or the other";
 }
 
 TEST_F(RankTableArgusctl, BadAnswersAreOneLine) {

@@ -9,19 +9,10 @@
 #include <set>
 
 #include "userspace/attach/attach_plan.h"
+#include "userspace/common/comm_id.h"
 
 namespace argus {
 namespace {
-
-std::string hex_prefix(const uint8_t* bytes, size_t n) {
-  std::string out;
-  char buf[3];
-  for (size_t i = 0; i < n; ++i) {
-    std::snprintf(buf, sizeof(buf), "%02x", bytes[i]);
-    out += buf;
-  }
-  return out;
-}
 
 // One BPF aggregate as the registry takes it.
 AggregateRecord aggregate_of(const StatEntry& s) {
@@ -181,7 +172,7 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
   } else if (const auto* e = std::get_if<argus_nccl_init_event>(&ev)) {
     if (e->result == 0) {
       const int pid = static_cast<int>(e->hdr.tgid);
-      const std::string name = hex_prefix(e->uid, sizeof(e->uid));
+      const std::string name = comm_id_from_uid(e->uid, sizeof(e->uid));  // never the raw id
       comm_names_[pid][e->comm] = name;
       tracker_.add_member(name, pid, e->nranks);
     }
@@ -191,7 +182,7 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
     info.result = e->result;
     info.api = e->api;
     info.comm = e->comm;
-    info.uid_hex = hex_prefix(e->uid, sizeof(e->uid));
+    info.comm_id = comm_id_from_uid(e->uid, sizeof(e->uid));
     registry_.on_nccl_init(static_cast<int>(e->hdr.tgid), info);
   } else if (const auto* e = std::get_if<argus_nccl_coll_event>(&ev)) {
     on_collective(*e);

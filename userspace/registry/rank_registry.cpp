@@ -144,8 +144,8 @@ void RankRegistry::apply_identity_from_init(Entry& e, const NcclInitInfo& info) 
     s.identity_source = std::string("nccl:") + nccl_init_api_label(info.api);
   }
   if (s.world_size < 0 && info.nranks > 0) s.world_size = info.nranks;
-  // No launcher variables at all: the communicator's unique id names the job.
-  if (s.job_id.empty() && !info.uid_hex.empty()) s.job_id = "nccl-" + info.uid_hex.substr(0, 12);
+  // No launcher variables at all: the communicator's (hashed) unique id names the job.
+  if (s.job_id.empty() && !info.comm_id.empty()) s.job_id = "nccl-" + info.comm_id.substr(0, 12);
 }
 
 void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {

@@ -32,7 +32,7 @@ struct NcclInitInfo {
   int result = 0;
   uint32_t api = 0;
   uint64_t comm = 0;
-  std::string uid_hex;  // first bytes of the ncclUniqueId: the communicator's job-wide name
+  std::string comm_id;  // comm_id_from_uid(ncclUniqueId prefix): the communicator's job-wide name
 };
 
 
