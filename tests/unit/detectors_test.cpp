@@ -453,6 +453,22 @@ TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchron
   EXPECT_FALSE(h.missing(3));
 }
 
+// What the hang detector remembers of a communicator goes with it (no state per
+// communicator ever seen): one that comes back is new, and its hang reported again.
+TEST(Detectors, AHangDetectorForgetsCommunicatorsTheTrackerForgot) {
+  HangReplay r;
+  r.t.on_arrival("c", 1, 100, r.t100);
+  r.t.on_arrival("c", 2, 100, r.t100 + kMs);
+  r.t.on_exit(4);
+  std::vector<InflightWait> inflight{{1, "", true, "cuStreamSynchronize", r.t100 + 2 * kMs},
+                                     {2, "", true, "cuStreamSynchronize", r.t100 + 3 * kMs}};
+  HangDetector h(HangOptions{10, 5});
+  EXPECT_EQ(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 10'000 * kMs, 1).size(), 1u);
+  EXPECT_TRUE(h.evaluate({}, inflight, r.facts, r.t100 + 11'000 * kMs, 2).empty());
+  EXPECT_TRUE(h.health().empty());
+  EXPECT_EQ(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 12'000 * kMs, 3).size(), 1u);
+}
+
 TEST(Detectors, BlockingHangNamesTheMissingRankWhileItsPeersSitInTheCall) {
   HangReplay r;
   r.facts[4].exited = false;
