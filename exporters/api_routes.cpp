@@ -92,8 +92,7 @@ void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions opti
     auto spans = src.trace(secs.seconds, &tr.end_ns);
     tr.end_unix = unix_now();
     const auto snap = src.snapshot();
-    return HttpResponse::json(
-        200, dump_json(trace_json(spans, snap.ranks, src.events_since(tr.end_unix - tr.seconds), tr)));
+    return HttpResponse::json(200, trace_json_text(spans, snap.ranks, src.events_since(tr.end_unix - tr.seconds), tr));
   });
   http.route("GET", "/api/v1/ranks/{job_id}/{rank}/gpu-steps", [&src](const HttpRequest& req) {
     const std::string& job = req.params.at("job_id");

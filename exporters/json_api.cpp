@@ -166,6 +166,7 @@ json gpu_steps_json(const std::string& job_id, int rank, int pid, const std::vec
     list.push_back({{"start", static_cast<double>(s.start_ns) / 1e9 + mono_to_unix_offset_s},
                     {"bytes", s.sketch.size()},
                     {"decoded", sketch.has_value()},
+                    {"closed_by", s.closed_by},
                     {"kernels", std::move(kernels)}});
   }
   return {{"job_id", job_id}, {"rank", rank}, {"pid", pid}, {"steps", std::move(list)}};

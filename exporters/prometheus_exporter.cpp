@@ -341,6 +341,14 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                             "oldest first.",
                             MetricType::Counter);
   add(log_dropped, {}, static_cast<double>(a.detected_events_dropped));
+  // One family for every bound of the agent (userspace/common/caps.h).
+  auto capped = per_key(family("argus_agent_capped_total",
+                               "Items a bound of the agent's memory dropped, refused or cut short, by structure.",
+                               MetricType::Counter),
+                        "structure", a.capped);
+  auto poll_err = family("argus_agent_ringbuf_poll_errors_total",
+                         "Ring-buffer polls that failed (the event loop goes on).", MetricType::Counter);
+  add(poll_err, {}, static_cast<double>(a.ringbuf_poll_errors));
 
   std::vector<MetricFamily> out;
   out.reserve(40);
@@ -349,7 +357,8 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &files, &released, &detaching, &usdt, &bpf_err, &skips, &build, &window, &log_dropped}) {
+                  &files, &released, &detaching, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
+                  &poll_err}) {
     out.push_back(std::move(*f));
   }
   return out;

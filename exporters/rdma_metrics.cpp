@@ -66,9 +66,14 @@ std::vector<MetricFamily> collect_rdma_metrics(const rdma::LinkSnapshot& snap, c
         1);
   }
 
+  // Everything the RDMA layer skipped (rdma/rdma_monitor.h lists the reasons).
+  auto skips = family("argus_rdma_skips_total", "Problems the RDMA layer counted and skipped, by reason.",
+                      MetricType::Counter);
+  for (const auto& [reason, n] : snap.skips) add(skips, {{"reason", reason}}, static_cast<double>(n));
+
   std::vector<MetricFamily> out;
-  out.reserve(8);
-  for (auto* f : {&rx, &tx, &errors, &wait, &rate, &up, &degraded, &nic_info}) out.push_back(std::move(*f));
+  out.reserve(9);
+  for (auto* f : {&rx, &tx, &errors, &wait, &rate, &up, &degraded, &nic_info, &skips}) out.push_back(std::move(*f));
   return out;
 }
 

@@ -10,6 +10,7 @@
 //   argus_ib_link_degraded{device,port,reason}            gauge 0/1, all 7 reasons per port
 //   argus_rank_nic_info{job_id,rank,device,port}          gauge = 1: the rank's GPU sits
 //                                                         next to that NIC port
+//   argus_rdma_skips_total{reason}                        counter: the RDMA layer's counted skips
 #pragma once
 #include <string>
 #include <vector>

@@ -1,8 +1,11 @@
 #include "exporters/trace_export.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
+#include <string_view>
+#include <type_traits>
 
 namespace argus {
 namespace {
@@ -50,20 +53,78 @@ TraceSecondsParse parse_trace_seconds(const std::string& value, bool present) {
   return p;
 }
 
-json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnapshot>& identities,
-                const std::vector<DetectedEvent>& events, const TraceRequest& req) {
-  json out = json::array();
+namespace {
+
+// Appends JSON text: the answer is written once, with no document in between.
+class JsonOut {
+ public:
+  explicit JsonOut(std::string& out) : out_(out) {}
+  JsonOut& raw(std::string_view s) {
+    out_ += s;
+    return *this;
+  }
+  // A JSON string: escaped, invalid UTF-8 replaced (kernel names come from outside).
+  JsonOut& str(const std::string& s) {
+    bool plain = true;
+    for (unsigned char c : s)
+      if (c < 0x20 || c == '"' || c == '\\' || c >= 0x80) {
+        plain = false;
+        break;
+      }
+    if (plain) {
+      out_ += '"';
+      out_ += s;
+      out_ += '"';
+    } else {
+      out_ += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    return *this;
+  }
+  JsonOut& num(double v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof(buf), std::isfinite(v) ? v : 0.0);
+    out_.append(buf, r.ptr);
+    return *this;
+  }
+  JsonOut& num(long long v) { return raw(std::to_string(v)); }
+
+ private:
+  std::string& out_;
+};
+
+}  // namespace
+
+std::string trace_json_text(const std::vector<TraceRank>& ranks, const std::vector<RankSnapshot>& identities,
+                            const std::vector<DetectedEvent>& events, const TraceRequest& req) {
+  std::string text;
+  JsonOut o(text);
+  bool first = true;
+  auto next = [&] {
+    if (!first) o.raw(",");
+    first = false;
+  };
+  auto meta = [&](int pid, int tid, const char* name, const char* key, auto value) {
+    next();
+    o.raw("{\"ph\":\"M\",\"name\":\"").raw(name).raw("\",\"pid\":").num(static_cast<long long>(pid));
+    o.raw(",\"tid\":").num(static_cast<long long>(tid)).raw(",\"args\":{\"").raw(key).raw("\":");
+    if constexpr (std::is_same_v<decltype(value), std::string>)
+      o.str(value);
+    else
+      o.num(static_cast<long long>(value));
+    o.raw("}}");
+  };
+  o.raw("{\"traceEvents\":[");
   const uint64_t from_ns = req.end_ns > static_cast<uint64_t>(req.seconds * 1e9)
                                ? req.end_ns - static_cast<uint64_t>(req.seconds * 1e9)
                                : 0;
   // Timestamps in µs from the start of the trace: small numbers, exact in a double.
   auto us = [&](uint64_t ns) { return static_cast<double>(static_cast<int64_t>(ns - from_ns)) / 1e3; };
+  size_t left_out = 0;
   for (const auto& tr : ranks) {
     const int pid = tr.pid;
-    out.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0},
-                   {"args", {{"name", process_name(pid, identities)}}}});
-    out.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
-                   {"args", {{"sort_index", sort_key(pid, identities)}}}});
+    left_out += tr.left_out;
+    meta(pid, 0, "process_name", "name", process_name(pid, identities));
+    meta(pid, 0, "process_sort_index", "sort_index", sort_key(pid, identities));
     // Tracks -> tids, and spans per track sorted by start.
     std::map<std::string, std::vector<const TraceSpan*>> tracks;
     for (const auto& s : tr.spans) {
@@ -77,8 +138,8 @@ json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnaps
     int tid = 1;
     for (const auto& name : names) {
       auto& spans = tracks[name];
-      out.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}});
-      out.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid}, {"args", {{"sort_index", tid}}}});
+      meta(pid, tid, "thread_name", "name", name);
+      meta(pid, tid, "thread_sort_index", "sort_index", tid);
       std::stable_sort(spans.begin(), spans.end(), [](const TraceSpan* a, const TraceSpan* b) {
         return a->start_ns != b->start_ns ? a->start_ns < b->start_ns : a->end_ns > b->end_ns;
       });
@@ -90,10 +151,18 @@ json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnaps
         if (start < frontier) start = frontier;
         if (end < start) continue;
         frontier = end;
-        json args = json::object();
-        for (const auto& [k, v] : s->args) args[k] = v;
-        out.push_back({{"ph", "X"}, {"name", s->name}, {"cat", s->category}, {"pid", pid}, {"tid", tid},
-                       {"ts", us(start)}, {"dur", static_cast<double>(end - start) / 1e3}, {"args", args}});
+        next();
+        o.raw("{\"ph\":\"X\",\"name\":").str(s->name).raw(",\"cat\":").str(s->category);
+        o.raw(",\"pid\":").num(static_cast<long long>(pid)).raw(",\"tid\":").num(static_cast<long long>(tid));
+        o.raw(",\"ts\":").num(us(start)).raw(",\"dur\":").num(static_cast<double>(end - start) / 1e3);
+        o.raw(",\"args\":{");
+        bool first_arg = true;
+        for (const auto& [k, v] : s->args) {
+          if (!first_arg) o.raw(",");
+          first_arg = false;
+          o.str(k).raw(":").str(v);
+        }
+        o.raw("}}");
       }
       ++tid;
     }
@@ -102,15 +171,22 @@ json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnaps
   const double from_unix = req.end_unix - req.seconds;
   for (const auto& ev : events) {
     if (ev.time < from_unix || ev.time > req.end_unix) continue;
-    const double ts = (ev.time - from_unix) * 1e6;
-    out.push_back({{"ph", "i"}, {"s", "g"}, {"name", ev.kind + (ev.rank >= 0 ? " rank " + std::to_string(ev.rank) : "")},
-                   {"cat", "event"}, {"pid", 0}, {"tid", 0}, {"ts", ts}, {"args", {{"summary", ev.summary}}}});
+    next();
+    o.raw("{\"ph\":\"i\",\"s\":\"g\",\"name\":")
+        .str(ev.kind + (ev.rank >= 0 ? " rank " + std::to_string(ev.rank) : ""));
+    o.raw(",\"cat\":\"event\",\"pid\":0,\"tid\":0,\"ts\":").num((ev.time - from_unix) * 1e6);
+    o.raw(",\"args\":{\"summary\":").str(ev.summary).raw("}}");
   }
-  json doc = json::object();
-  doc["traceEvents"] = std::move(out);
-  doc["displayTimeUnit"] = "ms";
-  doc["otherData"] = {{"source", "argus-agent"}, {"seconds", req.seconds}};
-  return doc;
+  // Capped: the oldest spans of some ranks are left out (NodeTimeline::trace).
+  o.raw("],\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"argus-agent\",\"seconds\":").num(req.seconds);
+  o.raw(",\"capped\":").raw(left_out ? "true" : "false");
+  o.raw(",\"spans_left_out\":").num(static_cast<long long>(left_out)).raw("}}");
+  return text;
+}
+
+json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnapshot>& identities,
+                const std::vector<DetectedEvent>& events, const TraceRequest& req) {
+  return json::parse(trace_json_text(ranks, identities, events, req));
 }
 
 }  // namespace argus

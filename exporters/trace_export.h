@@ -23,6 +23,13 @@ struct TraceRequest {
   double seconds = 10;
 };
 
+// The answer's text, written straight from the spans (no JSON document in
+// between). otherData says whether the answer was capped: "capped" and
+// "spans_left_out" (the oldest spans of the ranks over their share of
+// NodeTimelineOptions::max_trace_spans).
+std::string trace_json_text(const std::vector<TraceRank>& ranks, const std::vector<RankSnapshot>& identities,
+                            const std::vector<DetectedEvent>& events, const TraceRequest& req);
+// The same, parsed (tests).
 nlohmann::json trace_json(const std::vector<TraceRank>& ranks, const std::vector<RankSnapshot>& identities,
                           const std::vector<DetectedEvent>& events, const TraceRequest& req);
 

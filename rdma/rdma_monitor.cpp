@@ -589,6 +589,9 @@ void RdmaMonitor::poll() {
   }
   constexpr std::size_t kMaxPending = 4096;
   if (pending_events_.size() > kMaxPending) {
+    // Nobody drained them: counted as skips (event_dropped), so they show on /metrics.
+    for (std::size_t i = kMaxPending; i < pending_events_.size(); ++i)
+      skip("event_dropped", "pending", "link events not drained in time; the oldest are dropped");
     pending_events_.erase(pending_events_.begin(),
                           pending_events_.begin() + static_cast<std::ptrdiff_t>(pending_events_.size() - kMaxPending));
   }

@@ -25,6 +25,7 @@
 //   port_disappeared     a port (or device) went away (its totals are kept for
 //                        forget_after_s in case it returns, e.g. after a driver reload)
 //   topology_missing     <root>/bus/pci/devices is missing: no GPU<->NIC affinity
+//   event_dropped        a link event nobody drained (more than 4096 pending): the oldest goes
 //
 // Thread safety: poll() from one thread; snapshot(), skips(), set_ranks(), drain_events()
 // from any.

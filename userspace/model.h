@@ -144,6 +144,8 @@ struct AgentSnapshot {
   std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
   uint64_t tracked_processes = 0;
   uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log
+  std::map<std::string, uint64_t> capped;  // structure -> items a bound dropped or refused (common/caps.h)
+  uint64_t ringbuf_poll_errors = 0;        // ring-buffer polls that failed (not a signal)
 };
 
 // One communicator as this node sees it.

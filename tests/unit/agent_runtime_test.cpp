@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstring>
 #include <deque>
 
@@ -45,6 +46,7 @@ class FakeBackend : public BpfBackend {
   void delete_seqs(uint32_t) override {}
   void set_event_handler(EventHandler h) override { handler = std::move(h); }
   int poll_events(int) override {
+    if (poll_result < 0) return poll_result;
     int n = 0;
     for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
     return n;
@@ -77,6 +79,7 @@ class FakeBackend : public BpfBackend {
   std::vector<InflightCall> inflight;
   std::map<std::string, uint64_t> errors{{"ringbuf_full_nccl", 2}, {"stats_map_full", 0}};
   std::map<uint32_t, argus_tgid_state> tgids;
+  int poll_result = 0;  // < 0: the next polls fail with it
 };
 
 argus_event_header header(uint32_t type, int pid, uint64_t ts) { return {type, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts}; }
@@ -245,6 +248,59 @@ TEST(AgentRuntime, MalformedRecordsAreCountedNotTrusted) {
   r.rt->run_once(0);
   EXPECT_EQ(r.rt->snapshot().agent.bpf_errors.at("malformed_record"), 2u);
   EXPECT_EQ(r.rank(0).comm_seq.begin()->second, 0u);  // nothing was made of them
+}
+
+TEST(AgentRuntime, FailedRingBufferPollsAreCounted) {
+  Replay r;
+  r.backend->poll_result = -EBADF;
+  r.rt->run_once(0);
+  r.rt->run_once(0);
+  r.backend->poll_result = -EINTR;  // a signal: not an error
+  r.rt->run_once(0);
+  EXPECT_EQ(r.rt->snapshot().agent.ringbuf_poll_errors, 2u);
+}
+
+// A producer of GPU records that never calls NCCL (inference, one GPU, Gloo):
+// its step sketches close on time, so its memory stays bounded, and it says so.
+TEST(AgentRuntime, AGpuProducerWithoutCollectivesClosesItsSketchesOnTime) {
+  Replay r;
+  argus_gpu_batch_event b{};
+  b.hdr = header(ARGUS_EV_GPU_BATCH, Replay::pid(0), r.clock.ns);
+  b.n = b.sent = ARGUS_GPU_BATCH_MAX;
+  uint64_t at = r.clock.ns;
+  for (int batch = 0; batch < 2; ++batch) {  // 512 kernels, one every 250 ms: 128 s
+    for (auto& rec : b.recs) {
+      rec = argus_gpu_rec{};
+      rec.kind = ARGUS_GPU_KERNEL;
+      rec.name_id = 1;
+      rec.start_ns = at;
+      rec.end_ns = at + 100 * kMs;
+      at += 250 * kMs;
+    }
+    r.backend->push(b);
+  }
+  r.rt->run_once(0);
+  EXPECT_EQ(r.rank(0).gpu.steps_summarized, 2u);  // closed at 60 s and 120 s
+  EXPECT_EQ(r.rt->snapshot().agent.capped.at("step_sketch_time"), 2u);
+}
+
+// A process that creates communicators forever keeps a bounded set of names.
+TEST(AgentRuntime, CommunicatorNamesPerProcessAreCapped) {
+  Replay r;
+  for (uint64_t i = 0; i < kDefaultMaxCommsPerRank + 4; ++i) {
+    argus_nccl_init_event init{};
+    init.hdr = header(ARGUS_EV_NCCL_INIT, Replay::pid(0), r.clock.ns);
+    init.comm = 0xd00000 + i;
+    init.rank = 0;
+    init.nranks = 4;
+    std::memset(init.uid, 0xab, sizeof(init.uid));
+    r.backend->push(init);
+  }
+  r.rt->run_once(0);
+  const auto a = r.rt->snapshot().agent;
+  EXPECT_EQ(a.capped.at("comm_handles"), 5u);     // one handle from the start, 1028 more, 1024 kept
+  EXPECT_EQ(a.capped.at("rank_comm_inits"), 5u);  // the registry's copy of the inits, too
+  EXPECT_EQ(a.capped.at("communicators"), 0u);
 }
 
 }  // namespace

@@ -453,6 +453,22 @@ TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchron
   EXPECT_FALSE(h.missing(3));
 }
 
+// What the hang detector remembers of a communicator goes with it (no state per
+// communicator ever seen): one that comes back is new, and its hang reported again.
+TEST(Detectors, AHangDetectorForgetsCommunicatorsTheTrackerForgot) {
+  HangReplay r;
+  r.t.on_arrival("c", 1, 100, r.t100);
+  r.t.on_arrival("c", 2, 100, r.t100 + kMs);
+  r.t.on_exit(4);
+  std::vector<InflightWait> inflight{{1, "", true, "cuStreamSynchronize", r.t100 + 2 * kMs},
+                                     {2, "", true, "cuStreamSynchronize", r.t100 + 3 * kMs}};
+  HangDetector h(HangOptions{10, 5});
+  EXPECT_EQ(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 10'000 * kMs, 1).size(), 1u);
+  EXPECT_TRUE(h.evaluate({}, inflight, r.facts, r.t100 + 11'000 * kMs, 2).empty());
+  EXPECT_TRUE(h.health().empty());
+  EXPECT_EQ(h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 12'000 * kMs, 3).size(), 1u);
+}
+
 TEST(Detectors, BlockingHangNamesTheMissingRankWhileItsPeersSitInTheCall) {
   HangReplay r;
   r.facts[4].exited = false;
@@ -509,8 +525,39 @@ TEST(Detectors, AnIdleJobIsNotAHang) {
   EXPECT_EQ(h.health().at("c").stalled_seconds, 0);
 }
 
+// The tracker follows at most max_comms communicators and max_samples arrivals
+// per rank; what the bounds refuse or drop is counted.
+TEST(Detectors, CommunicatorsAndSamplesAreCapped) {
+  CapCounts caps;
+  TrackerOptions o;
+  o.max_comms = 2;
+  o.max_samples = 50;
+  o.max_open_seqs = 8;
+  o.caps = &caps;
+  CollectiveTracker t(o);
+  t.add_member("a", 1, 2);
+  t.add_member("a", 2, 2);
+  t.add_member("b", 1, 2);
+  t.add_member("b", 2, 2);
+  t.add_member("c", 1, 2);  // a third communicator: refused
+  for (uint64_t seq = 1; seq <= 100; ++seq) {
+    t.on_arrival("a", 1, seq, seq * kMs);
+    t.on_arrival("a", 2, seq, seq * kMs + 1);
+    t.on_arrival("c", 1, seq, seq * kMs);  // refused each time
+    t.on_arrival("b", 1, seq, seq * kMs);  // its peer never comes: open collectives pile up
+  }
+  EXPECT_EQ(t.comms().size(), 2u);
+  EXPECT_EQ(caps.get(Cap::kCommunicators), 101u);
+  EXPECT_EQ(caps.get(Cap::kOpenCollectives), 92u);  // 100 open on "b", 8 kept
+  // Pid 1 arrived 200 times (a and b), pid 2 100 times, each with 100 lag samples:
+  // 50 of each kept per rank.
+  EXPECT_EQ(caps.get(Cap::kCollectiveSamples), 150u + 50 + 50 + 50);
+  EXPECT_EQ(t.lag_stats(2, 100 * kMs).samples, 50u);
+}
+
 TEST(Detectors, EventsAsTheContractShapesThem) {
-  EventLog log(3);
+  CapCounts caps;
+  EventLog log(3, &caps);
   for (int i = 0; i < 5; ++i) {
     DetectedEvent e;
     e.time = 1700000000.25 + i;
@@ -521,6 +568,7 @@ TEST(Detectors, EventsAsTheContractShapesThem) {
     log.add(e);
   }
   EXPECT_EQ(log.dropped(), 2u);
+  EXPECT_EQ(caps.get(Cap::kDetectedEvents), 2u);
   auto since = log.since(1700000003);
   ASSERT_EQ(since.size(), 2u);
   auto j = event_to_json(since[0]);

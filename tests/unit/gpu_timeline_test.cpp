@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "userspace/gpu_timeline/sketch.h"
 
 namespace argus::gpu {
@@ -154,6 +156,172 @@ TEST(GpuTimeline, StepMarksCloseOneSketchPerStep) {
   }
   EXPECT_GT(t.mean_step_bytes(100), 0);
   EXPECT_LT(t.mean_step_bytes(100), 100);
+}
+
+// A producer that never calls NCCL (inference, one GPU, Gloo) sends no step
+// marks: its sketch closes on time, so it never grows with every kernel.
+TEST(GpuTimeline, ASketchWithNoStepMarkClosesOnTime) {
+  CapCounts caps;
+  TimelineOptions o;
+  o.max_step_seconds = 60;
+  o.caps = &caps;
+  Timeline t(o);
+  for (int s = 0; s < 200; ++s) {  // 200 s, one batch a second, no collective ever
+    std::vector<argus_gpu_rec> recs;
+    for (int k = 0; k < 100; ++k) recs.push_back(kernel(s * 1000 + k * 10, s * 1000 + k * 10 + 5, 1 + k % 3));
+    t.add_batch(recs, 0, 0);
+  }
+  // Closed at 60, 120 and 180 s: three sketches of 60 s of kernels each.
+  ASSERT_EQ(t.steps().size(), 3u);
+  EXPECT_EQ(caps.get(Cap::kStepSketchTime), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& step = t.steps()[i];
+    EXPECT_EQ(step.start_ns, kT0 + i * 60'000 * kMs);
+    EXPECT_STREQ(step.closed_by, "time");
+    auto sk = StepSketch::decode(step.sketch);
+    ASSERT_TRUE(sk.has_value());
+    uint64_t n = 0;
+    for (const auto& [id, k] : sk->kernels()) n += k.count;
+    EXPECT_EQ(n, 60u * 100);
+  }
+}
+
+TEST(GpuTimeline, ASketchClosesAtItsKernelCap) {
+  CapCounts caps;
+  TimelineOptions o;
+  o.max_step_kernels = 100;
+  o.caps = &caps;
+  Timeline t(o);
+  t.mark_step(kT0);
+  std::vector<argus_gpu_rec> recs;
+  for (int k = 0; k < 250; ++k) recs.push_back(kernel(k, k + 1, 1));  // one long step, 250 kernels
+  t.add_batch(recs, 0, 0);
+  ASSERT_EQ(t.steps().size(), 2u);
+  EXPECT_EQ(caps.get(Cap::kStepSketchRecords), 2u);
+  EXPECT_EQ(t.steps()[0].start_ns, kT0);
+  EXPECT_EQ(t.steps()[1].start_ns, kT0 + 100 * kMs);
+  for (const auto& step : t.steps()) {
+    EXPECT_STREQ(step.closed_by, "kernels");
+    auto sk = StepSketch::decode(step.sketch);
+    ASSERT_TRUE(sk.has_value());
+    EXPECT_EQ(sk->kernels().at(1).count, 100u);
+  }
+}
+
+TEST(GpuTimeline, KernelNamesPerRankAreCapped) {
+  CapCounts caps;
+  TimelineOptions o;
+  o.max_names = 2;
+  o.caps = &caps;
+  Timeline t(o);
+  t.set_name(1, "gemm");
+  t.set_name(2, "softmax");
+  t.set_name(3, "one_too_many");
+  t.set_name(2, "softmax_v2");  // a known id is updated, not refused
+  EXPECT_EQ(t.names().size(), 2u);
+  EXPECT_EQ(t.name(2), "softmax_v2");
+  EXPECT_EQ(t.name(3), "kernel#3");
+  EXPECT_EQ(caps.get(Cap::kKernelNames), 1u);
+}
+
+TEST(GpuTimeline, TraceRecordsPastTheCapAreCounted) {
+  CapCounts caps;
+  TimelineOptions o;
+  o.max_records = 10;
+  o.caps = &caps;
+  Timeline t(o);
+  std::vector<argus_gpu_rec> recs;
+  for (int k = 0; k < 25; ++k) recs.push_back(kernel(k * 2, k * 2 + 1, 1));
+  t.add_batch(recs, 0, 0);
+  EXPECT_EQ(t.recent(0).size(), 10u);
+  EXPECT_EQ(t.recent(0).front().start_ns, kT0 + 30 * kMs);  // the newest kept
+  EXPECT_EQ(caps.get(Cap::kGpuTraceRecords), 15u);
+  EXPECT_EQ(caps.get(Cap::kGpuGaps), 14u);  // 24 gaps, 10 kept for the trace
+}
+
+// The window's figures come from running sums: a scrape looks at a few spans,
+// however many kernels the window holds, and gets what a full scan gets.
+TEST(GpuTimeline, WindowIsIncrementalNotAScanOfTheRecords) {
+  Timeline t(TimelineOptions{10});
+  std::vector<argus_gpu_rec> all;
+  for (int b = 0; b < 400; ++b) {  // 20 s of 50k kernels (two streams overlap), in batches of 250
+    std::vector<argus_gpu_rec> recs;
+    for (uint64_t k = 0; k < 125; ++k) {
+      const uint64_t at = kT0 + static_cast<uint64_t>(b) * 50 * kMs + k * 400'000;  // every 400 us
+      argus_gpu_rec a = kernel(0, 0, 1, (k % 7 == 0) ? ARGUS_GPU_F_NCCL : 0, 1);
+      a.start_ns = at;
+      a.end_ns = at + 100'000 * (1 + k % 4);
+      argus_gpu_rec c = kernel(0, 0, 2, 0, 2);
+      c.start_ns = at + 150'000;
+      c.end_ns = c.start_ns + 50'000 * (k % 3);
+      recs.push_back(a);
+      recs.push_back(c);
+    }
+    all.insert(all.end(), recs.begin(), recs.end());
+    t.add_batch(recs, 0, 0.05);
+  }
+  const uint64_t now = kT0 + 20'000 * kMs;
+  const auto w = t.window(now);
+  ASSERT_TRUE(w.has_data);
+  EXPECT_LE(t.window_visits(), 6u);  // a few front spans and gaps: O(1), not O(50k records)
+  // The same figures from a full scan of the records here.
+  const uint64_t hi = t.latest_end_ns(), lo = hi - 10'000 * kMs;
+  auto union_of = [&](bool nccl_only) {
+    std::vector<std::pair<uint64_t, uint64_t>> v;
+    for (const auto& r : all)
+      if (!nccl_only || (r.flags & ARGUS_GPU_F_NCCL)) v.push_back({std::max<uint64_t>(r.start_ns, lo), std::min<uint64_t>(r.end_ns, hi)});
+    std::sort(v.begin(), v.end());
+    uint64_t total = 0, cs = 0, ce = 0;
+    bool open = false;
+    for (auto [s, e] : v) {
+      if (e <= s) continue;
+      if (open && s <= ce) {
+        ce = std::max(ce, e);
+        continue;
+      }
+      if (open) total += ce - cs;
+      cs = s;
+      ce = e;
+      open = true;
+    }
+    return open ? total + ce - cs : total;
+  };
+  const double span = static_cast<double>(hi - lo);
+  EXPECT_NEAR(w.busy_ratio, static_cast<double>(union_of(false)) / span, 1e-12);
+  EXPECT_NEAR(w.nccl_ratio, static_cast<double>(union_of(true)) / span, 1e-12);
+  EXPECT_GT(w.busy_ratio, 0.1);
+  EXPECT_LT(w.busy_ratio, 0.95);
+  EXPECT_NEAR(w.idle_s, (1 - w.busy_ratio) * 10, 1e-6);  // every gap here is inside a step
+}
+
+TEST(IntervalUnion, MatchesABruteForceUnionInAnyOrder) {
+  uint64_t seed = 12345;
+  auto rnd = [&](uint64_t n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (seed >> 33) % n;
+  };
+  for (int trial = 0; trial < 50; ++trial) {
+    IntervalUnion u;
+    std::vector<bool> covered(2000, false);
+    for (int i = 0; i < 200; ++i) {
+      // Mostly in order, sometimes back in time.
+      const uint64_t base = rnd(10) == 0 ? rnd(1900) : std::min<uint64_t>(1900, static_cast<uint64_t>(i) * 9);
+      const uint64_t s = base, e = base + rnd(40);
+      u.add(s, e);
+      for (uint64_t x = s; x < e && x < covered.size(); ++x) covered[x] = true;
+    }
+    for (uint64_t lo : {0u, 500u, 1000u}) {
+      uint64_t want = 0;
+      for (uint64_t x = lo; x < covered.size(); ++x) want += covered[x];
+      uint64_t visited = 0;
+      EXPECT_EQ(u.covered_since(lo, visited), want) << "trial " << trial << " lo " << lo;
+    }
+    u.trim(1000, 1000000);
+    uint64_t want = 0, visited = 0;
+    for (uint64_t x = 1000; x < covered.size(); ++x) want += covered[x];
+    EXPECT_EQ(u.covered_since(1000, visited), want);
+    EXPECT_LE(visited, 2u);
+  }
 }
 
 TEST(StepSketch, QuantilesWithinTheRelativeErrorAndRoundTrip) {

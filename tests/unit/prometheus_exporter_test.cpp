@@ -34,6 +34,8 @@ Snapshot make_snapshot() {
   s.agent.probes_attached = {{"libnccl.so.2", 24}};
   s.agent.discovery_skips = {{"vanished", 5}};
   s.agent.tracked_processes = 4;
+  s.agent.capped = {{"step_sketch_time", 2}, {"communicators", 0}};
+  s.agent.ringbuf_poll_errors = 6;
 
   RankSnapshot r0;
   r0.pid = 100;
@@ -198,6 +200,8 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_build_info", "gauge"},
       {"argus_agent_window_seconds", "gauge"},
       {"argus_agent_detected_events_dropped_total", "counter"},
+      {"argus_agent_capped_total", "counter"},
+      {"argus_agent_ringbuf_poll_errors_total", "counter"},
   };
   EXPECT_EQ(types, want);
   EXPECT_TRUE(has_line(lines, "# TYPE argus_nccl_collectives_total counter"));
@@ -411,9 +415,18 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 49u);  // + probed files, released files, detaching, USDT spec slots  // + argus_sync_wait_ratio, argus_agent_window_seconds, argus_agent_detected_events_dropped_total
+  EXPECT_EQ(types_of(lines).size(), 51u);  // + probed files, released, detaching, USDT slots, capped, poll errors
+  EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));
+}
+
+// Every bound of the agent in one family, a series per structure; failed ring-buffer polls.
+TEST(PrometheusExporter, CapsAndPollErrorsAreExported) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  EXPECT_TRUE(has_line(lines, R"(argus_agent_capped_total{structure="step_sketch_time"} 2)"));
+  EXPECT_TRUE(has_line(lines, R"(argus_agent_capped_total{structure="communicators"} 0)"));
+  EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 6"));
 }
 
 TEST(PrometheusExporter, LargeCountersKeepTheirDigits) {

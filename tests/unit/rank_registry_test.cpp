@@ -119,6 +119,53 @@ TEST(RankRegistry, ExitedRanksStayForTheGracePeriodThenGo) {
   EXPECT_TRUE(reg.snapshot().empty());
 }
 
+// Rank churn: past max_exited, the ranks that exited first go before their grace
+// period ends (counted); live ranks and the one that just exited always stay.
+TEST(RankRegistry, ExitedRanksAreCappedOldestFirst) {
+  FakeClock clock;
+  CapCounts caps;
+  RegistryOptions o{"n", 300, 10, false};
+  o.max_exited = 2;
+  o.caps = &caps;
+  RankRegistry reg(clock, o);
+  reg.track(1, 1, "live", env_identity("j", 9), {});
+  for (int pid = 10; pid < 15; ++pid) {
+    reg.track(pid, 1, "p", env_identity("j", pid), {});
+    clock.advance(1);
+    reg.on_exit(pid, 0);
+  }
+  auto snap = reg.snapshot();
+  ASSERT_EQ(snap.size(), 3u);
+  EXPECT_NE(find(snap, 1), nullptr);
+  EXPECT_NE(find(snap, 13), nullptr);
+  EXPECT_NE(find(snap, 14), nullptr);
+  EXPECT_EQ(caps.get(Cap::kExitedRanks), 3u);
+  // Exits at one instant: never the one that just exited, even when it sorts first.
+  clock.advance(1);
+  for (int pid : {20, 5, 2}) reg.track(pid, 1, "p", env_identity("j", pid), {});
+  reg.on_vanished(20);
+  reg.on_vanished(5);
+  reg.on_vanished(2);
+  snap = reg.snapshot();
+  EXPECT_NE(find(snap, 2), nullptr);
+  EXPECT_NE(find(snap, 20), nullptr);
+  EXPECT_EQ(find(snap, 5), nullptr);
+  EXPECT_EQ(caps.get(Cap::kExitedRanks), 6u);
+}
+
+TEST(RankRegistry, CommInitsPerProcessAreCapped) {
+  FakeClock clock;
+  CapCounts caps;
+  RegistryOptions o{"n", 300, 10, false};
+  o.max_comm_inits = 3;
+  o.caps = &caps;
+  RankRegistry reg(clock, o);
+  reg.track(7, 1, "a", RankIdentity{}, {});
+  for (int i = 0; i < 10; ++i) reg.on_nccl_init(7, NcclInitInfo{i, 8, 0, 0, 0xc0 + static_cast<uint64_t>(i), "abcdef0123456789"});
+  EXPECT_EQ(caps.get(Cap::kRankCommInits), 7u);
+  EXPECT_EQ(reg.snapshot()[0].rank, 0);  // the first init named it
+}
+
 TEST(RankRegistry, ReusedPidStartsAFreshRecord) {
   FakeClock clock;
   RankRegistry reg(clock, {"n", 30, 10, false});

@@ -26,6 +26,7 @@ using prometheus::MetricType;
 rdma::LinkSnapshot make_snapshot() {
   rdma::LinkSnapshot s;
   s.time_unix = 1'790'000'000.25;
+  s.skips = {{"bad_counter", 3}, {"missing_file", 1}};
   s.topology_available = true;
   s.gpus = {{0, "0000:13:00.0", 0}, {1, "0000:14:00.0", 0}, {2, "0000:43:00.0", 0}};
   rdma::DeviceSnapshot d0;
@@ -78,6 +79,7 @@ TEST(RdmaMetrics, FamiliesNamesTypesAndLabels) {
       {"argus_ib_link_up", MetricType::Gauge},
       {"argus_ib_link_degraded", MetricType::Gauge},
       {"argus_rank_nic_info", MetricType::Gauge},
+      {"argus_rdma_skips_total", MetricType::Counter},
   };
   ASSERT_EQ(fams.size(), want.size());
   std::map<std::string, const prometheus::MetricFamily*> by;
@@ -125,6 +127,14 @@ TEST(RdmaMetrics, FamiliesNamesTypesAndLabels) {
   EXPECT_EQ(got, (std::set<std::string>{"job_id=job-a,rank=0,device=mlx5_0,port=1,",
                                         "job_id=job-a,rank=1,device=mlx5_0,port=1,",
                                         "job_id=job-b,rank=7,device=mlx5_0,port=1,"}));
+
+  // The layer's counted skips, by reason.
+  const auto& skips = *by["argus_rdma_skips_total"];
+  ASSERT_EQ(skips.metric.size(), 2u);
+  EXPECT_EQ(labels_of(skips.metric[0]), "reason=bad_counter,");
+  EXPECT_EQ(skips.metric[0].counter.value, 3);
+  EXPECT_EQ(labels_of(skips.metric[1]), "reason=missing_file,");
+  EXPECT_EQ(skips.metric[1].counter.value, 1);
 
   // An empty snapshot still lists every family.
   auto empty = collect_rdma_metrics(rdma::LinkSnapshot{}, {});

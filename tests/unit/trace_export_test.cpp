@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 
 namespace argus {
@@ -99,6 +101,71 @@ TEST(TraceExport, SecondsParameterIsChecked) {
   EXPECT_TRUE(parse_trace_seconds("60", true).ok);
   for (const char* bad : {"", "0", "-1", "61", "301", "abc", "5s", "nan", "inf"})
     EXPECT_FALSE(parse_trace_seconds(bad, true).ok) << bad;
+}
+
+// An answer holds at most max_trace_spans, shared by the ranks, each keeping its
+// newest; the answer says it was capped and how many spans it left out.
+TEST(TraceExport, AnswersAreCappedKeepTheNewestAndSaySo) {
+  CapCounts caps;
+  NodeTimelineOptions o;
+  o.max_trace_spans = 20;
+  o.caps = &caps;
+  NodeTimeline t(o);
+  for (int pid : {41, 42}) {
+    t.on_gpu_name(pid, 1, "k");
+    std::vector<argus_gpu_rec> recs;
+    for (uint64_t i = 0; i < 30; ++i) recs.push_back(kernel(3000 - i * 10, 5, 1, 0, 7));  // 5 ms every 10 ms
+    t.on_gpu_batch(pid, recs, 0, 1.0);
+    for (uint64_t i = 0; i < 5; ++i)
+      t.on_call(pid, true, "all_reduce", "c", kEnd - (2000 - i * 100) * kMs, kEnd - (1999 - i * 100) * kMs, 0);
+  }
+  const auto ranks = t.trace(kEnd - 10'000 * kMs, kEnd);
+  ASSERT_EQ(ranks.size(), 2u);
+  size_t left_out = 0;
+  for (const auto& r : ranks) {
+    // 30 kernels, 29 idle gaps, 5 calls: 64 spans, 10 kept.
+    EXPECT_EQ(r.spans.size(), 10u);
+    EXPECT_EQ(r.left_out, 54u);
+    left_out += r.left_out;
+    uint64_t oldest_end = UINT64_MAX;
+    for (const auto& sp : r.spans) oldest_end = std::min(oldest_end, sp.end_ns);
+    // The newest by end: the 5 calls (1999..1599 ms before the end), then the
+    // newest GPU spans (kernels and gaps alternate, 5 ms each, the last ending 2705 ms before).
+    EXPECT_GE(oldest_end, kEnd - 2755 * kMs);
+  }
+  EXPECT_EQ(caps.get(Cap::kTraceAnswerSpans), left_out);
+  TraceRequest req{kEnd, 2000.0, 10};
+  const auto doc = trace_json(ranks, {}, {}, req);
+  EXPECT_EQ(doc["otherData"]["capped"], true);
+  EXPECT_EQ(doc["otherData"]["spans_left_out"], left_out);
+  // Uncapped: says so too.
+  NodeTimeline small;
+  fill_sample(small);
+  const auto full = trace_json(small.trace(kEnd - 10'000 * kMs, kEnd), {}, {}, req);
+  EXPECT_EQ(full["otherData"]["capped"], false);
+  EXPECT_EQ(full["otherData"]["spans_left_out"], 0);
+}
+
+// The answer is written as text straight from the spans: names from outside
+// (kernel names, labels) are escaped, bad UTF-8 replaced, and it parses back.
+TEST(TraceExport, TextEscapesNamesAndParsesBack) {
+  NodeTimeline t;
+  t.on_gpu_name(7, 1, std::string("bad\"quote\\ \x01 \xff\xfe utf8 \xc3\xa9"));
+  std::vector<argus_gpu_rec> recs = {kernel(100, 5, 1, 0, 3)};
+  t.on_gpu_batch(7, recs, 0, 0);
+  TraceRequest req{kEnd, 2000.0, 10};
+  const std::string text = trace_json_text(t.trace(kEnd - 10'000 * kMs, kEnd), {}, {}, req);
+  const auto doc = nlohmann::json::parse(text);
+  bool found = false;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X") {
+      const std::string name = e["name"];
+      EXPECT_EQ(name.rfind("bad\"quote\\ \x01 ", 0), 0u) << name;
+      EXPECT_NE(name.find("utf8 \xc3\xa9"), std::string::npos);
+      found = true;
+    }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(doc["displayTimeUnit"], "ms");
 }
 
 }  // namespace

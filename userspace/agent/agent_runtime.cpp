@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string_view>
 #include <set>
@@ -44,12 +45,15 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
       registry_(clock, RegistryOptions{.node = opts.node,
                                        .exit_grace_seconds = opts.exit_grace_seconds,
                                        .window_seconds = opts.window_seconds,
-                                       .launches_counted = opts.probes == ProbeSet::Deep}),
-      tracker_(TrackerOptions{.window_seconds = opts.window_seconds}),
+                                       .launches_counted = opts.probes == ProbeSet::Deep,
+                                       .caps = &caps_}),
+      tracker_(TrackerOptions{.window_seconds = opts.window_seconds, .caps = &caps_}),
       stragglers_(opts.straggler, opts.window_seconds),
       bubbles_(BubbleOptions{}, opts.window_seconds),
       hangs_(opts.hang),
-      timeline_(NodeTimelineOptions{gpu::TimelineOptions{opts.window_seconds}, 60, 50000}) {
+      timeline_(NodeTimelineOptions{.gpu = gpu::TimelineOptions{.window_seconds = opts.window_seconds},
+                                    .caps = &caps_}),
+      events_(kDefaultMaxDetectedEvents, &caps_) {
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
                                                                          .release_grace_seconds =
@@ -88,7 +92,10 @@ void AgentRuntime::loop() {
 }
 
 void AgentRuntime::run_once(int poll_ms) {
-  loader_->poll_events(poll_ms);
+  // A failed poll (not a signal) is counted and logged once: the loop goes on.
+  if (const int n = loader_->poll_events(poll_ms); n < 0 && n != -EINTR) {
+    if (ringbuf_poll_errors_.fetch_add(1) == 0) spdlog::error("ring buffer poll failed: error {}", -n);
+  }
   const double now = now_s();
   // Libraries parsed since the last pass: the processes that map them are ranks now.
   for (int pid : probes_->complete_parses())
@@ -173,8 +180,7 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
     if (e->result == 0) {
       const int pid = static_cast<int>(e->hdr.tgid);
       const std::string name = comm_id_from_uid(e->uid, sizeof(e->uid));  // never the raw id
-      comm_names_[pid][e->comm] = name;
-      tracker_.add_member(name, pid, e->nranks);
+      if (remember_comm(pid, e->comm, name)) tracker_.add_member(name, pid, e->nranks);
     }
     NcclInitInfo info;
     info.rank = e->rank;
@@ -261,6 +267,10 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
 std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
   auto& names = comm_names_[pid];
   if (auto it = names.find(handle); it != names.end()) return it->second;
+  if (names.size() >= kDefaultMaxCommsPerRank) {  // counted: no more names kept for this process
+    caps_.hit(Cap::kCommHandles);
+    return "pid:" + std::to_string(pid);
+  }
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid) continue;
     const std::string name = "job:" + (r.job_id.empty() ? "pid" + std::to_string(pid) : r.job_id);
@@ -269,6 +279,18 @@ std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
     return name;
   }
   return "pid:" + std::to_string(pid);
+}
+
+// A process keeps at most kDefaultMaxCommsPerRank communicator names (one that
+// creates and destroys communicators forever stays bounded); false when refused.
+bool AgentRuntime::remember_comm(int pid, uint64_t handle, const std::string& name) {
+  auto& names = comm_names_[pid];
+  if (names.size() >= kDefaultMaxCommsPerRank && !names.count(handle)) {
+    caps_.hit(Cap::kCommHandles);
+    return false;
+  }
+  names[handle] = name;
+  return true;
 }
 
 void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
@@ -464,6 +486,8 @@ Snapshot AgentRuntime::snapshot() const {
   a.probes_detaching = probe_stats.probes_detaching;
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
+  a.capped = caps_.all();
+  a.ringbuf_poll_errors = ringbuf_poll_errors_.load();
   std::lock_guard lock(counters_mu_);
   for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_total[source_label(src)] = 0;
   for (const auto& [k, v] : events_total_) a.events_total[k] = v;

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "userspace/common/caps.h"
 #include "userspace/common/clock.h"
 #include "userspace/decoder/event_decoder.h"
 #include "userspace/detect/collective_tracker.h"
@@ -89,6 +90,7 @@ class AgentRuntime : public ApiSource {
   void on_call_done(const argus_call_done_event& e);
   void on_gpu_batch(GpuBatch& b);  // takes its records
   std::string comm_key(int pid, uint64_t handle);
+  bool remember_comm(int pid, uint64_t handle, const std::string& name);
   void evaluate_detectors();
   double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }
 
@@ -96,6 +98,8 @@ class AgentRuntime : public ApiSource {
   const Clock& clock_;
   std::unique_ptr<BpfBackend> loader_;
   double next_scan_ = 0, next_stats_ = 0;  // run_once: when discovery and the stats pass are due
+  CapCounts caps_;  // every bound that bit (before the parts that count into it)
+  std::atomic<uint64_t> ringbuf_poll_errors_{0};
   std::unique_ptr<ProbeManager> probes_;
   std::unique_ptr<Discovery> discovery_;
   RankRegistry registry_;

@@ -19,9 +19,21 @@ bool seq_before(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0
 
 CollectiveTracker::CollectiveTracker(TrackerOptions opts) : opts_(opts) {}
 
-void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks) {
+CollectiveTracker::Comm* CollectiveTracker::find_or_add(const std::string& comm) {
+  if (auto it = comms_.find(comm); it != comms_.end()) return &it->second;
+  if (comms_.size() >= opts_.max_comms) {
+    count_cap(opts_.caps, Cap::kCommunicators);
+    return nullptr;
+  }
   Comm& c = comms_[comm];
   c.view.comm = comm;
+  return &c;
+}
+
+void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks) {
+  Comm* cp = find_or_add(comm);
+  if (!cp) return;
+  Comm& c = *cp;
   if (nranks > 0) c.view.nranks = std::max(c.view.nranks, nranks);
   CommMember& m = c.view.members[pid];
   m.pid = pid;
@@ -29,8 +41,9 @@ void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks)
 
 void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns) {
   if (seq == 0) return;  // p2p: no common numbering
-  Comm& c = comms_[comm];
-  c.view.comm = comm;
+  Comm* cp = find_or_add(comm);
+  if (!cp) return;
+  Comm& c = *cp;
   CommMember& m = c.view.members[pid];
   m.pid = pid;
   m.exited = false;
@@ -38,12 +51,14 @@ void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t se
   m.last_arrival_ns = ts_ns;
   if (c.view.newest_seq == 0 || seq_before(c.view.newest_seq, seq)) c.view.newest_seq = seq;
   c.view.newest_arrival_ns = std::max(c.view.newest_arrival_ns, ts_ns);
-  arrivals_[pid].push_back(ts_ns);
+  auto& arrivals = arrivals_[pid];
+  arrivals.push_back(ts_ns);
+  for (; arrivals.size() > opts_.max_samples; arrivals.pop_front()) count_cap(opts_.caps, Cap::kCollectiveSamples);
 
   c.open[seq].arrivals[pid] = ts_ns;
   try_complete(c, seq);
   // Bounded memory: collectives some member never reaches are dropped oldest first.
-  while (c.open.size() > opts_.max_open_seqs) c.open.erase(c.open.begin());
+  for (; c.open.size() > opts_.max_open_seqs; c.open.erase(c.open.begin())) count_cap(opts_.caps, Cap::kOpenCollectives);
   trim(ts_ns);
 }
 
@@ -72,6 +87,8 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
   // rest of the burst arrives together. Lateness is judged on the spread ones.
   const bool spread = static_cast<double>(last - first) / 1e9 > opts_.late_threshold_s;
   if (spread) c.spread_starts.push_back(first);
+  for (; c.spread_starts.size() > opts_.max_samples; c.spread_starts.pop_front())
+    count_cap(opts_.caps, Cap::kCollectiveSamples);
   // Late: behind the median rank by more than the threshold (several stragglers
   // at once are all late, not only the very last).
   std::vector<uint64_t> times;
@@ -81,7 +98,9 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
   for (const auto& [pid, ts] : s.arrivals) {
     const double lag = static_cast<double>(ts - first) / 1e9;
     const bool late = ts > median_ts && static_cast<double>(ts - median_ts) / 1e9 > opts_.late_threshold_s;
-    lags_[pid].push_back({first, lag, spread, late, late ? sync_share(pid, first, ts) : 0.0});
+    auto& lags = lags_[pid];
+    lags.push_back({first, lag, spread, late, late ? sync_share(pid, first, ts) : 0.0});
+    for (; lags.size() > opts_.max_samples; lags.pop_front()) count_cap(opts_.caps, Cap::kCollectiveSamples);
   }
 }
 

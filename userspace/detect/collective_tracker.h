@@ -3,13 +3,15 @@
 // exact), the step period, and what a stalled communicator is waiting for.
 // Pure logic on timestamps: tested on recorded streams with no clock at all.
 #pragma once
-#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "userspace/common/caps.h"
+#include "userspace/common/defaults.h"
 
 namespace argus {
 
@@ -18,6 +20,9 @@ struct TrackerOptions {
   size_t max_open_seqs = 512;     // incomplete collectives kept per communicator
   double late_threshold_s = 0.001;  // a rank "arrives late" at a seq when its lag exceeds this
   size_t recent_spread = 10;        // lateness is judged on this many latest spread-out collectives
+  size_t max_comms = kDefaultMaxCommunicators;  // communicators followed; a new one past this is ignored
+  size_t max_samples = kDefaultMaxCollectiveSamplesPerRank;  // arrival and lag samples per rank
+  CapCounts* caps = nullptr;
 };
 
 struct RankLagStats {
@@ -83,6 +88,7 @@ class CollectiveTracker {
     std::map<uint64_t, OpenSeq> open;  // seq -> arrivals so far
     std::deque<uint64_t> spread_starts;  // first arrival at each spread-out collective: one per step
   };
+  Comm* find_or_add(const std::string& comm);  // null when max_comms are followed (counted)
   void try_complete(Comm& c, uint64_t seq);
   void complete(Comm& c, uint64_t seq, OpenSeq& s);
   void trim(uint64_t now_ns);

@@ -429,6 +429,8 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
     }
     next[c.comm] = std::move(h);
   }
+  // A communicator the tracker forgot (its ranks are gone) is forgotten here too.
+  std::erase_if(reported_, [&](const auto& kv) { return !next.count(kv.first); });
   health_ = std::move(next);
   return events;
 }

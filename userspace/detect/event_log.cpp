@@ -12,6 +12,7 @@ void EventLog::add(DetectedEvent ev) {
   while (events_.size() > capacity_) {
     events_.pop_front();
     ++dropped_;
+    count_cap(caps_, Cap::kDetectedEvents);
   }
 }
 

@@ -7,19 +7,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "userspace/common/caps.h"
+#include "userspace/common/defaults.h"
 #include "userspace/detect/detectors.h"
 
 namespace argus {
 
 class EventLog {
  public:
-  explicit EventLog(size_t capacity = 10000) : capacity_(capacity) {}
+  explicit EventLog(size_t capacity = kDefaultMaxDetectedEvents, CapCounts* caps = nullptr)
+      : capacity_(capacity), caps_(caps) {}
   void add(DetectedEvent ev);
   std::vector<DetectedEvent> since(double unix_seconds) const;  // time >= since
   uint64_t dropped() const;  // oldest events pushed out by the bound
 
  private:
   size_t capacity_;
+  CapCounts* caps_;
   mutable std::mutex mu_;
   std::deque<DetectedEvent> events_;
   uint64_t dropped_ = 0;

@@ -39,6 +39,7 @@ class StepSketch {
  public:
   void add(uint32_t name_id, uint64_t duration_ns);
   bool empty() const { return entries_.empty(); }
+  size_t size() const { return entries_.size(); }
   void clear() { entries_.clear(); }
 
   std::vector<uint8_t> encode();

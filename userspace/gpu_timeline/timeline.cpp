@@ -1,7 +1,7 @@
 #include "userspace/gpu_timeline/timeline.h"
 
 #include <algorithm>
-#include <iterator>
+#include <string_view>
 
 namespace argus::gpu {
 namespace {
@@ -16,28 +16,6 @@ bool ends_in_receive(const argus_gpu_rec& r) {
 }
 bool is_nccl(const argus_gpu_rec& r) { return (r.flags & ARGUS_GPU_F_NCCL) != 0; }
 
-// Length of the union of [start, end) intervals (sorted by start) clipped to [lo, hi).
-template <typename Pred>
-uint64_t union_ns(const std::deque<argus_gpu_rec>& ks, uint64_t lo, uint64_t hi, Pred keep) {
-  uint64_t total = 0, cur_s = 0, cur_e = 0;
-  bool open = false;
-  for (const auto& k : ks) {
-    if (!keep(k)) continue;
-    const uint64_t s = std::max<uint64_t>(k.start_ns, lo), e = std::min<uint64_t>(k.end_ns, hi);
-    if (e <= s) continue;
-    if (open && s <= cur_e) {
-      cur_e = std::max(cur_e, e);
-      continue;
-    }
-    if (open) total += cur_e - cur_s;
-    cur_s = s;
-    cur_e = e;
-    open = true;
-  }
-  if (open) total += cur_e - cur_s;
-  return total;
-}
-
 }  // namespace
 
 const char* copy_direction_label(uint32_t dir) {
@@ -51,7 +29,72 @@ const char* copy_direction_label(uint32_t dir) {
   }
 }
 
-void Timeline::set_name(uint32_t id, std::string name) { names_[id] = std::move(name); }
+void IntervalUnion::add(uint64_t start_ns, uint64_t end_ns) {
+  if (end_ns <= start_ns) return;
+  if (spans_.empty() || start_ns > spans_.back().end) {
+    spans_.push_back({start_ns, end_ns});
+    total_ += end_ns - start_ns;
+    return;
+  }
+  if (start_ns >= spans_.back().start) {  // overlaps or touches the newest span
+    if (end_ns > spans_.back().end) {
+      total_ += end_ns - spans_.back().end;
+      spans_.back().end = end_ns;
+    }
+    return;
+  }
+  // Back in time: the first span that ends at or after start, then every span it reaches.
+  auto it = std::lower_bound(spans_.begin(), spans_.end(), start_ns,
+                             [](const Span& s, uint64_t v) { return s.end < v; });
+  if (end_ns < it->start) {
+    spans_.insert(it, {start_ns, end_ns});
+    total_ += end_ns - start_ns;
+    return;
+  }
+  Span merged{std::min(start_ns, it->start), std::max(end_ns, it->end)};
+  auto last = it;
+  for (; last != spans_.end() && last->start <= merged.end; ++last) {
+    merged.end = std::max(merged.end, last->end);
+    total_ -= last->end - last->start;
+  }
+  total_ += merged.end - merged.start;
+  *it = merged;
+  spans_.erase(std::next(it), last);
+}
+
+size_t IntervalUnion::trim(uint64_t lo, size_t max_spans) {
+  while (!spans_.empty() && spans_.front().end < lo) {
+    total_ -= spans_.front().end - spans_.front().start;
+    spans_.pop_front();
+  }
+  size_t capped = 0;
+  for (; spans_.size() > max_spans; ++capped) {
+    total_ -= spans_.front().end - spans_.front().start;
+    spans_.pop_front();
+  }
+  return capped;
+}
+
+uint64_t IntervalUnion::covered_since(uint64_t lo, uint64_t& visited) const {
+  uint64_t below = 0;
+  for (const auto& s : spans_) {  // only the spans that start before lo: one after a trim at lo
+    ++visited;
+    if (s.start >= lo) break;
+    below += std::min(s.end, lo) - s.start;
+  }
+  return total_ - below;
+}
+
+void Timeline::set_name(uint32_t id, std::string name) {
+  auto it = names_.find(id);
+  if (it != names_.end()) {
+    it->second = std::move(name);
+  } else if (names_.size() < opts_.max_names) {
+    names_.emplace(id, std::move(name));
+  } else {
+    count_cap(opts_.caps, Cap::kKernelNames);
+  }
+}
 
 std::string Timeline::name(uint32_t id) const {
   auto it = names_.find(id);
@@ -66,7 +109,6 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
   // measured in start order.
   auto by_start = [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; };
   if (!std::is_sorted(batch.begin(), batch.end(), by_start)) std::stable_sort(batch.begin(), batch.end(), by_start);
-  std::vector<argus_gpu_rec> batch_kernels;  // sorted by start, as the batch
   for (const auto& r : batch) {
     if (r.end_ns < r.start_ns) {  // malformed: counted as such, never used
       totals_.malformed += 1;
@@ -77,7 +119,6 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
     switch (r.kind) {
       case ARGUS_GPU_KERNEL:
         add_kernel(r, max_gap_ns);
-        batch_kernels.push_back(r);
         break;
       case ARGUS_GPU_MEMCPY:
         totals_.memcpys += 1;
@@ -90,23 +131,7 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
         break;
     }
   }
-  merge_kernels(batch_kernels);
   trim();
-}
-
-// kernels_ stays sorted by start. Batches nearly always follow the previous
-// one (an append); one that goes back in time is merged in one pass.
-void Timeline::merge_kernels(const std::vector<argus_gpu_rec>& sorted) {
-  if (sorted.empty()) return;
-  if (kernels_.empty() || kernels_.back().start_ns <= sorted.front().start_ns) {
-    kernels_.insert(kernels_.end(), sorted.begin(), sorted.end());
-    return;
-  }
-  std::vector<argus_gpu_rec> merged;
-  merged.reserve(kernels_.size() + sorted.size());
-  auto by_start = [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; };
-  std::merge(kernels_.begin(), kernels_.end(), sorted.begin(), sorted.end(), std::back_inserter(merged), by_start);
-  kernels_.assign(merged.begin(), merged.end());
 }
 
 void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {
@@ -115,6 +140,8 @@ void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {
   totals_.kernel_ns += d;
   if (is_nccl(r)) totals_.nccl_kernel_ns += d;
   if (first_ns_ == 0 || r.start_ns < first_ns_) first_ns_ = r.start_ns;
+  busy_.add(r.start_ns, r.end_ns);
+  if (is_nccl(r)) nccl_.add(r.start_ns, r.end_ns);
   if (frontier_ns_ != 0 && r.start_ns > frontier_ns_) {
     const uint64_t gap = r.start_ns - frontier_ns_;
     if (gap <= max_gap_ns) {
@@ -122,6 +149,8 @@ void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {
       totals_.idle_ns += gap;
       if (bubble) totals_.bubble_ns += gap;
       gaps_.push_back({r.start_ns, gap, bubble});
+      gaps_idle_ns_ += gap;
+      if (bubble) gaps_bubble_ns_ += gap;
       recent_gaps_.push_back({r.start_ns, gap, bubble});
     }
   }
@@ -144,12 +173,30 @@ void Timeline::sketch_kernel(const argus_gpu_rec& r) {
     close_step(marks_.front());
     marks_.pop_front();
   }
+  // No step mark for too long (a producer that never calls NCCL: inference, one
+  // GPU, Gloo), or too many kernels: the sketch closes anyway, so it stays bounded.
+  if (!open_.empty()) {
+    const uint64_t begun = open_step_ns_ != 0 ? open_step_ns_ : open_first_ns_;
+    const auto max_ns = static_cast<uint64_t>(opts_.max_step_seconds * kNs);
+    if (r.start_ns >= begun + max_ns) {
+      count_cap(opts_.caps, Cap::kStepSketchTime);
+      close_step(r.start_ns, "time");
+    } else if (open_.size() >= opts_.max_step_kernels) {
+      count_cap(opts_.caps, Cap::kStepSketchRecords);
+      close_step(r.start_ns, "kernels");
+    }
+  }
+  if (open_.empty()) open_first_ns_ = r.start_ns;
   open_.add(r.name_id, r.end_ns - r.start_ns);
 }
 
-void Timeline::close_step(uint64_t next_start_ns) {
-  if (!open_.empty() && open_step_ns_ != 0) {
-    steps_.push_back({open_step_ns_, open_.encode()});
+// closed_by "step": a step mark closes it, kept when a mark also opened it (the
+// partial step before the first mark is not). Cut short: always kept.
+void Timeline::close_step(uint64_t next_start_ns, const char* closed_by) {
+  const bool cut = std::string_view(closed_by) != "step";
+  const uint64_t start = open_step_ns_ != 0 ? open_step_ns_ : (cut ? open_first_ns_ : 0);
+  if (!open_.empty() && start != 0) {
+    steps_.push_back({start, open_.encode(), closed_by});
     while (steps_.size() > opts_.max_steps) steps_.pop_front();
   }
   open_.clear();  // keeps its buffer: no allocation per record
@@ -167,23 +214,32 @@ double Timeline::mean_step_bytes(size_t last) const {
 void Timeline::trim() {
   const auto keep_ns = static_cast<uint64_t>(opts_.trace_seconds * kNs);
   const auto window_ns = static_cast<uint64_t>(opts_.window_seconds * kNs);
-  while (!recent_.empty() && (recent_.size() > opts_.max_records ||
-                              (frontier_ns_ > keep_ns && recent_.front().end_ns < frontier_ns_ - keep_ns)))
-    recent_.pop_front();
-  const uint64_t lo = frontier_ns_ > window_ns ? frontier_ns_ - window_ns : 0;
-  // Long kernels (a hung collective) may start before lo and still matter: keep by end.
-  while (!kernels_.empty() && (kernels_.size() > opts_.max_records || kernels_.front().end_ns < lo))
-    kernels_.pop_front();
-  while (!gaps_.empty() && gaps_.front().end_ns < lo) gaps_.pop_front();
   const uint64_t keep_lo = frontier_ns_ > keep_ns ? frontier_ns_ - keep_ns : 0;
-  while (!recent_gaps_.empty() && (recent_gaps_.size() > opts_.max_records || recent_gaps_.front().end_ns < keep_lo))
-    recent_gaps_.pop_front();
+  while (!recent_.empty() && recent_.front().end_ns < keep_lo) recent_.pop_front();
+  if (recent_.size() > opts_.max_records) {
+    count_cap(opts_.caps, Cap::kGpuTraceRecords, recent_.size() - opts_.max_records);
+    recent_.erase(recent_.begin(), recent_.end() - static_cast<std::ptrdiff_t>(opts_.max_records));
+  }
+  const uint64_t lo = frontier_ns_ > window_ns ? frontier_ns_ - window_ns : 0;
+  // Long kernels (a hung collective) may start before lo and still matter: kept by end.
+  count_cap(opts_.caps, Cap::kGpuWindowIntervals, busy_.trim(lo, opts_.max_intervals));
+  count_cap(opts_.caps, Cap::kGpuWindowIntervals, nccl_.trim(lo, opts_.max_intervals));
+  auto pop_gap = [this] {
+    gaps_idle_ns_ -= gaps_.front().ns;
+    if (gaps_.front().bubble) gaps_bubble_ns_ -= gaps_.front().ns;
+    gaps_.pop_front();
+  };
+  while (!gaps_.empty() && gaps_.front().end_ns < lo) pop_gap();
+  for (; gaps_.size() > opts_.max_intervals; pop_gap()) count_cap(opts_.caps, Cap::kGpuGaps);
+  while (!recent_gaps_.empty() && recent_gaps_.front().end_ns < keep_lo) recent_gaps_.pop_front();
+  for (; recent_gaps_.size() > opts_.max_records; recent_gaps_.pop_front()) count_cap(opts_.caps, Cap::kGpuGaps);
 }
 
 WindowStats Timeline::window(uint64_t now_ns) const {
   WindowStats w;
   const auto window_ns = static_cast<uint64_t>(opts_.window_seconds * kNs);
-  if (frontier_ns_ == 0 || kernels_.empty()) return w;
+  window_visits_ = 0;
+  if (frontier_ns_ == 0 || busy_.size() == 0) return w;
   // Records arrive after they complete; a rank whose GPU has gone quiet for a
   // whole window has no current figures.
   if (now_ns > frontier_ns_ && now_ns - frontier_ns_ > window_ns) return w;
@@ -193,14 +249,17 @@ WindowStats Timeline::window(uint64_t now_ns) const {
   const double span = static_cast<double>(hi - lo);
   w.has_data = true;
   w.span_s = span / kNs;
-  w.busy_ratio = static_cast<double>(union_ns(kernels_, lo, hi, [](const argus_gpu_rec&) { return true; })) / span;
-  w.nccl_ratio = static_cast<double>(union_ns(kernels_, lo, hi, is_nccl)) / span;
-  uint64_t idle = 0, bubble = 0;
-  for (const auto& g : gaps_) {
-    if (g.end_ns <= lo || g.end_ns > hi) continue;
-    const uint64_t ns = std::min(g.ns, g.end_ns - lo);
-    idle += ns;
-    if (g.bubble) bubble += ns;
+  // Every span and gap ends at or before hi (the latest kernel end); the ones
+  // that start before lo are the oldest few, clipped.
+  w.busy_ratio = static_cast<double>(busy_.covered_since(lo, window_visits_)) / span;
+  w.nccl_ratio = static_cast<double>(nccl_.covered_since(lo, window_visits_)) / span;
+  uint64_t idle = gaps_idle_ns_, bubble = gaps_bubble_ns_;
+  for (const auto& g : gaps_) {  // by end; they never overlap
+    ++window_visits_;
+    if (g.end_ns - g.ns >= lo) break;
+    const uint64_t outside = g.end_ns <= lo ? g.ns : lo - (g.end_ns - g.ns);
+    idle -= outside;
+    if (g.bubble) bubble -= outside;
   }
   w.idle_s = static_cast<double>(idle) / kNs;
   w.bubble_ratio = static_cast<double>(bubble) / span;

@@ -4,7 +4,6 @@
 // sketches, and the recent records for the trace. Pure logic on timestamps:
 // unit-tested on hand-built records, no clock, no BPF.
 #pragma once
-#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -12,16 +11,24 @@
 #include <vector>
 
 #include "bpf/argus_gpu_wire.h"
+#include "userspace/common/caps.h"
+#include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/sketch.h"
 
 namespace argus::gpu {
 
 struct TimelineOptions {
   double window_seconds = kDefaultWindowSeconds;
-  double trace_seconds = 60;       // recent records kept for GET /api/v1/trace
-  size_t max_records = 200000;     // ... and at most this many
+  double trace_seconds = kDefaultTraceSeconds;        // recent records kept for GET /api/v1/trace
+  size_t max_records = kDefaultMaxTraceRecordsPerRank;  // ... and at most this many (records, gaps)
   double min_step_gap_s = 1.0;     // an idle gap longer than max(this, 2 steps) is outside the steps
   size_t max_steps = 600;          // step sketches kept
+  // A sketch with no step mark for this long, or this many kernels, closes anyway.
+  double max_step_seconds = kDefaultMaxStepSketchSeconds;
+  size_t max_step_kernels = kDefaultMaxStepSketchKernels;
+  size_t max_names = kDefaultMaxKernelNamesPerRank;
+  size_t max_intervals = kDefaultMaxWindowIntervalsPerRank;  // busy intervals (and gaps) in the window
+  CapCounts* caps = nullptr;       // where the bounds that bite are counted
 };
 
 struct GpuTotals {
@@ -50,6 +57,31 @@ struct WindowStats {
 struct StepSummary {
   uint64_t start_ns = 0;
   std::vector<uint8_t> sketch;  // StepSketch::encode()
+  // Closed by a step mark, or cut short: no mark in max_step_seconds ("time") or
+  // max_step_kernels reached ("kernels").
+  const char* closed_by = "step";
+};
+
+// The union of [start, end) intervals as disjoint spans sorted by start, with
+// their total length. Intervals that come in start order (nearly all) append or
+// extend the last span in O(1); one that goes back in time is merged in place.
+// The covered time above any point at or before the oldest kept span's end is
+// O(1): the window never scans its kernels.
+class IntervalUnion {
+ public:
+  void add(uint64_t start_ns, uint64_t end_ns);
+  // Drops the spans that end before lo, then the oldest past max_spans; returns how many went by the count.
+  size_t trim(uint64_t lo, size_t max_spans);
+  // Covered length in [lo, +inf); visited: spans looked at.
+  uint64_t covered_since(uint64_t lo, uint64_t& visited) const;
+  size_t size() const { return spans_.size(); }
+
+ private:
+  struct Span {
+    uint64_t start, end;
+  };
+  std::deque<Span> spans_;
+  uint64_t total_ = 0;
 };
 
 const char* copy_direction_label(uint32_t dir);  // "htod", "dtoh", ...
@@ -58,6 +90,7 @@ class Timeline {
  public:
   explicit Timeline(TimelineOptions opts = {}) : opts_(opts) {}
 
+  // A rank keeps at most max_names names: a later one is refused (counted).
   void set_name(uint32_t id, std::string name);
   std::string name(uint32_t id) const;  // "kernel#<id>" when never announced
   const std::map<uint32_t, std::string>& names() const { return names_; }
@@ -68,9 +101,13 @@ class Timeline {
   // The host saw a new step start at ts (CLOCK_MONOTONIC): closes the running sketch.
   void mark_step(uint64_t ts_ns);
 
+  // O(1) in the records of the window (incremental sums); see window_visits().
   WindowStats window(uint64_t now_ns) const;
+  // Test hook: spans and gaps the last window() looked at.
+  uint64_t window_visits() const { return window_visits_; }
   const GpuTotals& totals() const { return totals_; }
   std::vector<argus_gpu_rec> recent(uint64_t since_ns) const;
+  const std::deque<argus_gpu_rec>& recent_records() const { return recent_; }  // by arrival
   const std::deque<StepSummary>& steps() const { return steps_; }
   // In-step idle gaps that ended at or after since_ns (bubble: it ended at a receive).
   struct Gap {
@@ -79,14 +116,14 @@ class Timeline {
     bool bubble;
   };
   std::vector<Gap> gaps_since(uint64_t since_ns) const;
+  const std::deque<Gap>& recent_gaps() const { return recent_gaps_; }  // by end
   double mean_step_bytes(size_t last) const;  // encoded sketch bytes per step, 0 when none
   uint64_t latest_end_ns() const { return frontier_ns_; }
 
  private:
   void add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns);
   void sketch_kernel(const argus_gpu_rec& r);
-  void merge_kernels(const std::vector<argus_gpu_rec>& sorted);
-  void close_step(uint64_t next_start_ns);
+  void close_step(uint64_t next_start_ns, const char* closed_by = "step");
   void trim();
 
   TimelineOptions opts_;
@@ -95,11 +132,16 @@ class Timeline {
   uint64_t frontier_ns_ = 0;  // latest kernel end seen
   uint64_t first_ns_ = 0;     // earliest kernel start seen
   std::deque<argus_gpu_rec> recent_;  // kernels and copies, by arrival
-  std::deque<argus_gpu_rec> kernels_;  // kernels within the window, by start
-  std::deque<Gap> gaps_;         // within the window
+  IntervalUnion busy_;  // kernels within the window
+  IntervalUnion nccl_;  // NCCL kernels within the window
+  std::deque<Gap> gaps_;         // within the window, by end (they never overlap)
+  uint64_t gaps_idle_ns_ = 0;    // sum over gaps_
+  uint64_t gaps_bubble_ns_ = 0;  // ... of the bubbles
   std::deque<Gap> recent_gaps_;  // within the trace horizon
+  mutable uint64_t window_visits_ = 0;
   std::deque<uint64_t> marks_;  // step starts not yet reached by the records
-  uint64_t open_step_ns_ = 0;
+  uint64_t open_step_ns_ = 0;   // the step mark that opened the sketch (0: none yet)
+  uint64_t open_first_ns_ = 0;  // the start of its first kernel
   StepSketch open_;
   std::deque<StepSummary> steps_;
 };

@@ -152,7 +152,11 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
-  it->second.comms.push_back(info);
+  if (it->second.comms.size() >= opts_.max_comm_inits) {
+    count_cap(opts_.caps, Cap::kRankCommInits);
+  } else {
+    it->second.comms.push_back(info);
+  }
   apply_identity_from_init(it->second, info);
 }
 
@@ -175,6 +179,25 @@ void RankRegistry::on_exit(int pid, int exit_code) {
     mark_exited(it->second, "signal", sig);
   else
     mark_exited(it->second, "exit", (exit_code >> 8) & 0xff);
+  evict_exited_past_cap(pid);
+}
+
+// Rank churn (short-lived ranks, restarts) must not grow the registry for a
+// whole grace period: past max_exited, the ranks that exited first go first.
+void RankRegistry::evict_exited_past_cap(int keep_pid) {
+  size_t exited = 0;
+  for (const auto& [pid, e] : entries_) exited += e.snap.exited ? 1 : 0;
+  while (exited > opts_.max_exited) {
+    auto oldest = entries_.end();
+    for (auto it = entries_.begin(); it != entries_.end(); ++it)
+      if (it->second.snap.exited && it->first != keep_pid &&
+          (oldest == entries_.end() || it->second.snap.exited_at_unix < oldest->second.snap.exited_at_unix))
+        oldest = it;
+    if (oldest == entries_.end()) return;
+    entries_.erase(oldest);
+    --exited;
+    count_cap(opts_.caps, Cap::kExitedRanks);
+  }
 }
 
 void RankRegistry::on_vanished(int pid) {
@@ -182,6 +205,7 @@ void RankRegistry::on_vanished(int pid) {
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
   mark_exited(it->second, "exit", -1);  // code unknown: the exit event was not seen
+  evict_exited_past_cap(pid);
 }
 
 namespace {

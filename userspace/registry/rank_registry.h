@@ -1,7 +1,6 @@
 // The node's ranks: identity, exact counters and exit state, fed by decoded
 // events and BPF aggregates, read by the exporters as snapshots.
 #pragma once
-#include "userspace/common/defaults.h"
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -10,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "userspace/common/caps.h"
 #include "userspace/common/clock.h"
+#include "userspace/common/defaults.h"
 #include "userspace/model.h"
 #include "userspace/rank_identity.h"
 
@@ -41,6 +42,9 @@ struct RegistryOptions {
   double exit_grace_seconds = kDefaultExitGraceSeconds;  // an exited rank stays visible this long
   double window_seconds = kDefaultWindowSeconds;
   bool launches_counted = false;    // --probes deep
+  size_t max_exited = kDefaultMaxExitedRanks;  // exited ranks kept; past it the oldest goes before its grace
+  size_t max_comm_inits = kDefaultMaxCommsPerRank;  // ncclCommInitRank records kept per process
+  CapCounts* caps = nullptr;
 };
 
 class RankRegistry {
@@ -84,6 +88,7 @@ class RankRegistry {
 
   void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
   void mark_exited(Entry& e, const std::string& reason, int code);
+  void evict_exited_past_cap(int keep_pid);  // never the rank that just exited
 
   const Clock& clock_;
   RegistryOptions opts_;

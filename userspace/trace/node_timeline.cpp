@@ -39,9 +39,8 @@ void NodeTimeline::on_call(int pid, bool collective, const std::string& label, c
   Rank& r = rank(pid);
   r.host.push_back({collective, label, comm, start_ns, end_ns, ret});
   const auto keep_ns = static_cast<uint64_t>(opts_.host_trace_seconds * kNs);
-  while (!r.host.empty() && (r.host.size() > opts_.max_host_spans ||
-                             (end_ns > keep_ns && r.host.front().end_ns < end_ns - keep_ns)))
-    r.host.pop_front();
+  while (!r.host.empty() && end_ns > keep_ns && r.host.front().end_ns < end_ns - keep_ns) r.host.pop_front();
+  for (; r.host.size() > opts_.max_host_spans; r.host.pop_front()) count_cap(opts_.caps, Cap::kHostTraceSpans);
 }
 
 void NodeTimeline::on_collective_enter(int pid, uint64_t ts_ns, double step_seconds) {
@@ -105,16 +104,73 @@ NodeTimeline::StepHistory NodeTimeline::step_history(int pid, size_t last) const
   return h;
 }
 
-void NodeTimeline::gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, std::vector<TraceSpan>& out) const {
-  for (const auto& g : r.gpu.recent(from_ns)) {
-    if (g.start_ns > to_ns) continue;
+// Items overlap [from, to] when they end at or after from and start at or before to.
+NodeTimeline::RawTrace NodeTimeline::copy_trace(int pid, const Rank& r, uint64_t from_ns, uint64_t to_ns,
+                                                size_t budget) {
+  RawTrace raw;
+  raw.pid = pid;
+  auto in = [&](uint64_t start, uint64_t end) { return end >= from_ns && start <= to_ns; };
+  const auto& recs = r.gpu.recent_records();
+  const auto& gaps = r.gpu.recent_gaps();
+  // Over budget: keep the newest (by end), found by one selection over the ends.
+  uint64_t cutoff = 0;
+  size_t at_cutoff = 0;  // over budget: items ending exactly at cutoff still taken
+  {
+    std::vector<uint64_t> ends;
+    for (const auto& g : recs)
+      if (in(g.start_ns, g.end_ns)) ends.push_back(g.end_ns);
+    for (const auto& g : gaps)
+      if (in(g.end_ns - g.ns, g.end_ns)) ends.push_back(g.end_ns);
+    for (const auto& h : r.host)
+      if (in(h.start_ns, h.end_ns)) ends.push_back(h.end_ns);
+    if (ends.size() > budget) {
+      raw.left_out = ends.size() - budget;
+      if (budget == 0) return raw;
+      const auto nth = ends.end() - static_cast<std::ptrdiff_t>(budget);
+      std::nth_element(ends.begin(), nth, ends.end());
+      cutoff = *nth;
+      at_cutoff = static_cast<size_t>(std::count(nth, ends.end(), cutoff));
+    }
+  }
+  auto take = [&](uint64_t start, uint64_t end) {
+    if (!in(start, end) || end < cutoff) return false;
+    if (raw.left_out != 0 && end == cutoff) {
+      if (at_cutoff == 0) return false;
+      --at_cutoff;
+    }
+    return true;
+  };
+  for (const auto& g : recs)
+    if (take(g.start_ns, g.end_ns)) raw.gpu.push_back(g);
+  for (const auto& g : gaps)
+    if (take(g.end_ns - g.ns, g.end_ns)) raw.gaps.push_back(g);
+  for (const auto& h : r.host)
+    if (take(h.start_ns, h.end_ns)) raw.host.push_back(h);
+  for (const auto& g : raw.gpu)
+    if (g.kind == ARGUS_GPU_KERNEL && !raw.names.count(g.name_id)) raw.names[g.name_id] = r.gpu.name(g.name_id);
+  return raw;
+}
+
+TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
+  TraceRank tr;
+  tr.pid = raw.pid;
+  tr.left_out = raw.left_out;
+  tr.spans.reserve(raw.host.size() + raw.gpu.size() + raw.gaps.size());
+  for (const auto& h : raw.host) {
+    TraceSpan s{h.collective ? "NCCL calls" : "CUDA synchronize", h.label, h.start_ns, h.end_ns,
+                h.collective ? "collective" : "sync", {}};
+    if (!h.comm.empty()) s.args["comm"] = h.comm;
+    if (h.ret != 0) s.args["result"] = std::to_string(h.ret);
+    tr.spans.push_back(std::move(s));
+  }
+  for (const auto& g : raw.gpu) {
     TraceSpan s;
     s.start_ns = g.start_ns;
     s.end_ns = g.end_ns;
     s.category = kernel_category(g);
     if (g.kind == ARGUS_GPU_KERNEL) {
       s.track = "GPU stream " + std::to_string(g.stream_id);
-      s.name = r.gpu.name(g.name_id);
+      s.name = raw.names.at(g.name_id);
     } else {
       s.track = "GPU copies";
       s.name = s.category == "memcpy"
@@ -124,33 +180,29 @@ void NodeTimeline::gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, st
     }
     s.args["device"] = std::to_string(g.device_id);
     s.args["correlation_id"] = std::to_string(g.correlation_id);
-    out.push_back(std::move(s));
+    tr.spans.push_back(std::move(s));
   }
   // The in-step idle gaps the metrics count (gaps outside steps are not drawn),
   // bubbles named as such.
-  for (const auto& g : r.gpu.gaps_since(from_ns)) {
-    if (g.end_ns - g.ns > to_ns) continue;
-    out.push_back({"GPU idle", g.bubble ? "pipeline bubble" : "idle", g.end_ns - g.ns, g.end_ns,
-                   g.bubble ? "bubble" : "idle", {}});
-  }
+  for (const auto& g : raw.gaps)
+    tr.spans.push_back({"GPU idle", g.bubble ? "pipeline bubble" : "idle", g.end_ns - g.ns, g.end_ns,
+                        g.bubble ? "bubble" : "idle", {}});
+  return tr;
 }
 
 std::vector<TraceRank> NodeTimeline::trace(uint64_t from_ns, uint64_t to_ns) const {
+  std::vector<RawTrace> raws;
+  {
+    std::lock_guard lock(mu_);
+    const size_t budget = opts_.max_trace_spans / std::max<size_t>(1, ranks_.size());
+    raws.reserve(ranks_.size());
+    for (const auto& [pid, r] : ranks_) raws.push_back(copy_trace(pid, r, from_ns, to_ns, budget));
+  }
   std::vector<TraceRank> out;
-  std::lock_guard lock(mu_);
-  for (const auto& [pid, r] : ranks_) {
-    TraceRank tr;
-    tr.pid = pid;
-    for (const auto& h : r.host) {
-      if (h.end_ns < from_ns || h.start_ns > to_ns) continue;
-      TraceSpan s{h.collective ? "NCCL calls" : "CUDA synchronize", h.label, h.start_ns, h.end_ns,
-                  h.collective ? "collective" : "sync", {}};
-      if (!h.comm.empty()) s.args["comm"] = h.comm;
-      if (h.ret != 0) s.args["result"] = std::to_string(h.ret);
-      tr.spans.push_back(std::move(s));
-    }
-    gpu_spans(r, from_ns, to_ns, tr.spans);
-    if (!tr.spans.empty()) out.push_back(std::move(tr));
+  for (const auto& raw : raws) {
+    count_cap(opts_.caps, Cap::kTraceAnswerSpans, raw.left_out);
+    auto tr = build_trace(raw);
+    if (!tr.spans.empty() || tr.left_out != 0) out.push_back(std::move(tr));
   }
   return out;
 }

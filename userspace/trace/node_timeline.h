@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "bpf/argus.h"
+#include "userspace/common/caps.h"
+#include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/timeline.h"
 #include "userspace/model.h"
 
@@ -29,17 +31,22 @@ struct TraceSpan {
 struct TraceRank {
   int pid = 0;
   std::vector<TraceSpan> spans;
+  size_t left_out = 0;  // spans of the asked interval left out by the answer's cap (the oldest)
 };
 
 struct NodeTimelineOptions {
   gpu::TimelineOptions gpu;
-  double host_trace_seconds = 60;
-  size_t max_host_spans = 50000;  // per rank
+  double host_trace_seconds = kDefaultTraceSeconds;
+  size_t max_host_spans = kDefaultMaxHostSpansPerRank;  // per rank
+  size_t max_trace_spans = kDefaultMaxTraceAnswerSpans;  // per trace() answer, all ranks
+  CapCounts* caps = nullptr;  // also the GPU timelines' when gpu.caps is null
 };
 
 class NodeTimeline {
  public:
-  explicit NodeTimeline(NodeTimelineOptions opts = {}) : opts_(opts) {}
+  explicit NodeTimeline(NodeTimelineOptions opts = {}) : opts_(opts) {
+    if (opts_.gpu.caps == nullptr) opts_.gpu.caps = opts_.caps;
+  }
 
   void on_gpu_name(int pid, uint32_t id, std::string name);
   // lost: records the producer dropped plus any BPF could not copy.
@@ -59,6 +66,10 @@ class NodeTimeline {
     std::map<uint32_t, std::string> names;
   };
   StepHistory step_history(int pid, size_t last) const;
+  // The spans of [from, to]: at most max_trace_spans, split evenly between the
+  // ranks, each keeping its newest (a rank's left_out says how many went). Under
+  // the lock only a bounded copy of plain records is taken; the spans are built
+  // after it is released.
   std::vector<TraceRank> trace(uint64_t from_ns, uint64_t to_ns) const;
 
  private:
@@ -75,8 +86,18 @@ class NodeTimeline {
     uint64_t last_enter_ns = 0;
     std::deque<HostSpan> host;
   };
+  // What trace() copies of one rank under the lock.
+  struct RawTrace {
+    int pid = 0;
+    std::vector<argus_gpu_rec> gpu;
+    std::vector<gpu::Timeline::Gap> gaps;
+    std::vector<HostSpan> host;
+    std::map<uint32_t, std::string> names;  // of the kernels copied
+    size_t left_out = 0;
+  };
   Rank& rank(int pid);
-  void gpu_spans(const Rank& r, uint64_t from_ns, uint64_t to_ns, std::vector<TraceSpan>& out) const;
+  static RawTrace copy_trace(int pid, const Rank& r, uint64_t from_ns, uint64_t to_ns, size_t budget);
+  static TraceRank build_trace(const RawTrace& raw);
 
   NodeTimelineOptions opts_;
   mutable std::mutex mu_;
