@@ -318,6 +318,11 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                           "one at a time, ~0.1 s each.",
                           MetricType::Gauge);
   add(detaching, {}, static_cast<double>(a.probes_detaching));
+  auto caps = family("argus_agent_capability",
+                     "Capabilities the agent holds (1) or lacks (0), checked at start; the log names what a "
+                     "missing one blinds.",
+                     MetricType::Gauge);
+  for (const auto& [name, held] : a.capabilities) add(caps, {{"capability", name}}, held ? 1 : 0);
   auto usdt = family("argus_agent_usdt_spec_slots",
                      "libbpf's USDT spec table: its size (state=limit) and the slots GPU producers hold "
                      "(state=used). A full table blinds the GPU layer for new producers.",
@@ -357,7 +362,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &files, &released, &detaching, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
+                  &files, &released, &detaching, &caps, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
                   &poll_err}) {
     out.push_back(std::move(*f));
   }

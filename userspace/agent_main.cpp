@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "userspace/common/capabilities.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
 #include "exporters/api_routes.h"
@@ -77,19 +79,23 @@ std::string check_proc_root(const std::string& root) {
   return "--proc-root " + root + " holds no readable process entries (is it a procfs?)";
 }
 
-// Effective capabilities from /proc/self/status: root, or CAP_BPF + CAP_PERFMON
-// (with CAP_SYS_ADMIN for the uprobe PMU on older kernels).
-bool has_bpf_privileges() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("CapEff:", 0) != 0) continue;
-    const uint64_t caps = std::stoull(line.substr(7), nullptr, 16);
-    auto has = [&](int cap) { return (caps >> cap) & 1u; };
-    constexpr int kSysAdmin = 21, kPerfmon = 38, kBpf = 39;
-    return has(kSysAdmin) || (has(kBpf) && has(kPerfmon));
-  }
-  return false;
+// Each probe holds a file descriptor: take the whole open-file allowance, and
+// more where CAP_SYS_RESOURCE allows it.
+void raise_open_file_limit(bool sys_resource) {
+  constexpr rlim_t kWanted = 1 << 16;
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  rlimit want = lim;
+  if (sys_resource && lim.rlim_max != RLIM_INFINITY && lim.rlim_max < kWanted) want.rlim_max = kWanted;
+  want.rlim_cur = want.rlim_max;
+  if (want.rlim_cur != lim.rlim_cur && setrlimit(RLIMIT_NOFILE, &want) != 0)
+    spdlog::warn("cannot raise the open-file limit from {}: {}", lim.rlim_cur, std::strerror(errno));
+}
+
+// One line per capability the agent runs without, naming what goes blind.
+void report_missing_capabilities(const argus::CapabilityReport& caps) {
+  for (const auto& c : caps.checks)
+    if (!c.held) spdlog::warn("running without {} ({}): {}", c.name, c.layer, c.without);
 }
 
 }  // namespace
@@ -189,7 +195,8 @@ int main(int argc, char** argv) {
   if (access(btf.c_str(), R_OK) != 0)
     return fail("no kernel BTF at " + btf + " (" + std::strerror(errno) +
                 "): the agent needs a kernel built with CONFIG_DEBUG_INFO_BTF");
-  if (!has_bpf_privileges())
+  const argus::CapabilityReport caps = argus::check_own_capabilities();
+  if (!caps.can_load_bpf)
     return fail("needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN) to load eBPF programs");
   auto listen_addr = argus::parse_listen_address(listen);
   if (!listen_addr.ok()) return fail(listen_addr.error());
@@ -205,7 +212,9 @@ int main(int argc, char** argv) {
   opts.usdt_spec_slots = usdt_slots;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
   opts.only_env = only_env;
+  for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 
+  raise_open_file_limit(opts.capabilities["CAP_SYS_RESOURCE"]);
   argus::SystemClock clock;
   auto runtime = argus::AgentRuntime::create(opts, clock);
   if (!runtime.ok()) return fail(runtime.error());
@@ -276,6 +285,7 @@ int main(int argc, char** argv) {
   spdlog::info("argus-agent {} on node {}: probes={}, listening on {} (port {}, {}{}{})", ARGUS_VERSION, node, probes,
                listen, *port, http.tls() ? "https" : "http", http_opts.auth_token.empty() ? "" : ", bearer token",
                debug_routes ? ", debug routes on" : "");
+  report_missing_capabilities(caps);  // once it runs: a start-up failure stays one line
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   spdlog::info("stopping");
   http.stop();

@@ -148,9 +148,14 @@ inline RunResult run_command(const std::vector<std::string>& argv, const fs::pat
 // The agent on a private loopback port, ready when /healthz answers.
 class Agent {
  public:
-  explicit Agent(const fs::path& dir, std::vector<std::string> extra_args = {}) : port_(free_port()) {
-    std::vector<std::string> argv = {bin("argus-agent"), "--listen", "127.0.0.1:" + std::to_string(port_),
-                                     "--log-level", "debug", "--exit-grace", "600"};
+  // `launcher`: a command the agent runs under (e.g. setpriv with a capability set).
+  explicit Agent(const fs::path& dir, std::vector<std::string> extra_args = {}, std::vector<std::string> launcher = {})
+      : port_(free_port()) {
+    std::vector<std::string> argv = launcher;
+    for (const std::string& a : {bin("argus-agent"), std::string("--listen"), "127.0.0.1:" + std::to_string(port_),
+                                 std::string("--log-level"), std::string("debug"), std::string("--exit-grace"),
+                                 std::string("600")})
+      argv.push_back(a);
     argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     log_ = dir / "agent.log";
     child_ = std::make_unique<Child>(argv, log_);

@@ -484,6 +484,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.usdt_spec_slots_used = probe_stats.usdt_slots_used;
   a.usdt_spec_slots_limit = probe_stats.usdt_slots_limit;
   a.probes_detaching = probe_stats.probes_detaching;
+  a.capabilities = opts_.capabilities;
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();

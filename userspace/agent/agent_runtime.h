@@ -39,6 +39,7 @@ struct AgentOptions {
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
   uint32_t usdt_spec_slots = kUsdtSpecSlots;
   std::string only_env;  // KEY=VALUE, or empty
+  std::map<std::string, bool> capabilities;  // held at start (CAP_BPF, ...), for /metrics
   StragglerOptions straggler;
   HangOptions hang;
 };
