@@ -178,12 +178,16 @@ TEST_F(ChurnTest, ShortLivedRanksGiveProbesFdsAndUsdtSlotsBack) {
   const int pid = agent_->child().pid();
   const FdCount base = agent_fds(pid);
   const double base_nccl = std::max(0.0, metric(*agent_, "argus_agent_probed_files", {{"library", "nccl"}}));
+  const double base_slots = std::max(0.0, metric(*agent_, "argus_agent_usdt_spec_slots", {{"state", "used"}}));
 
   // Twelve GPU producers, two at a time: 60 slots over time through a 12-slot table.
   for (int i = 0; i < 12; i += 2) churn(i, 2, {bin("gpu_bad_producer")}, "gpu");
-  EXPECT_EQ(peak_slots_, 10);  // 5 distinct USDT argument specs per copy, 2 copies at once
+  // 5 distinct USDT argument specs per copy, 2 copies at once (other producers on
+  // the node, a test's leftover, may hold slots too: the table still never overflows).
+  EXPECT_GE(peak_slots_, base_slots + 10);
+  EXPECT_LE(peak_slots_, 12);
   EXPECT_LE(metric(*agent_, "argus_agent_probe_attach_errors_total", {{"library", "gpu"}}), 0) << agent_->log();
-  EXPECT_EQ(metric(*agent_, "argus_agent_usdt_spec_slots", {{"state", "used"}}), 0);
+  EXPECT_EQ(metric(*agent_, "argus_agent_usdt_spec_slots", {{"state", "used"}}), base_slots);
   // Three NCCL copies, one at a time.
   peak_probes_ = 0;
   for (int i = 100; i < 103; ++i) churn(i, 1, {lib("libnccl.so.2")}, "nccl");
