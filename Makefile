@@ -1,9 +1,11 @@
 # The two commands of the README: `make demo` and `make test`.
 BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+FUZZ_SECONDS ?= 300
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test unit integration bench clean
+.PHONY: all deps build demo test unit integration fuzz asan bench clean
 
 all: build
 
@@ -28,8 +30,23 @@ unit: build
 integration: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L integration
 
+# Each libFuzzer target (fuzz/) for FUZZ_SECONDS; `make test` runs them a few seconds each.
+fuzz: build
+	@test -f $(BUILD_DIR)/fuzz/targets.txt || { echo "fuzz: no fuzz build (ARGUS_FUZZ=OFF: clang-14 with libFuzzer not found)"; exit 1; }
+	@set -e; for t in $$(cat $(BUILD_DIR)/fuzz/targets.txt); do \
+	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  ./fuzz/run.sh $(BUILD_DIR)/fuzz/fuzz_$$t fuzz/corpus/$$t $(BUILD_DIR)/fuzz-work/$$t $(FUZZ_SECONDS); \
+	done
+
+# The unit tests built with ASan + UBSan (.ci/run runs this after `make test`).
+asan: deps
+	cmake -S . -B $(ASAN_DIR) -DARGUS_SANITIZE=ON -DARGUS_FUZZ=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+	  ctest --output-on-failure --timeout 300 -L unit
+
 bench: build
 	./bench/run.sh
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)
