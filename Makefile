@@ -37,10 +37,10 @@ integration: build
 
 # Each libFuzzer target (fuzz/) for FUZZ_SECONDS; `make test` runs them a few seconds each.
 fuzz: build
-	@test -f $(BUILD_DIR)/fuzz/targets.txt || { echo "fuzz: no fuzz build (ARGUS_FUZZ=OFF: clang-14 with libFuzzer not found)"; exit 1; }
-	@set -e; for t in $$(cat $(BUILD_DIR)/fuzz/targets.txt); do \
+	@test -f $(BUILD_DIR)/fuzzers/targets.txt || { echo "fuzz: no fuzz build (ARGUS_FUZZ=OFF: clang-14 with libFuzzer not found)"; exit 1; }
+	@set -e; for t in $$(cat $(BUILD_DIR)/fuzzers/targets.txt); do \
 	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
-	  ./fuzz/run.sh $(BUILD_DIR)/fuzz/fuzz_$$t fuzz/corpus/$$t $(BUILD_DIR)/fuzz-work/$$t $(FUZZ_SECONDS); \
+	  ./fuzz/run.sh $(BUILD_DIR)/fuzzers/fuzz_$$t fuzz/corpus/$$t $(BUILD_DIR)/fuzz-work/$$t $(FUZZ_SECONDS); \
 	done
 
 # The unit tests built with ASan + UBSan (.ci/run runs this after `make test`).
