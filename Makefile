@@ -1,9 +1,16 @@
 # The two commands of the README: `make demo` and `make test`.
 BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+# What the unit tests run or load (not the integration tests or benches).
+ASAN_TARGETS ?= unit_tests argus-agent argusctl argus-sim nccl_shim cuda_shim
+# Tests that dlclose the simulator's emulated libcuda/libnccl, whose process-lifetime
+# tables (streams, modules, communicators) then look leaked: run without the leak check.
+ASAN_NO_LEAK_CHECK = ^Sim(Gpu|Shim)Test\.
+FUZZ_SECONDS ?= 300
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test unit integration bench clean
+.PHONY: all deps build demo test unit integration fuzz asan bench clean
 
 all: build
 
@@ -28,8 +35,25 @@ unit: build
 integration: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L integration
 
+# Each libFuzzer target (fuzz/) for FUZZ_SECONDS; `make test` runs them a few seconds each.
+fuzz: build
+	@test -f $(BUILD_DIR)/fuzzers/targets.txt || { echo "fuzz: no fuzz build (ARGUS_FUZZ=OFF: clang-14 with libFuzzer not found)"; exit 1; }
+	@set -e; for t in $$(cat $(BUILD_DIR)/fuzzers/targets.txt); do \
+	  echo "== fuzz_$$t: $(FUZZ_SECONDS) s"; \
+	  ./fuzz/run.sh $(BUILD_DIR)/fuzzers/fuzz_$$t fuzz/corpus/$$t $(BUILD_DIR)/fuzz-work/$$t $(FUZZ_SECONDS); \
+	done
+
+# The unit tests built with ASan + UBSan (.ci/run runs this after `make test`).
+asan: deps
+	cmake -S . -B $(ASAN_DIR) -DARGUS_SANITIZE=ON -DARGUS_FUZZ=OFF $(CMAKE_FLAGS)
+	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
+	cd $(ASAN_DIR) && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+	  ctest --output-on-failure --timeout 300 -L unit -E '$(ASAN_NO_LEAK_CHECK)'
+	cd $(ASAN_DIR) && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=0 \
+	  ctest --output-on-failure --timeout 300 -L unit -R '$(ASAN_NO_LEAK_CHECK)'
+
 bench: build
 	./bench/run.sh
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -8,6 +8,7 @@
 #include "userspace/detect/event_log.h"
 #include "exporters/json_api.h"
 #include "exporters/prometheus_exporter.h"
+#include "exporters/query_params.h"
 #include "exporters/trace_export.h"
 
 namespace argus {
@@ -19,11 +20,11 @@ double unix_now() {
 
 HttpResponse bad_request(const std::string& why) { return HttpResponse::json(400, dump_json({{"error", why}})); }
 
-// A decimal integer in [lo, hi] that is the whole text.
+// A decimal integer in [lo, hi] that is the whole text (exporters/query_params.h).
 bool parse_int(const std::string& text, long lo, long hi, long& out) {
-  char* end = nullptr;
-  out = std::strtol(text.c_str(), &end, 10);
-  return !text.empty() && end != nullptr && *end == '\0' && out >= lo && out <= hi;
+  const auto v = parse_int_param(text, lo, hi);
+  if (v) out = *v;
+  return v.has_value();
 }
 
 // The running process of (job, rank) on this node, else the newest one that ran.
@@ -72,10 +73,9 @@ void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions opti
   http.route("GET", "/api/v1/events", [&src](const HttpRequest& req) {
     double since = 0;
     if (auto it = req.query.find("since"); it != req.query.end()) {
-      char* end = nullptr;
-      since = std::strtod(it->second.c_str(), &end);
-      if (it->second.empty() || end == nullptr || *end != '\0' || !std::isfinite(since))
-        return bad_request("since must be UNIX seconds");
+      const auto v = parse_number_param(it->second);
+      if (!v) return bad_request("since must be UNIX seconds");
+      since = *v;
     }
     nlohmann::json list = nlohmann::json::array();
     for (const auto& ev : src.events_since(since)) list.push_back(event_to_json(ev));

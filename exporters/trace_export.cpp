@@ -7,6 +7,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "exporters/query_params.h"
+
 namespace argus {
 namespace {
 
@@ -42,14 +44,13 @@ TraceSecondsParse parse_trace_seconds(const std::string& value, bool present) {
     p.ok = true;
     return p;
   }
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || end == nullptr || *end != '\0' || !std::isfinite(v) || v <= 0 || v > kTraceMaxSeconds) {
+  const auto v = parse_number_param(value);
+  if (!v || *v <= 0 || *v > kTraceMaxSeconds) {
     p.error = "seconds must be a number above 0 and at most 60 (the agent keeps the last 60 s), got '" + value + "'";
     return p;
   }
   p.ok = true;
-  p.seconds = v;
+  p.seconds = *v;
   return p;
 }
 

@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake pkg-config git make
-  clang-14 llvm-14 clang libbpf-dev bpftool libelf-dev zlib1g-dev
+  clang-14 libclang-rt-14-dev llvm-14 clang libbpf-dev bpftool libelf-dev zlib1g-dev
   prometheus-cpp-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libcpp-httplib-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -182,6 +182,19 @@ TEST_F(ApiRoutes, BadInputIsA400WithAReason) {
   EXPECT_EQ(get("/api/v1/ranks/j/3/gpu-steps").status, 200);
 }
 
+// Query values are percent-decoded, so a NUL can sit inside one: the value is
+// the whole text, never the part before the NUL (found by fuzz/fuzz_http_query).
+TEST_F(ApiRoutes, EmbeddedNulInAQueryValueIsA400) {
+  for (const char* path : {"/api/v1/ranks/j/3/gpu-steps?last=5%00junk", "/api/v1/ranks/j/3%00x/gpu-steps",
+                           "/api/v1/events?since=1700000050%00x"}) {
+    EXPECT_EQ(get(path).status, 400) << path;
+  }
+  http->stop();
+  start(true);  // the trace is a debug route
+  EXPECT_EQ(get("/api/v1/trace?seconds=2%00x").status, 400);
+  EXPECT_EQ(get("/api/v1/trace?seconds=2").status, 200);
+}
+
 TEST_F(ApiRoutes, HealthzFollowsTheHeartbeat) {
   EXPECT_EQ(get("/healthz").status, 200);
   src.heartbeat_age = 6;
