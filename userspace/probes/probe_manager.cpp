@@ -30,6 +30,9 @@ ProbeManager::~ProbeManager() {
   // Every probe detached in parallel (the reaper drains on destruction), not
   // one grace period after another.
   for (auto& [key, lib] : files_) reaper_.reap(std::move(lib.links), std::move(lib.usdt_links));
+  // Here, not in the reaper's destructor: the callbacks of earlier releases touch
+  // counters_mu_ and stats_, which are destroyed before reaper_ is.
+  reaper_.wait_idle();
   {
     std::lock_guard lock(queue_mu_);
     stopping_ = true;
