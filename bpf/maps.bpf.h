@@ -6,6 +6,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "argus.h"
+#include "argus_python.h"
 
 #define ARGUS_MAX_TRACKED 16384
 #define ARGUS_MAX_STATS 65536
@@ -45,6 +46,15 @@ struct {
 	__type(key, struct argus_seq_key);
 	__type(value, __u64);
 } coll_seq SEC(".maps") __weak;
+
+/* tgid -> where its Python interpreter is and how it is laid out (the GC
+ * probes and the stack sampler read it). Written by the agent per rank. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ARGUS_MAX_TRACKED);
+	__type(key, __u32);
+	__type(value, struct argus_py_proc);
+} py_procs SEC(".maps") __weak;
 
 /* Rare events to userspace. Size is set by the agent before load. */
 struct {

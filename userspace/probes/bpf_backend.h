@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bpf/argus.h"
+#include "bpf/argus_python.h"
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/result.h"
 
@@ -64,6 +65,10 @@ class BpfBackend {
   // Tracked-tgid map.
   virtual bool set_tgid_state(uint32_t tgid, argus_tgid_state state) = 0;
   virtual void forget_tgid(uint32_t tgid) = 0;
+  // Python interpreter config per tgid (py_procs map): the GC probes and the
+  // stack sampler act only on tgids that have one.
+  virtual bool set_python_proc(uint32_t /*tgid*/, const argus_py_proc& /*config*/) { return false; }
+  virtual void forget_python_proc(uint32_t /*tgid*/) {}
 
   // All aggregates (per CPU summed); only_tgid != 0 restricts to one process.
   virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;

@@ -172,6 +172,14 @@ void BpfLoader::forget_tgid(uint32_t tgid) {
   bpf_map__delete_elem(skel_->maps.tracked, &tgid, sizeof(tgid), 0);
 }
 
+bool BpfLoader::set_python_proc(uint32_t tgid, const argus_py_proc& config) {
+  return bpf_map__update_elem(skel_->maps.py_procs, &tgid, sizeof(tgid), &config, sizeof(config), BPF_ANY) == 0;
+}
+
+void BpfLoader::forget_python_proc(uint32_t tgid) {
+  bpf_map__delete_elem(skel_->maps.py_procs, &tgid, sizeof(tgid), 0);
+}
+
 std::vector<StatEntry> BpfLoader::read_stats(uint32_t only_tgid) const {
   std::vector<StatEntry> out;
   std::vector<argus_stat_val> per_cpu(static_cast<size_t>(ncpus_));

@@ -42,6 +42,8 @@ class BpfLoader : public BpfBackend {
   uint64_t usdt_spec_slots() const override { return usdt_spec_slots_; }
   bool set_tgid_state(uint32_t tgid, argus_tgid_state state) override;
   void forget_tgid(uint32_t tgid) override;
+  bool set_python_proc(uint32_t tgid, const argus_py_proc& config) override;
+  void forget_python_proc(uint32_t tgid) override;
   std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const override;
   void delete_stats(uint32_t tgid) override;
   std::map<std::string, uint64_t> read_errors() const override;

@@ -8,11 +8,13 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "bpf/argus_python.h"
 #include "userspace/common/result.h"
 #include "userspace/elf/elf_symbols.h"
 #include "userspace/procfs/procfs.h"
@@ -105,6 +107,26 @@ struct PyProcess {
 // that file (same device and inode), checked against the PT_LOAD segments.
 Result<PyProcess> locate_in_process(int pid, std::shared_ptr<const PyInterpreterFile> file,
                                     const std::vector<procfs::MapEntry>& mappings_of_file);
+
+// Finds the interpreter a live process runs (a libpython, or an executable with
+// Python linked in, under any file name: recognised by looks_like_python), its
+// files opened safely (procfs/mapped_file.h) and inspected once per (device,
+// inode). Thread-safe. Errors: "not python" for a process without one.
+class PythonLocator {
+ public:
+  explicit PythonLocator(std::string proc_root = "/proc", size_t max_files = 256);
+  ~PythonLocator();
+  Result<PyProcess> locate(int pid);
+  // Files it refused (debug build, free-threaded, unknown version), for logs and skips.
+  std::map<std::string, uint64_t> refusals() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The BPF programs' view of a located interpreter (py_procs map).
+argus_py_proc bpf_config(const PyProcess& p, uint64_t gc_stats_addr);
 
 // The main interpreter's state, or 0 while the runtime is not initialised yet.
 uint64_t main_interpreter(const PyProcess& p, RemoteMemory& mem);
