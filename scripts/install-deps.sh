@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package Argus builds, tests and benches with.
+# Installs every Debian package Argus builds, tests and benches with, and the
+# PyPI peers its Python-layer tests use (in cached venvs, see below).
 # Idempotent: packages already present are skipped; safe to run any number of times.
 set -euo pipefail
 
@@ -12,7 +13,7 @@ PKGS=(
   libibverbs-dev rdma-core systemtap-sdt-dev
   prometheus prometheus-node-exporter
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
-  bpftrace curl python3 util-linux procps
+  bpftrace curl python3 python3-venv util-linux procps
 )
 
 missing=()
@@ -20,17 +21,66 @@ for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PKGS[@]} packages present"
+install_packages() {
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-deps: all ${#PKGS[@]} packages present"
+    return 0
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# Real Python peers and clients from PyPI, each in its own venv under a cache
+# directory outside the tree, so that a fresh clone reuses them (torch with its
+# CUDA wheels is ~5 GB). A venv is (re)built only when its stamp (the pinned
+# requirement line) differs; a half-built one is removed first.
+#   tools-venv: py-spy (the peer for Python stack dumps)
+#   torch-venv: torch on CPU; torchrun with Gloo DDP runs a real job, and it maps the pip NCCL
+ARGUS_CACHE_DIR=${ARGUS_CACHE_DIR:-/var/cache/argus}
+TOOLS_REQ="py-spy==0.4.3"
+TORCH_REQ="torch==2.15.0 numpy==2.4.6"
+
+venv_python() {
+  # The interpreter the venvs are built with: pyenv's 3.11 when present (what
+  # CI has), else Debian's python3 (with python3-venv).
+  local p
+  for p in "${PYENV_ROOT:-/root/.pyenv}/versions/3.11.7/bin/python3" /usr/bin/python3; do
+    [ -x "$p" ] && { echo "$p"; return 0; }
+  done
+  return 1
+}
+
+ensure_venv() {
+  local name=$1 req=$2 dir="$ARGUS_CACHE_DIR/$1"
+  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$req" ]; then
+    echo "install-deps: $name present ($req)"
+    return 0
+  fi
+  local py
+  py=$(venv_python) || { echo "install-deps: no python3 to build $name with" >&2; exit 1; }
+  echo "install-deps: building $dir ($req)"
+  rm -rf "$dir"
+  mkdir -p "$ARGUS_CACHE_DIR"
+  "$py" -m venv "$dir"
+  # shellcheck disable=SC2086 # the requirement line is a list
+  "$dir/bin/pip" install -q --disable-pip-version-check $req
+  echo "$req" > "$dir/.argus-stamp"
+}
+
+install_packages
+if [ "${ARGUS_SKIP_PYPI:-0}" = 1 ]; then
+  echo "install-deps: ARGUS_SKIP_PYPI=1, PyPI venvs not checked"
   exit 0
 fi
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+if [ "$(id -u)" -ne 0 ] && [ ! -w "$ARGUS_CACHE_DIR" ]; then
+  echo "install-deps: $ARGUS_CACHE_DIR not writable; run as root or set ARGUS_CACHE_DIR" >&2
   exit 1
 fi
-
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+ensure_venv tools-venv "$TOOLS_REQ"
+ensure_venv torch-venv "$TORCH_REQ"
