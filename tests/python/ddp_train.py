@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--collect-every", type=int, default=0, help="gc.collect() every N steps")
     ap.add_argument("--gc-stats-file", default="",
                     help="after training, gc.get_stats() is written here (.RANK) before lingering")
+    ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     ap.add_argument("--linger", type=float, default=0.0, help="seconds to wait after training")
     args = ap.parse_args()
 
@@ -85,7 +86,8 @@ def main():
     rank = dist.get_rank()
     model = DDP(build_model(args.dim))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(SyntheticDataset(4096, args.dim), batch_size=32, shuffle=True)
+    loader = DataLoader(SyntheticDataset(4096, args.dim), batch_size=32, shuffle=True,
+                        num_workers=args.workers, persistent_workers=args.workers > 0)
     if args.ready_file:
         with open(f"{args.ready_file}.{rank}", "w") as f:
             f.write(str(os.getpid()))

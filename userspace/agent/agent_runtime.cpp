@@ -104,6 +104,7 @@ void AgentRuntime::run_once(int poll_ms) {
   if (now >= next_scan_) {
     for (const auto& f : discovery_->scan(now)) track_found(f);
     probes_->sweep(now, discovery_->alive_pids());
+    std::erase_if(workers_seen_, [&](int pid) { return !discovery_->alive_pids().count(pid); });
     next_scan_ = now + opts_.scan_interval_seconds;
   }
   if (now >= next_stats_) {
@@ -124,12 +125,41 @@ void AgentRuntime::track_found(const FoundProcess& f) {
     return;
   }
   const bool known = registry_.is_live(f.pid);
+  if (!known && is_worker_of_rank(f)) {
+    // Its own collectives and syncs would be none; its GC and stacks are not the rank's.
+    loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_IGNORED);
+    loader_->delete_stats(static_cast<uint32_t>(f.pid));
+    if (workers_seen_.insert(f.pid).second) {
+      discovery_->count_skip("rank_worker");
+      spdlog::debug("pid {} ({}) is a worker of job_id={} rank={} (forked by the rank): not tracked as a rank", f.pid,
+                    f.comm, f.identity.job_id, f.identity.rank);
+    }
+    return;
+  }
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
   if (!known) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
                  f.identity.job_id.empty() ? "?" : f.identity.job_id, f.identity.rank);
   }
+}
+
+// A process forked by a tracked rank that claims that same rank: a DataLoader
+// worker or another multiprocessing child. It inherited the rank's environment
+// and mappings (so NCCL and libpython), but it is not the rank: tracked, it
+// would put two processes behind one (job_id, rank) and answer for the rank's
+// stacks and GC. A rank found after its own workers is not caught (the scan
+// goes by ascending pid, so the rank is normally first).
+bool AgentRuntime::is_worker_of_rank(const FoundProcess& f) const {
+  if (f.identity.rank < 0 || f.identity.job_id.empty()) return false;
+  int pid = f.ppid;
+  for (int depth = 0; depth < 8 && pid > 1; ++depth) {
+    if (auto jr = registry_.job_rank(pid)) return jr->first == f.identity.job_id && jr->second == f.identity.rank;
+    auto st = procfs::read_stat(opts_.proc_root, pid);
+    if (!st.ok()) return false;
+    pid = st->ppid;
+  }
+  return false;
 }
 
 // A process that calls into a probed library although discovery found none in

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <set>
 #include <thread>
 
 #include "userspace/common/caps.h"
@@ -83,6 +84,7 @@ class AgentRuntime : public ApiSource {
   void handle_record(const void* data, size_t size);
   void handle_event(DecodedEvent& ev);
   void track_found(const FoundProcess& f);
+  bool is_worker_of_rank(const FoundProcess& f) const;
   void track_unmapped(int pid);
   void refresh_stats();
   void reap_vanished();
@@ -114,6 +116,7 @@ class AgentRuntime : public ApiSource {
   std::map<int, std::map<uint64_t, std::string>> comm_names_;  // pid -> ncclComm_t -> communicator name
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
   std::map<int, RankDetection> detections_;
+  std::set<int> workers_seen_;  // pids found to be a rank's forked workers (logged once)
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   std::thread thread_;

@@ -87,6 +87,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   if (auto stat = procfs::read_stat(opts_.proc_root, pid); stat.ok()) {
     found.start_ticks = stat->starttime_ticks;
     found.comm = stat->comm;
+    found.ppid = stat->ppid;
   } else {
     count_skip(skip_reason(procfs::error_kind(stat)));
   }

@@ -27,6 +27,7 @@ class LibraryProber {
 struct FoundProcess {
   int pid = 0;
   uint64_t start_ticks = 0;
+  int ppid = 0;  // 0 when unknown
   std::string comm;
   RankIdentity identity;
   std::vector<std::string> libraries;  // paths (in the process's namespace) of probed files

@@ -61,6 +61,13 @@ bool RankRegistry::is_live(int pid) const {
   return it != entries_.end() && !it->second.snap.exited;
 }
 
+std::optional<std::pair<std::string, int>> RankRegistry::job_rank(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end() || it->second.snap.exited) return std::nullopt;
+  return std::make_pair(it->second.snap.job_id, it->second.snap.rank);
+}
+
 std::optional<uint64_t> RankRegistry::start_ticks(int pid) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);

@@ -58,6 +58,8 @@ class RankRegistry {
   bool is_tracked(int pid) const;
   bool is_live(int pid) const;
   std::optional<uint64_t> start_ticks(int pid) const;
+  // The (job_id, rank) a live tracked process claims; nullopt when not tracked.
+  std::optional<std::pair<std::string, int>> job_rank(int pid) const;
   std::vector<int> live_pids() const;
 
   // Absolute totals for one process, as read from the BPF aggregates.
