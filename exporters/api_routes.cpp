@@ -10,6 +10,7 @@
 #include "exporters/prometheus_exporter.h"
 #include "exporters/query_params.h"
 #include "exporters/trace_export.h"
+#include "userspace/python/stack_groups.h"
 
 namespace argus {
 namespace {
@@ -44,6 +45,25 @@ HttpResponse debug_disabled(const std::string& pattern) {
                                           "--debug-routes to enable it"},
                       {"disabled", true},
                       {"flag", "--debug-routes"}}));
+}
+
+// GET /api/v1/ranks/{job_id}/{rank}/python-stacks: read on the HTTP thread
+// (never the event loop); a few ms a rank.
+HttpResponse python_stacks_route(const ApiSource& src, const HttpRequest& req) {
+  const std::string& job = req.params.at("job_id");
+  long rank = 0;
+  if (!parse_int(req.params.at("rank"), 0, 1 << 24, rank)) return bad_request("rank must be a non-negative integer");
+  const auto snap = src.snapshot();
+  const RankSnapshot* r = find_rank(snap, job, rank);
+  if (!r) return HttpResponse::json(404, dump_json({{"error", "no such rank on this node"}}));
+  if (r->exited) return HttpResponse::json(404, dump_json({{"error", "the rank has exited"}, {"pid", r->pid}}));
+  auto d = src.python_stacks(r->pid);
+  if (!d) {
+    const std::string& e = d.error();
+    int status = e.rfind("not python", 0) == 0 ? 422 : e.rfind("unsupported python", 0) == 0 ? 501 : 500;
+    return HttpResponse::json(status, dump_json({{"error", e}, {"pid", r->pid}}));
+  }
+  return HttpResponse::json(200, dump_json(python::stacks_json(job, static_cast<int>(rank), r->pid, *d)));
 }
 
 }  // namespace
@@ -108,9 +128,10 @@ void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions opti
     return HttpResponse::json(
         200, dump_json(gpu_steps_json(job, static_cast<int>(rank), r->pid, hist.steps, hist.names, offset)));
   });
-  // Python stacks and profiles are not served yet; their gate is: off, they say so.
+  debug_route(http, options, kDebugRoutes[2], [&src](const HttpRequest& req) { return python_stacks_route(src, req); });
+  // Profiles are not served yet; their gate is: off, it says so.
   if (!options.debug_routes) {
-    for (const char* pattern : {kDebugRoutes[2], kDebugRoutes[3]}) debug_route(http, options, pattern, nullptr);
+    for (const char* pattern : {kDebugRoutes[3]}) debug_route(http, options, pattern, nullptr);
   }
   http.route("GET", "/healthz", [&src, limit = options.heartbeat_limit_seconds](const HttpRequest&) {
     const double age = src.seconds_since_heartbeat();

@@ -12,6 +12,7 @@
 #include "exporters/http_server.h"
 #include "userspace/trace/node_timeline.h"
 #include "userspace/model.h"
+#include "userspace/python/py_runtime.h"
 
 namespace argus {
 
@@ -27,6 +28,12 @@ class ApiSource {
   // Seconds since the event loop last went round (/healthz fails when it is stuck).
   virtual double seconds_since_heartbeat() const = 0;
   virtual uint64_t monotonic_ns() const = 0;
+  // Every Python thread's stack of process `pid`, read now without stopping it
+  // (GET .../python-stacks). Errors start "not python" (no interpreter) or
+  // "unsupported python" (a refused build); anything else is a read failure.
+  virtual Result<python::PyStackDump> python_stacks(int pid) const {
+    return make_error("python stacks are not available from this source (pid " + std::to_string(pid) + ")");
+  }
 };
 
 struct ApiOptions {

@@ -1,12 +1,14 @@
 // argusctl: the operator's CLI. Talks to an argus-agent's HTTP API.
 //
 //   argusctl ranks [--agent URL] [--json] [--all]
+//   argusctl stacks JOB [RANK] [--json]
 //
 // Exit status: 0 ok, 1 the agent could not be asked or answered badly, 2 bad usage.
 // Every error is one line on stderr.
 //
 // Adding a subcommand: write a struct with add(CLI::App&) and run(), register it in
 // main() next to RanksCommand.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -27,6 +29,7 @@
 #include "userspace/cli/http_client.h"
 #include "userspace/cli/rank_table.h"
 #include "userspace/common/result.h"
+#include "userspace/python/stack_groups.h"
 
 #ifndef ARGUS_VERSION
 #define ARGUS_VERSION "dev"
@@ -261,6 +264,88 @@ struct TraceCommand {
   }
 };
 
+// argusctl stacks JOB [RANK]: every Python thread's stack now, of one rank or of
+// every rank of the job on the node, grouped by identical stack.
+struct StacksCommand {
+  AgentOptions agent;
+  bool json = false;
+  std::string job;
+  int rank = -1;
+  CLI::App* app = nullptr;
+
+  void add(CLI::App& parent) {
+    app = parent.add_subcommand("stacks", "print the Python stacks of a rank, or of every rank of a job on the "
+                                          "node grouped by identical stack (needs the agent's --debug-routes)");
+    agent.add(*app);
+    app->add_option("job", job, "the job_id")->required();
+    app->add_option("rank", rank, "the rank (default: every rank of the job on this node)")
+        ->check(CLI::NonNegativeNumber);
+    app->add_flag("--json", json, "print JSON (the agent's for one rank; {job_id, groups, errors} for a job)");
+  }
+
+  static std::string path_for(const std::string& job, int rank) {
+    std::string enc;
+    for (unsigned char c : job) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+        enc += static_cast<char>(c);
+      } else {
+        char b[4];
+        std::snprintf(b, sizeof b, "%%%02X", c);
+        enc += b;
+      }
+    }
+    return "/api/v1/ranks/" + enc + "/" + std::to_string(rank) + "/python-stacks";
+  }
+
+  int run() const {
+    if (rank >= 0) {
+      nlohmann::json doc = agent.get_json(path_for(job, rank));
+      if (json) {
+        std::cout << pretty(doc);
+      } else {
+        std::cout << "job " << job << " rank " << rank << " (pid " << doc.value("pid", 0) << ", Python "
+                  << doc.value("python_version", "?") << "):\n"
+                  << argus::python::format_threads(doc.value("threads", nlohmann::json::array()), true, "  ");
+      }
+      std::cout.flush();
+      return 0;
+    }
+    nlohmann::json ranks = agent.get_json("/api/v1/ranks");
+    if (!ranks.is_object() || !ranks.contains("ranks") || !ranks["ranks"].is_array())
+      throw CommandError{"unexpected answer from " + agent.url("/api/v1/ranks") + ": no \"ranks\" array"};
+    std::vector<int> wanted;
+    for (const auto& r : ranks["ranks"]) {
+      if (!r.is_object() || r.value("job_id", nlohmann::json()) != job || r.value("state", "") != "running") continue;
+      if (r.contains("rank") && r["rank"].is_number_integer()) wanted.push_back(r["rank"].get<int>());
+    }
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    if (wanted.empty()) throw CommandError{"no running rank of job " + job + " on the agent at " + agent.url("")};
+    std::vector<std::pair<int, nlohmann::json>> docs;
+    nlohmann::json errors = nlohmann::json::array();
+    for (int r : wanted) {
+      try {
+        nlohmann::json doc = agent.get_json(path_for(job, r));
+        docs.emplace_back(r, doc.value("threads", nlohmann::json::array()));
+      } catch (const CommandError& e) {
+        if (e.message.find("--debug-routes") != std::string::npos) throw;
+        errors.push_back({{"rank", r}, {"error", e.message}});
+      }
+    }
+    const auto groups = argus::python::group_stacks(docs);
+    if (json) {
+      std::cout << pretty({{"job_id", job}, {"groups", argus::python::stack_groups_json(groups)}, {"errors", errors}});
+    } else {
+      std::cout << "job " << job << ": " << docs.size() << " rank(s) with Python stacks, " << groups.size()
+                << " distinct\n"
+                << argus::python::format_stack_groups(groups);
+      for (const auto& e : errors) std::cout << "rank " << e["rank"] << ": " << e["error"].get<std::string>() << "\n";
+    }
+    std::cout.flush();
+    return docs.empty() ? 1 : 0;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,6 +362,8 @@ int main(int argc, char** argv) {
   events.add(app);
   TraceCommand trace;
   trace.add(app);
+  StacksCommand stacks;
+  stacks.add(app);
 
   // "argusctl bogus" would otherwise read as "a subcommand is required".
   const CLI::App& const_app = app;
@@ -304,6 +391,7 @@ int main(int argc, char** argv) {
     if (ranks.app->parsed()) return ranks.run();
     if (events.app->parsed()) return events.run();
     if (trace.app->parsed()) return trace.run();
+    if (stacks.app->parsed()) return stacks.run();
   } catch (const CommandError& e) {
     std::cerr << "argusctl: " << one_line(e.message) << std::endl;
     return 1;

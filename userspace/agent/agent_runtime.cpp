@@ -11,9 +11,23 @@
 
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/comm_id.h"
+#include "userspace/python/stack_groups.h"
 
 namespace argus {
 namespace {
+
+// The grouped Python stacks of a job's live ranks on this node, for a hang event:
+// bounded (16 ranks, 64 frames a thread); a few ms a rank on the event loop, and
+// hangs are rare.
+nlohmann::json hang_python_stacks(const std::string& job_id, const std::vector<RankSnapshot>& ranks,
+                                  python::PythonLocator& locator, const std::string& proc_root) {
+  std::vector<std::pair<int, int>> rank_pids;
+  for (const auto& r : ranks) {
+    if (!r.exited && r.job_id == job_id && r.rank >= 0) rank_pids.emplace_back(r.rank, r.pid);
+  }
+  std::sort(rank_pids.begin(), rank_pids.end());
+  return python::grouped_stacks_of(rank_pids, locator, proc_root);
+}
 
 // One BPF aggregate as the registry takes it.
 AggregateRecord aggregate_of(const StatEntry& s) {
@@ -53,7 +67,8 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
       hangs_(opts.hang),
       timeline_(NodeTimelineOptions{.gpu = gpu::TimelineOptions{.window_seconds = opts.window_seconds},
                                     .caps = &caps_}),
-      events_(kDefaultMaxDetectedEvents, &caps_) {
+      events_(kDefaultMaxDetectedEvents, &caps_),
+      py_locator_(opts.proc_root) {
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
                                                                          .release_grace_seconds =
@@ -71,6 +86,13 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
 }
 
 AgentRuntime::~AgentRuntime() { stop(); }
+
+Result<python::PyStackDump> AgentRuntime::python_stacks(int pid) const {
+  auto p = py_locator_.locate(pid);
+  if (!p) return make_error(p.error());
+  auto mem = python::process_memory(pid, opts_.proc_root);
+  return python::dump_stacks(*p, *mem, opts_.proc_root);
+}
 
 void AgentRuntime::start() {
   if (running_.exchange(true)) return;
@@ -389,6 +411,7 @@ void AgentRuntime::evaluate_detectors() {
       links = link_state_;
     }
     if (links) ev.evidence["links"] = links();
+    ev.evidence["python_stacks"] = hang_python_stacks(ev.job_id, ranks, py_locator_, opts_.proc_root);
     spdlog::warn("{}", ev.summary);
     events_.add(std::move(ev));
   }

@@ -77,6 +77,8 @@ class AgentRuntime : public ApiSource {
   std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const override;
   NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const override { return timeline_.step_history(pid, last); }
   uint64_t monotonic_ns() const override { return clock_.monotonic_ns(); }
+  // Read on the caller's thread (the HTTP server's), never the event loop's.
+  Result<python::PyStackDump> python_stacks(int pid) const override;
 
  private:
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfBackend> loader);
@@ -118,6 +120,8 @@ class AgentRuntime : public ApiSource {
   std::map<int, RankDetection> detections_;
   std::set<int> workers_seen_;  // pids found to be a rank's forked workers (logged once)
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
+
+  mutable python::PythonLocator py_locator_;  // thread-safe; interpreter files cached by inode
 
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -1,0 +1,367 @@
+// Stacks of real interpreters read from outside while they run: one process per
+// interpreter serves the nested-function, qualname, line, native-tid, thread
+// churn and deep-recursion checks; the line tables also on fixed bytes.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/temp_dir.h"
+#include "tests/unit/py_test_util.h"
+#include "userspace/procfs/procfs.h"
+#include "userspace/python/py_runtime.h"
+#include "userspace/python/py_stacks_detail.h"
+
+namespace argus::python {
+namespace {
+
+using testing_support::TempDir;
+
+const char* kScript = R"PY(import os, sys, threading, time
+sys.setrecursionlimit(10000)
+threading.stack_size(64 << 20)
+
+def inner():
+    time.sleep(3600)  # L_INNER
+
+def middle():
+    inner()  # L_MIDDLE
+
+def outer():
+    middle()  # L_OUTER
+
+class Worker:
+    def run(self):
+        outer()  # L_RUN
+
+def recurse(n):
+    if n == 0:
+        time.sleep(3600)  # L_BOTTOM
+    return recurse(n - 1)  # L_RECURSE
+
+def churn():
+    while True:
+        t = threading.Thread(target=time.sleep, args=(0.0005,))
+        t.start()
+        t.join()
+
+w = threading.Thread(target=Worker().run, daemon=True)
+w.start()
+r = threading.Thread(target=recurse, args=(2000,), daemon=True)
+r.start()
+time.sleep(0.3)
+if len(sys.argv) > 1:
+    threading.Thread(target=churn, daemon=True).start()
+print("ready", w.native_id, r.native_id, flush=True)
+time.sleep(3600)  # L_MAIN
+)PY";
+
+int line_of(const std::string& marker) {
+  std::istringstream in(kScript);
+  std::string l;
+  for (int n = 1; std::getline(in, l); ++n) {
+    if (l.find("# " + marker) != std::string::npos) return n;
+  }
+  return -1;
+}
+
+const PyThreadStack* thread_with(const PyStackDump& d, const std::string& fn) {
+  for (const auto& t : d.threads) {
+    for (const auto& f : t.frames) {
+      if (f.function == fn) return &t;
+    }
+  }
+  return nullptr;
+}
+
+std::string describe(const PyStackDump& d) {
+  std::ostringstream o;
+  for (const auto& t : d.threads) {
+    o << "thread " << t.native_tid << (t.torn ? " torn" : "") << (t.truncated ? " truncated" : "") << "\n";
+    for (size_t i = 0; i < std::min<size_t>(t.frames.size(), 8); ++i) {
+      o << "  " << t.frames[i].qualname << " " << t.frames[i].file << ":" << t.frames[i].line << "\n";
+    }
+  }
+  return o.str();
+}
+
+class PyStacksTest : public ::testing::TestWithParam<test::Interp> {};
+
+TEST_P(PyStacksTest, NestedLinesTidsChurnAndRecursion) {
+  auto in = GetParam();
+  if (!test::have(in)) {
+    test::skip_or_fail(in);
+    return;
+  }
+  TempDir dir("pystk");
+  std::string script = test::write_file(dir.str() + "/nested.py", kScript);
+  test::PyChild child(in.exe, script);
+  std::string ready = child.line();
+  int worker_tid = 0, recurse_tid = 0;
+  ASSERT_EQ(std::sscanf(ready.c_str(), "ready %d %d", &worker_tid, &recurse_tid), 2) << ready;
+
+  PythonLocator locator;
+  auto p = locator.locate(child.pid());
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto mem = process_memory(child.pid());
+  auto d = dump_stacks(*p, *mem, "/proc");
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_EQ(d->version, in.version);
+  ASSERT_EQ(d->threads.size(), 3u) << describe(*d);
+
+  // outer -> middle -> inner, innermost first, with the lines of the calls.
+  const auto* w = thread_with(*d, "inner");
+  ASSERT_NE(w, nullptr) << describe(*d);
+  ASSERT_GE(w->frames.size(), 4u);
+  EXPECT_FALSE(w->torn);
+  EXPECT_FALSE(w->truncated);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"inner", "L_INNER"}, {"middle", "L_MIDDLE"}, {"outer", "L_OUTER"}, {"run", "L_RUN"}};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(w->frames[i].function, want[i].first) << describe(*d);
+    EXPECT_EQ(w->frames[i].line, line_of(want[i].second)) << want[i].first << "\n" << describe(*d);
+    EXPECT_EQ(w->frames[i].file, script);
+  }
+  bool has_qualname = p->file->layout.code_qualname.has_value();
+  EXPECT_EQ(w->frames[3].qualname, has_qualname ? "Worker.run" : "run");
+  // The rest is threading's bootstrap: the outermost frame is _bootstrap.
+  EXPECT_EQ(w->frames.back().function, "_bootstrap");
+  EXPECT_EQ(w->native_tid, worker_tid);
+  EXPECT_EQ(w->namespace_tid, worker_tid);
+  EXPECT_NE(w->thread_id, 0u);
+
+  // The main thread: the module's top level.
+  const auto* m = thread_with(*d, "<module>");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->frames.size(), 1u);
+  EXPECT_EQ(m->frames[0].line, line_of("L_MAIN"));
+  EXPECT_EQ(m->native_tid, child.pid());
+
+  // 2000 deep: cut at max_frames and said so; the innermost frames are exact.
+  const auto* r = thread_with(*d, "recurse");
+  ASSERT_NE(r, nullptr);
+  EXPECT_TRUE(r->truncated);
+  EXPECT_EQ(r->frames.size(), DumpOptions{}.max_frames);
+  EXPECT_EQ(r->frames[0].line, line_of("L_BOTTOM"));
+  EXPECT_EQ(r->frames[1].line, line_of("L_RECURSE"));
+  EXPECT_EQ(r->native_tid, recurse_tid);
+  DumpOptions all;
+  all.max_frames = 4096;
+  auto full = dump_stacks(*p, *mem, "/proc", all);
+  ASSERT_TRUE(full.ok());
+  const auto* rf = thread_with(*full, "recurse");
+  ASSERT_NE(rf, nullptr);
+  EXPECT_FALSE(rf->truncated);
+  EXPECT_EQ(rf->frames.size(), 2001u + 3u);  // recurse x2001, run, _bootstrap_inner, _bootstrap
+}
+
+// Threads that start and end while we read: never an error, never a frame
+// that is not in the script or the threading module.
+TEST_P(PyStacksTest, ThreadChurnDuringDumps) {
+  auto in = GetParam();
+  if (!test::have(in)) {
+    test::skip_or_fail(in);
+    return;
+  }
+  TempDir dir("pystk");
+  std::string script = test::write_file(dir.str() + "/nested.py", kScript);
+  // The script with an argument (PyChild runs `exe -u file`): a wrapper sets it.
+  std::string churn = test::write_file(dir.str() + "/churn.py",
+                                       "import sys, runpy\nsys.argv = [sys.argv[0], 'churn']\n"
+                                       "runpy.run_path(" "'" + script + "'" ", run_name='__main__')\n");
+  test::PyChild c2(in.exe, churn);
+  ASSERT_NE(c2.line().find("ready"), std::string::npos);
+  PythonLocator locator;
+  auto p = locator.locate(c2.pid());
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto mem = process_memory(c2.pid());
+  int saw_extra = 0;
+  for (int i = 0; i < 50; ++i) {
+    auto d = dump_stacks(*p, *mem, "/proc");
+    ASSERT_TRUE(d.ok()) << d.error();
+    ASSERT_GE(d->threads.size(), 4u);  // main, worker, recurse, churn (+ the short-lived one)
+    if (d->threads.size() > 4) ++saw_extra;
+    for (const auto& t : d->threads) {
+      for (const auto& f : t.frames) {
+        bool known = f.file == script || f.file == churn || f.file.find("threading.py") != std::string::npos ||
+                     f.file.find("runpy") != std::string::npos;  // "<frozen runpy>" on 3.11+
+        EXPECT_TRUE(known) << f.file << " " << f.function;
+        EXPECT_FALSE(f.function.empty());
+        if (!t.torn) {
+          EXPECT_GT(f.line, 0) << f.function;
+        }
+      }
+    }
+  }
+  RecordProperty("dumps_with_a_short_lived_thread", saw_extra);
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, PyStacksTest, ::testing::ValuesIn(test::interpreters()),
+                         [](const auto& info) { return info.param.tag; });
+
+// A rank in its own PID and mount namespace: the interpreter file is mapped
+// from a path that exists only inside (a bind mount), thread ids are the
+// namespace's and must come back as the host's.
+TEST(PyStacksNamespace, OwnPidAndMountNamespace) {
+  const std::string py = "/usr/bin/python3.11";
+  if (::geteuid() != 0 || ::access(py.c_str(), X_OK) != 0 || std::system("unshare --version >/dev/null 2>&1") != 0) {
+    if (test::ci()) FAIL() << "CI=true: needs root, unshare and " << py;
+    GTEST_SKIP() << "needs root, unshare and " << py;
+  }
+  TempDir dir("pyns");
+  std::string script = test::write_file(dir.str() + "/nested.py", kScript);
+  std::string hidden = dir.str() + "/hidden-python";
+  test::write_file(hidden, "");  // the mount point: an empty file on the host
+  std::string launcher = test::write_file(
+      dir.str() + "/launch.sh", "mount --bind " + py + " " + hidden + " && exec " + hidden + " -u " + script + "\n");
+  test::PyChild ns("sh", launcher, {"unshare", "--fork", "--kill-child", "--pid", "--mount-proc", "--mount"});
+  std::string ready = ns.line();
+  int worker_ns_tid = 0, recurse_ns_tid = 0;
+  ASSERT_EQ(std::sscanf(ready.c_str(), "ready %d %d", &worker_ns_tid, &recurse_ns_tid), 2) << ready;
+  // unshare's forked child is the python (pid 1 inside).
+  auto kids = procfs::read_file("/proc/" + std::to_string(ns.pid()) + "/task/" + std::to_string(ns.pid()) + "/children");
+  ASSERT_TRUE(kids.ok());
+  int host_pid = std::atoi(kids->c_str());
+  ASSERT_GT(host_pid, 0);
+  // The namespace's init ignores all but SIGKILL; --kill-child covers unshare's
+  // death, this covers a test that returns early.
+  struct KillOnExit {
+    int pid;
+    ~KillOnExit() { ::kill(pid, SIGKILL); }
+  } reaper{host_pid};
+
+  PythonLocator locator;
+  auto p = locator.locate(host_pid);
+  ASSERT_TRUE(p.ok()) << p.error();
+  EXPECT_EQ(p->mapped_path, hidden);
+  EXPECT_EQ(p->file->layout.version.minor, 11);
+  auto mem = process_memory(host_pid);
+  auto d = dump_stacks(*p, *mem, "/proc");
+  ASSERT_TRUE(d.ok()) << d.error();
+  const auto* w = thread_with(*d, "inner");
+  ASSERT_NE(w, nullptr) << describe(*d);
+  EXPECT_EQ(w->namespace_tid, worker_ns_tid);
+  ASSERT_GT(w->native_tid, 0);
+  EXPECT_NE(w->native_tid, worker_ns_tid);
+  // The host tid is a thread of the host pid whose innermost NSpid is the one python saw.
+  auto status = procfs::read_file("/proc/" + std::to_string(host_pid) + "/task/" + std::to_string(w->native_tid) +
+                                  "/status");
+  ASSERT_TRUE(status.ok());
+  std::smatch mm;
+  std::string s = *status;
+  ASSERT_TRUE(std::regex_search(s, mm, std::regex("NSpid:\\s+(\\d+)\\s+(\\d+)")));
+  EXPECT_EQ(std::stoi(mm[1]), w->native_tid);
+  EXPECT_EQ(std::stoi(mm[2]), worker_ns_tid);
+  const auto* m = thread_with(*d, "<module>");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->native_tid, host_pid);
+  EXPECT_EQ(m->namespace_tid, 1);
+}
+
+// ---- Line tables on fixed bytes ------------------------------------------------
+
+TEST(PyLineTables, LocationTableForms) {
+  using detail::line_from_location_table;
+  // firstlineno 10. Entries: short form (code 0, 2 units, line 10); one-line form
+  // code 11 (+1 -> 11, 1 unit); no-column form code 13 with svarint +4 (-> 15, 3 units);
+  // long form code 14 with svarint -2 (-> 13, 1 unit); none (code 15, 2 units).
+  std::string t;
+  t += static_cast<char>(0x80 | (0 << 3) | 1), t += '\x05';
+  t += static_cast<char>(0x80 | (11 << 3) | 0), t += '\x01', t += '\x02';
+  t += static_cast<char>(0x80 | (13 << 3) | 2), t += '\x08';
+  t += static_cast<char>(0x80 | (14 << 3) | 0), t += '\x05', t += '\x00', t += '\x01', t += '\x02';
+  t += static_cast<char>(0x80 | (15 << 3) | 1);
+  EXPECT_EQ(line_from_location_table(t, 10, -1), 10);
+  EXPECT_EQ(line_from_location_table(t, 10, 0), 10);
+  EXPECT_EQ(line_from_location_table(t, 10, 1), 10);
+  EXPECT_EQ(line_from_location_table(t, 10, 2), 11);
+  EXPECT_EQ(line_from_location_table(t, 10, 3), 15);
+  EXPECT_EQ(line_from_location_table(t, 10, 5), 15);
+  EXPECT_EQ(line_from_location_table(t, 10, 6), 13);
+  EXPECT_EQ(line_from_location_table(t, 10, 7), 0);  // no location
+  EXPECT_EQ(line_from_location_table(t, 10, 9), 0);  // past the end
+  // A multi-byte varint: +100 lines (zigzag 200 = 0b11001000: 8 | 64, then 3).
+  std::string big;
+  big += static_cast<char>(0x80 | (13 << 3) | 0), big += static_cast<char>(8 | 64), big += '\x03';
+  EXPECT_EQ(line_from_location_table(big, 1, 0), 101);
+  // Hostile: truncated, not an entry start, empty.
+  EXPECT_EQ(line_from_location_table(std::string(1, static_cast<char>(0x80 | (14 << 3))), 1, 0), 0);
+  EXPECT_EQ(line_from_location_table("\x01\x02", 1, 0), 0);
+  EXPECT_EQ(line_from_location_table("", 1, 0), 0);
+  std::string endless(1000, static_cast<char>(0x80 | (14 << 3)));
+  EXPECT_EQ(line_from_location_table(endless + std::string(64, '\x7f'), 1, 100000), 0);
+}
+
+TEST(PyLineTables, Pep626Table) {
+  using detail::line_from_pep626_table;
+  // firstlineno 5: bytes [0,6) line 6, [6,10) no line, [10,14) line 8, [14,14) empty.
+  std::string t = {'\x06', '\x01', '\x04', static_cast<char>(-128), '\x04', '\x02', '\x00', '\x01'};
+  EXPECT_EQ(line_from_pep626_table(t, 5, -2), 5);
+  EXPECT_EQ(line_from_pep626_table(t, 5, 0), 6);
+  EXPECT_EQ(line_from_pep626_table(t, 5, 4), 6);
+  EXPECT_EQ(line_from_pep626_table(t, 5, 6), 0);
+  EXPECT_EQ(line_from_pep626_table(t, 5, 12), 8);
+  EXPECT_EQ(line_from_pep626_table(t, 5, 14), 0);
+  EXPECT_EQ(line_from_pep626_table("\x06", 5, 0), 0);  // odd length
+}
+
+// Memory made of a few images: strings of every kind, and hostile ones.
+class FakeMemory : public RemoteMemory {
+ public:
+  void put(uint64_t addr, std::string bytes) { regions_[addr] = std::move(bytes); }
+  bool read(uint64_t addr, void* out, size_t len) override {
+    for (const auto& [base, b] : regions_) {
+      if (addr >= base && addr - base <= b.size() && len <= b.size() - (addr - base)) {
+        std::memcpy(out, b.data() + (addr - base), len);
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  std::map<uint64_t, std::string> regions_;
+};
+
+std::string unicode_image(const PyLayout& l, int64_t length, unsigned kind, bool ascii, const std::string& data) {
+  std::string b(std::max<size_t>(40, ascii ? l.unicode_ascii_data : l.unicode_compact_data), '\0');
+  std::memcpy(b.data() + 16, &length, 8);
+  uint32_t state = (kind << 2) | (1u << 5) | (ascii ? 1u << 6 : 0u);
+  std::memcpy(b.data() + 32, &state, 4);
+  return b + data;
+}
+
+TEST(PyStrings, CompactKindsAndHostile) {
+  PyLayout l;  // 3.12's sizes
+  l.unicode_ascii_data = 40;
+  l.unicode_compact_data = 56;
+  FakeMemory mem;
+  mem.put(0x1000, unicode_image(l, 5, 1, true, "hello"));
+  mem.put(0x2000, unicode_image(l, 2, 1, false, "\xe9\xff"));                      // UCS1: é ÿ
+  mem.put(0x3000, unicode_image(l, 1, 2, false, std::string("\x3b\x04", 2)));    // UCS2: л (U+043B)
+  mem.put(0x4000, unicode_image(l, 1, 4, false, std::string("\x00\xf6\x01\x00", 4)));  // UCS4: U+1F600
+  mem.put(0x5000, unicode_image(l, 1LL << 40, 1, true, "short"));               // length beyond the memory
+  mem.put(0x6000, unicode_image(l, 3, 3, false, "abc"));                         // no such kind
+  mem.put(0x7000, unicode_image(l, 10, 1, true, "abcdefghij"));
+  using detail::read_py_string;
+  EXPECT_EQ(read_py_string(mem, l, 0x1000, 100), "hello");
+  EXPECT_EQ(read_py_string(mem, l, 0x2000, 100), "\xc3\xa9\xc3\xbf");
+  EXPECT_EQ(read_py_string(mem, l, 0x3000, 100), "\xd0\xbb");
+  EXPECT_EQ(read_py_string(mem, l, 0x4000, 100), "\xf0\x9f\x98\x80");
+  EXPECT_FALSE(read_py_string(mem, l, 0x5000, 100).has_value());
+  EXPECT_FALSE(read_py_string(mem, l, 0x5000, size_t{1} << 40).has_value());  // capped, not allocated
+  EXPECT_FALSE(read_py_string(mem, l, 0x6000, 100).has_value());
+  EXPECT_EQ(read_py_string(mem, l, 0x7000, 4), "abcd...");
+  EXPECT_FALSE(read_py_string(mem, l, 0x9000, 100).has_value());
+  EXPECT_FALSE(read_py_string(mem, l, 0, 100).has_value());
+}
+
+}  // namespace
+}  // namespace argus::python
