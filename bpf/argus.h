@@ -90,7 +90,8 @@ enum argus_bpf_error {
 	ARGUS_ERR_RINGBUF_GPU = 8,    /* ring buffer full: GPU activity batches lost */
 	ARGUS_ERR_GPU_BATCH_TRUNCATED = 9, /* a producer sent more than ARGUS_GPU_BATCH_MAX records */
 	ARGUS_ERR_GPU_READ = 10,      /* a GPU batch or name could not be read from the producer */
-	ARGUS_ERR_MAX = 11,
+	ARGUS_ERR_PY_SAMPLES_LOST = 11, /* sample ring buffer full: a Python stack sample lost */
+	ARGUS_ERR_MAX = 12,
 };
 
 /* CUDA driver APIs the agent probes. Variants (_v2, _ptsz, _ptds) share the id of

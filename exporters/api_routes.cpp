@@ -66,6 +66,24 @@ HttpResponse python_stacks_route(const ApiSource& src, const HttpRequest& req) {
   return HttpResponse::json(200, dump_json(python::stacks_json(job, static_cast<int>(rank), r->pid, *d)));
 }
 
+// GET /api/v1/ranks/{job_id}/{rank}/profile?seconds=N: folded stacks, text.
+HttpResponse profile_route(const ApiSource& src, const HttpRequest& req) {
+  long rank = 0;
+  if (!parse_int(req.params.at("rank"), 0, 1 << 24, rank)) return bad_request("rank must be a non-negative integer");
+  double seconds = 60;
+  if (auto it = req.query.find("seconds"); it != req.query.end()) {
+    const auto v = parse_number_param(it->second);
+    if (!v || *v <= 0 || *v > 3600) return bad_request("seconds must be a number of seconds in (0, 3600]");
+    seconds = *v;
+  }
+  const auto snap = src.snapshot();
+  const RankSnapshot* r = find_rank(snap, req.params.at("job_id"), rank);
+  if (!r) return HttpResponse::json(404, dump_json({{"error", "no such rank on this node"}}));
+  auto folded = src.python_profile(r->pid, seconds);
+  if (!folded.ok()) return HttpResponse::json(404, dump_json({{"error", folded.error()}, {"pid", r->pid}}));
+  return HttpResponse::text(200, *folded);
+}
+
 }  // namespace
 
 void debug_route(HttpServer& http, const ApiOptions& options, const std::string& pattern, HttpHandler handler) {
@@ -129,10 +147,7 @@ void register_api_routes(HttpServer& http, const ApiSource& src, ApiOptions opti
         200, dump_json(gpu_steps_json(job, static_cast<int>(rank), r->pid, hist.steps, hist.names, offset)));
   });
   debug_route(http, options, kDebugRoutes[2], [&src](const HttpRequest& req) { return python_stacks_route(src, req); });
-  // Profiles are not served yet; their gate is: off, it says so.
-  if (!options.debug_routes) {
-    for (const char* pattern : {kDebugRoutes[3]}) debug_route(http, options, pattern, nullptr);
-  }
+  debug_route(http, options, kDebugRoutes[3], [&src](const HttpRequest& req) { return profile_route(src, req); });
   http.route("GET", "/healthz", [&src, limit = options.heartbeat_limit_seconds](const HttpRequest&) {
     const double age = src.seconds_since_heartbeat();
     if (age > limit) return HttpResponse::text(503, "event loop stalled for " + std::to_string(age) + " s\n");

@@ -8,6 +8,7 @@
 
 #include <prometheus/metric_family.h>
 
+#include "userspace/common/result.h"
 #include "userspace/detect/detectors.h"
 #include "exporters/http_server.h"
 #include "userspace/trace/node_timeline.h"
@@ -33,6 +34,12 @@ class ApiSource {
   // "unsupported python" (a refused build); anything else is a read failure.
   virtual Result<python::PyStackDump> python_stacks(int pid) const {
     return make_error("python stacks are not available from this source (pid " + std::to_string(pid) + ")");
+  }
+  // Folded Python stacks of the process's samples over the last `seconds`
+  // (root first, ';' between frames, a space and the count); an error says
+  // why there are none (sampling off, no interpreter located).
+  virtual Result<std::string> python_profile(int /*pid*/, double /*seconds*/) const {
+    return make_error("no Python profiles on this agent");
   }
 };
 

@@ -68,6 +68,7 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
       timeline_(NodeTimelineOptions{.gpu = gpu::TimelineOptions{.window_seconds = opts.window_seconds},
                                     .caps = &caps_}),
       events_(kDefaultMaxDetectedEvents, &caps_),
+      profiles_(python::ProfileOptions{.caps = &caps_}),
       py_locator_(opts.proc_root) {
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
@@ -83,6 +84,17 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
   discovery_ = std::make_unique<Discovery>(dopts, *probes_);
   probes_->set_skip_sink(discovery_.get());
   loader_->set_event_handler([this](const void* data, size_t size) { handle_record(data, size); });
+  if (opts_.python_sample_hz > 0) {
+    loader_->set_py_sample_handler([this](const void* data, size_t size) { py_sampler_.on_record(data, size); });
+    // No sampler is no reason to stop: the rest of the agent runs, and the
+    // profile route says why it has nothing.
+    if (auto cpus = loader_->start_python_sampling(opts_.python_sample_hz); cpus.ok()) {
+      py_sampling_ = true;
+      spdlog::info("sampling Python stacks at {} Hz on {} CPUs", opts_.python_sample_hz, *cpus);
+    } else {
+      spdlog::warn("no Python stack sampling: {}", cpus.error());
+    }
+  }
 }
 
 AgentRuntime::~AgentRuntime() { stop(); }
@@ -160,6 +172,7 @@ void AgentRuntime::track_found(const FoundProcess& f) {
   }
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
+  locate_python(f.pid);
   if (!known) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
                  f.identity.job_id.empty() ? "?" : f.identity.job_id, f.identity.rank);
@@ -298,6 +311,10 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   loader_->delete_stats(static_cast<uint32_t>(pid));
   loader_->delete_seqs(static_cast<uint32_t>(pid));
   loader_->forget_tgid(static_cast<uint32_t>(pid));
+  if (py_sampler_.has_process(pid)) {
+    py_sampler_.forget(pid);
+    loader_->forget_python_proc(static_cast<uint32_t>(pid));
+  }
   tracker_.on_exit(pid);
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
@@ -383,6 +400,7 @@ void AgentRuntime::evaluate_detectors() {
     signals.push_back(sig);
   }
   for (auto& ev : stragglers_.evaluate(signals, now_unix)) {
+    add_python_evidence(ev, signals, now_ns);
     spdlog::warn("{}", ev.summary);
     events_.add(std::move(ev));
   }
@@ -464,10 +482,82 @@ void AgentRuntime::evaluate_detectors() {
     it = comm_names_.erase(it);
   }
   timeline_.retain(known);
+  profiles_.expire(now_ns);
+  profiles_.retain(known);
   std::erase_if(step_seconds_, [&](const auto& kv) { return !known.count(kv.first); });
   std::lock_guard lock(counters_mu_);
   comm_health_ = std::move(health);
   detections_ = std::move(detections);
+}
+
+// A tracked rank's interpreter, once: the sampler's BPF side learns where it
+// is (py_procs), the event loop how to name its frames. A rank without Python
+// (or with one the locator refuses) is remembered with the reason.
+void AgentRuntime::locate_python(int pid) {
+  if (!py_sampling_ || py_sampler_.has_process(pid)) return;
+  {
+    std::lock_guard lock(counters_mu_);
+    if (py_status_.count(pid)) return;
+  }
+  std::string status;
+  auto p = py_locator_.locate(pid);
+  if (!p.ok()) {
+    status = p.error();
+  } else {
+    auto mem = python::process_memory(pid, opts_.proc_root);
+    const uint64_t gc_stats = mem ? python::gc_stats_address(*p, *mem) : 0;
+    if (!loader_->set_python_proc(static_cast<uint32_t>(pid), python::bpf_config(*p, gc_stats))) {
+      status = "cannot write the py_procs map";
+    } else {
+      py_sampler_.add_process(pid, python::make_frame_resolver(*p));
+      spdlog::info("pid {}: Python {} located; sampling its stacks", pid, p->file->layout.version.str());
+    }
+  }
+  std::lock_guard lock(counters_mu_);
+  py_status_[pid] = status;
+}
+
+Result<std::string> AgentRuntime::python_profile(int pid, double seconds) const {
+  if (!py_sampling_)
+    return make_error(opts_.python_sample_hz == 0 ? "Python stack sampling is off (--python-sample-hz 0)"
+                                                  : "Python stack sampling could not start on this node");
+  {
+    std::lock_guard lock(counters_mu_);
+    auto st = py_status_.find(pid);
+    if (st == py_status_.end()) return make_error("no Python interpreter located in pid " + std::to_string(pid) + " yet");
+    if (!st->second.empty() && !profiles_.has(pid))
+      return make_error("pid " + std::to_string(pid) + " is not sampled: " + st->second);
+  }
+  const uint64_t now = clock_.monotonic_ns();
+  const auto span = static_cast<uint64_t>(seconds * 1e9);
+  return profiles_.folded(pid, now > span ? now - span : 0);
+}
+
+// A straggler's own Python frames against its peers' (the other ranks of its
+// job here), over the window (at least 30 s, so that a 19 Hz sampler has seen
+// enough): the functions that hold a much larger share of its samples.
+void AgentRuntime::add_python_evidence(DetectedEvent& ev, const std::vector<RankSignal>& signals,
+                                       uint64_t now_ns) const {
+  if (!py_sampling_) return;
+  const auto span = static_cast<uint64_t>(std::max(opts_.window_seconds, 30.0) * 1e9);
+  const uint64_t since = now_ns > span ? now_ns - span : 0;
+  std::map<std::string, uint64_t> own, peers;
+  uint64_t own_total = 0, peer_total = 0;
+  for (const auto& s : signals) {
+    if (s.job_id != ev.job_id) continue;
+    if (s.rank == ev.rank)
+      own_total += profiles_.function_counts(s.pid, since, &own);
+    else
+      peer_total += profiles_.function_counts(s.pid, since, &peers);
+  }
+  const auto top = python::compare_with_peers(own, own_total, peers, peer_total);
+  if (top.empty()) return;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : top)
+    list.push_back({{"frame", f.frame}, {"share", f.share}, {"peers_share", f.peers_share}});
+  ev.evidence["python_profile"] = std::move(list);
+  ev.evidence["python_samples"] = {{"rank", own_total}, {"peers", peer_total}};
+  ev.summary += "; " + python::frame_share_sentence(top.front());
 }
 
 void AgentRuntime::refresh_stats() {

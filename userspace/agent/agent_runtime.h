@@ -22,6 +22,7 @@
 #include "userspace/model.h"
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
+#include "userspace/python/py_profile.h"
 #include "userspace/registry/rank_registry.h"
 #include "userspace/trace/node_timeline.h"
 
@@ -43,6 +44,7 @@ struct AgentOptions {
   std::map<std::string, bool> capabilities;  // held at start (CAP_BPF, ...), for /metrics
   StragglerOptions straggler;
   HangOptions hang;
+  uint32_t python_sample_hz = kDefaultPythonSampleHz;  // 0: no Python stack sampling
 };
 
 class AgentRuntime : public ApiSource {
@@ -79,6 +81,7 @@ class AgentRuntime : public ApiSource {
   uint64_t monotonic_ns() const override { return clock_.monotonic_ns(); }
   // Read on the caller's thread (the HTTP server's), never the event loop's.
   Result<python::PyStackDump> python_stacks(int pid) const override;
+  Result<std::string> python_profile(int pid, double seconds) const override;
 
  private:
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfBackend> loader);
@@ -97,6 +100,8 @@ class AgentRuntime : public ApiSource {
   std::string comm_key(int pid, uint64_t handle);
   bool remember_comm(int pid, uint64_t handle, const std::string& name);
   void evaluate_detectors();
+  void locate_python(int pid);
+  void add_python_evidence(DetectedEvent& ev, const std::vector<RankSignal>& signals, uint64_t now_ns) const;
   double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }
 
   AgentOptions opts_;
@@ -119,6 +124,12 @@ class AgentRuntime : public ApiSource {
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
   std::map<int, RankDetection> detections_;
   std::set<int> workers_seen_;  // pids found to be a rank's forked workers (logged once)
+  // Python stack sampling: interpreters located per rank (pid -> "" when
+  // sampled, else why not; guarded by counters_mu_), their samples.
+  std::map<int, std::string> py_status_;
+  python::ProfileStore profiles_;
+  python::PySampler py_sampler_{profiles_};
+  bool py_sampling_ = false;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   mutable python::PythonLocator py_locator_;  // thread-safe; interpreter files cached by inode

@@ -28,6 +28,7 @@ enum class Cap : unsigned {
   kExitedRanks,         // an exited rank forgotten before its grace period ended
   kRankCommInits,       // an ncclCommInitRank of a process not kept
   kDetectedEvents,      // a detected event pushed out of the event log
+  kPythonSamples,       // a Python stack sample pushed out of a rank's profile before its time
   kCount,
 };
 
@@ -48,6 +49,7 @@ inline const char* cap_label(Cap c) {
     case Cap::kExitedRanks: return "exited_ranks";
     case Cap::kRankCommInits: return "rank_comm_inits";
     case Cap::kDetectedEvents: return "detected_events";
+    case Cap::kPythonSamples: return "python_samples";
     case Cap::kCount: break;
   }
   return "unknown";

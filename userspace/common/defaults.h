@@ -18,6 +18,9 @@ inline constexpr double kDefaultProbeReleaseSeconds = 60;
 // Slots of libbpf's USDT spec table (its default is 256: ~128 producer files).
 // Slots of a released producer are reused.
 inline constexpr unsigned kUsdtSpecSlots = 1024;
+// --python-sample-hz: the Python stack sampler's rate per CPU (0: off). Prime,
+// so that it never beats in step with a periodic job.
+inline constexpr unsigned kDefaultPythonSampleHz = 19;
 
 // Bounds on what the agent keeps (each bound that bites is counted in
 // argus_agent_capped_total{structure}, userspace/common/caps.h). Sized for a

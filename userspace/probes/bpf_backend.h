@@ -69,6 +69,12 @@ class BpfBackend {
   // stack sampler act only on tgids that have one.
   virtual bool set_python_proc(uint32_t /*tgid*/, const argus_py_proc& /*config*/) { return false; }
   virtual void forget_python_proc(uint32_t /*tgid*/) {}
+  // The Python stack sampler (bpf/py_sample.bpf.c): a CPU-clock perf event at
+  // `hz` on every online CPU, for all processes (the program keeps py_procs'
+  // tgids). Returns the CPUs sampled. Its records (struct argus_py_sample) come
+  // through poll_events to the sample handler, on their own ring buffer.
+  virtual Result<int> start_python_sampling(uint32_t /*hz*/) { return make_error("no Python sampler in this backend"); }
+  virtual void set_py_sample_handler(std::function<void(const void* data, size_t size)> /*handler*/) {}
 
   // All aggregates (per CPU summed); only_tgid != 0 restricts to one process.
   virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;

@@ -4,8 +4,17 @@
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
 
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <charconv>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "bpf/argus_py_sample.h"
 
 #include "argus.skel.h"
 
@@ -77,6 +86,7 @@ const char* bpf_error_name(uint32_t err) {
     case ARGUS_ERR_RINGBUF_GPU: return "ringbuf_full_gpu";
     case ARGUS_ERR_GPU_BATCH_TRUNCATED: return "gpu_batch_truncated";
     case ARGUS_ERR_GPU_READ: return "gpu_read_failed";
+    case ARGUS_ERR_PY_SAMPLES_LOST: return "py_samples_lost";
     default: return "unknown";
   }
 }
@@ -130,12 +140,18 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
 
   self->ringbuf_ = ring_buffer__new(bpf_map__fd(s->maps.events), &BpfLoader::on_ringbuf_record, self.get(), nullptr);
   if (self->ringbuf_ == nullptr) return make_error("cannot map the ring buffer: " + errno_text(errno));
+  // The Python samples' own ring buffer, drained by the same poll.
+  if (int rc = ring_buffer__add(self->ringbuf_, bpf_map__fd(s->maps.py_samples), &BpfLoader::on_py_sample,
+                                self.get());
+      rc != 0)
+    return make_error("cannot map the Python sample ring buffer: " + errno_text(rc));
   return self;
 }
 
 BpfLoader::~BpfLoader() {
   if (ringbuf_ != nullptr) ring_buffer__free(ringbuf_);
   proc_links_.clear();
+  py_sample_links_.clear();
   if (skel_ != nullptr) argus_bpf__destroy(skel_);
 }
 
@@ -253,6 +269,73 @@ int BpfLoader::on_ringbuf_record(void* ctx, void* data, size_t size) {
   auto* self = static_cast<BpfLoader*>(ctx);
   if (self->handler_) self->handler_(data, size);
   return 0;
+}
+
+int BpfLoader::on_py_sample(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<BpfLoader*>(ctx);
+  if (self->py_sample_handler_) self->py_sample_handler_(data, size);
+  return 0;
+}
+
+std::vector<int> parse_cpu_list(const std::string& text) {
+  std::vector<int> cpus;
+  std::stringstream in(text);
+  std::string part;
+  auto number = [](std::string_view t, int& out) {
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), out);
+    return !t.empty() && ec == std::errc() && p == t.data() + t.size() && out >= 0 && out < (1 << 16);
+  };
+  while (std::getline(in, part, ',')) {
+    while (!part.empty() && (part.back() == '\n' || part.back() == ' ')) part.pop_back();
+    if (part.empty()) continue;
+    const auto dash = part.find('-');
+    int lo = 0, hi = 0;
+    if (dash == std::string::npos) {
+      if (!number(part, lo)) return {};
+      hi = lo;
+    } else if (!number(std::string_view(part).substr(0, dash), lo) ||
+               !number(std::string_view(part).substr(dash + 1), hi) || hi < lo) {
+      return {};
+    }
+    for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+Result<int> BpfLoader::start_python_sampling(uint32_t hz) {
+  py_sample_links_.clear();
+  if (hz == 0) return 0;
+  std::ifstream f("/sys/devices/system/cpu/online");
+  std::string text;
+  std::getline(f, text);
+  std::vector<int> cpus = parse_cpu_list(text);
+  if (cpus.empty()) return make_error("cannot read the online CPUs from /sys/devices/system/cpu/online");
+  for (int cpu : cpus) {
+    perf_event_attr attr{};
+    attr.size = sizeof(attr);
+    attr.type = PERF_TYPE_SOFTWARE;
+    attr.config = PERF_COUNT_SW_CPU_CLOCK;
+    attr.freq = 1;
+    attr.sample_freq = hz;
+    const int fd = static_cast<int>(syscall(SYS_perf_event_open, &attr, -1, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+    if (fd < 0) {
+      if (errno == ENODEV) continue;  // went offline meanwhile
+      const std::string why = errno_text(errno);
+      py_sample_links_.clear();
+      return make_error("perf_event_open (CPU clock, " + std::to_string(hz) + " Hz) on CPU " + std::to_string(cpu) +
+                        ": " + why);
+    }
+    // The link owns the perf event's fd from here (libbpf closes it on destroy).
+    bpf_link* link = bpf_program__attach_perf_event(skel_->progs.argus_py_sample, fd);
+    if (link == nullptr) {
+      const std::string why = errno_text(errno);
+      close(fd);
+      py_sample_links_.clear();
+      return make_error("cannot attach the Python sampler on CPU " + std::to_string(cpu) + ": " + why);
+    }
+    py_sample_links_.emplace_back(link);
+  }
+  return static_cast<int>(py_sample_links_.size());
 }
 
 int BpfLoader::poll_events(int timeout_ms) { return ring_buffer__poll(ringbuf_, timeout_ms); }

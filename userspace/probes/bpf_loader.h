@@ -44,6 +44,10 @@ class BpfLoader : public BpfBackend {
   void forget_tgid(uint32_t tgid) override;
   bool set_python_proc(uint32_t tgid, const argus_py_proc& config) override;
   void forget_python_proc(uint32_t tgid) override;
+  Result<int> start_python_sampling(uint32_t hz) override;
+  void set_py_sample_handler(std::function<void(const void* data, size_t size)> handler) override {
+    py_sample_handler_ = std::move(handler);
+  }
   std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const override;
   void delete_stats(uint32_t tgid) override;
   std::map<std::string, uint64_t> read_errors() const override;
@@ -57,16 +61,23 @@ class BpfLoader : public BpfBackend {
  private:
   BpfLoader() = default;
   static int on_ringbuf_record(void* ctx, void* data, size_t size);
+  static int on_py_sample(void* ctx, void* data, size_t size);
 
   argus_bpf* skel_ = nullptr;
   ring_buffer* ringbuf_ = nullptr;
   std::vector<Link> proc_links_;
   EventHandler handler_;
+  std::function<void(const void*, size_t)> py_sample_handler_;
+  std::vector<Link> py_sample_links_;  // one perf event per online CPU
   std::string tp_flavour_;
   int ncpus_ = 1;
   uint64_t usdt_spec_slots_ = 0;
 };
 
 const char* bpf_error_name(uint32_t err);
+
+// The CPUs a cpulist names ("0-3,8,10-11", as /sys/devices/system/cpu/online
+// has it); empty on malformed text.
+std::vector<int> parse_cpu_list(const std::string& text);
 
 }  // namespace argus
