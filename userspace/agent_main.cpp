@@ -114,6 +114,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string btf = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_kb = argus::kDefaultRingbufKiB;
+  unsigned python_sample_hz = argus::kDefaultPythonSampleHz;
 
   app.add_option("--listen", listen, "HTTP address for /metrics and /api/v1 (ADDR:PORT)")->envname("ARGUS_LISTEN");
   app.add_option("--node", node, "node name in labels (default: hostname)")->envname("ARGUS_NODE");
@@ -150,6 +151,10 @@ int main(int argc, char** argv) {
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
       ->check(CLI::Range(64u, 1048576u));
+  app.add_option("--python-sample-hz", python_sample_hz,
+                 "Python stack samples per second and CPU for the profile route and straggler evidence (0: off)")
+      ->envname("ARGUS_PYTHON_SAMPLE_HZ")
+      ->check(CLI::Range(0u, 1000u));
 
   std::string auth_token_file, tls_cert, tls_key;
   bool debug_routes = false;
@@ -212,6 +217,7 @@ int main(int argc, char** argv) {
   opts.usdt_spec_slots = usdt_slots;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
   opts.only_env = only_env;
+  opts.python_sample_hz = python_sample_hz;
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 
   raise_open_file_limit(opts.capabilities["CAP_SYS_RESOURCE"]);
