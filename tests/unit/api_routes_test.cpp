@@ -38,6 +38,12 @@ struct FakeSource : ApiSource {
   NodeTimeline::StepHistory gpu_steps(int, size_t) const override { return {}; }
   double seconds_since_heartbeat() const override { return heartbeat_age; }
   uint64_t monotonic_ns() const override { return 5'000'000'000ULL; }
+  Result<std::string> python_profile(int pid, double seconds) const override {
+    if (pid != 42) return make_error("no Python interpreter located in pid " + std::to_string(pid));
+    last_profile_seconds = seconds;
+    return std::string("<module> (a.py:3);f (a.py:1) 7\n");
+  }
+  mutable double last_profile_seconds = 0;
 };
 
 class ApiRoutes : public ::testing::Test {
@@ -115,6 +121,24 @@ TEST_F(ApiRoutes, DebugRoutesAreOffUnlessEnabled) {
   EXPECT_EQ(get("/api/v1/trace?seconds=2").status, 200);
   EXPECT_EQ(get("/api/v1/comms").status, 200);
   EXPECT_EQ(get("/api/v1/trace?seconds=-1").status, 400);
+}
+
+TEST_F(ApiRoutes, ProfileAnswersFoldedTextAndRefusesBadSeconds) {
+  http->stop();
+  start(true);
+  const auto r = get("/api/v1/ranks/j/3/profile?seconds=20");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "<module> (a.py:3);f (a.py:1) 7\n");
+  EXPECT_DOUBLE_EQ(src.last_profile_seconds, 20);
+  EXPECT_EQ(get("/api/v1/ranks/j/3/profile").status, 200);
+  EXPECT_DOUBLE_EQ(src.last_profile_seconds, 60);  // the default
+  for (const char* bad : {"abc", "0", "-5", "3601", "5x", "nan"}) {
+    const auto b = get(std::string("/api/v1/ranks/j/3/profile?seconds=") + bad);
+    EXPECT_EQ(b.status, 400) << bad;
+    EXPECT_NE(b.body.find("seconds must be"), std::string::npos) << b.body;
+  }
+  EXPECT_EQ(get("/api/v1/ranks/j/9/profile").status, 404);
+  EXPECT_EQ(get("/api/v1/ranks/j/x/profile").status, 400);
 }
 
 TEST_F(ApiRoutes, MetricsCountHttpRejections) {

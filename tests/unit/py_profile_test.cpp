@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "userspace/probes/bpf_loader.h"
 #include "userspace/python/py_profile.h"
 
 namespace argus::python {
@@ -149,6 +150,14 @@ TEST(PyProfile, SamplerDecodesNamesAndCountsWhatItCannot) {
   EXPECT_EQ(sampler.stats().malformed, 2u);
   sampler.forget(42);
   EXPECT_FALSE(sampler.has_process(42));
+}
+
+TEST(PyProfile, OnlineCpuListParses) {
+  EXPECT_EQ(argus::parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(argus::parse_cpu_list("0"), (std::vector<int>{0}));
+  EXPECT_TRUE(argus::parse_cpu_list("3-1").empty());
+  EXPECT_TRUE(argus::parse_cpu_list("a-b").empty());
+  EXPECT_TRUE(argus::parse_cpu_list("").empty());
 }
 
 }  // namespace
