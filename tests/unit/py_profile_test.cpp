@@ -152,6 +152,40 @@ TEST(PyProfile, SamplerDecodesNamesAndCountsWhatItCannot) {
   EXPECT_FALSE(sampler.has_process(42));
 }
 
+TEST(PyProfile, StragglerEventCarriesItsFramesAgainstItsPeers) {
+  ProfileStore store;
+  // Rank 1 (pid 10) spends 4 of 10 samples in the data loader; its peers (pids
+  // 20, 30) 1 of 20 all together.
+  const auto loader = stack_of({fr("train", 5, "t.py"), fr("DataLoader.__next__", 40, "d.py")});
+  const auto step = stack_of({fr("train", 6, "t.py"), fr("step", 9, "t.py")});
+  for (int i = 0; i < 4; ++i) store.add(10, 100 + i, loader, false);
+  for (int i = 0; i < 6; ++i) store.add(10, 200 + i, step, false);
+  store.add(20, 100, loader, false);
+  for (int i = 0; i < 9; ++i) store.add(20, 200 + i, step, false);
+  for (int i = 0; i < 10; ++i) store.add(30, 200 + i, step, false);
+  store.add(10, 1, stack_of({fr("old", 1)}), false);  // before the window: not counted
+
+  DetectedEvent ev;
+  ev.summary = "rank 1 of job j: its host is slow";
+  add_python_evidence(ev, store, {10}, {20, 30}, 50);
+  ASSERT_TRUE(ev.evidence.contains("python_profile")) << ev.evidence.dump();
+  const auto& top = ev.evidence["python_profile"];
+  ASSERT_GE(top.size(), 1u);
+  EXPECT_EQ(top[0]["frame"], "DataLoader.__next__ (d.py)");
+  EXPECT_DOUBLE_EQ(top[0]["share"].get<double>(), 0.4);
+  EXPECT_DOUBLE_EQ(top[0]["peers_share"].get<double>(), 0.05);
+  EXPECT_EQ(ev.evidence["python_samples"]["rank"], 10);
+  EXPECT_EQ(ev.evidence["python_samples"]["peers"], 20);
+  EXPECT_EQ(ev.summary,
+            "rank 1 of job j: its host is slow; 40% of its samples are in DataLoader.__next__ (d.py), against 5% on "
+            "its peers");
+
+  DetectedEvent lonely;  // no peer samples: nothing to compare, nothing added
+  add_python_evidence(lonely, store, {10}, {99}, 50);
+  EXPECT_FALSE(lonely.evidence.contains("python_profile"));
+  EXPECT_TRUE(lonely.summary.empty());
+}
+
 TEST(PyProfile, OnlineCpuListParses) {
   EXPECT_EQ(argus::parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
   EXPECT_EQ(argus::parse_cpu_list("0"), (std::vector<int>{0}));

@@ -315,6 +315,10 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
     py_sampler_.forget(pid);
     loader_->forget_python_proc(static_cast<uint32_t>(pid));
   }
+  {
+    std::lock_guard lock(counters_mu_);
+    py_status_.erase(pid);  // a reused pid is located afresh
+  }
   tracker_.on_exit(pid);
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
@@ -521,12 +525,11 @@ Result<std::string> AgentRuntime::python_profile(int pid, double seconds) const 
   if (!py_sampling_)
     return make_error(opts_.python_sample_hz == 0 ? "Python stack sampling is off (--python-sample-hz 0)"
                                                   : "Python stack sampling could not start on this node");
-  {
+  if (!profiles_.has(pid)) {  // an exited rank's samples stay while the rank is listed
     std::lock_guard lock(counters_mu_);
     auto st = py_status_.find(pid);
-    if (st == py_status_.end()) return make_error("no Python interpreter located in pid " + std::to_string(pid) + " yet");
-    if (!st->second.empty() && !profiles_.has(pid))
-      return make_error("pid " + std::to_string(pid) + " is not sampled: " + st->second);
+    if (st == py_status_.end()) return make_error("no Python interpreter located in pid " + std::to_string(pid));
+    if (!st->second.empty()) return make_error("pid " + std::to_string(pid) + " is not sampled: " + st->second);
   }
   const uint64_t now = clock_.monotonic_ns();
   const auto span = static_cast<uint64_t>(seconds * 1e9);
@@ -541,23 +544,12 @@ void AgentRuntime::add_python_evidence(DetectedEvent& ev, const std::vector<Rank
   if (!py_sampling_) return;
   const auto span = static_cast<uint64_t>(std::max(opts_.window_seconds, 30.0) * 1e9);
   const uint64_t since = now_ns > span ? now_ns - span : 0;
-  std::map<std::string, uint64_t> own, peers;
-  uint64_t own_total = 0, peer_total = 0;
+  std::vector<int> own, peers;
   for (const auto& s : signals) {
     if (s.job_id != ev.job_id) continue;
-    if (s.rank == ev.rank)
-      own_total += profiles_.function_counts(s.pid, since, &own);
-    else
-      peer_total += profiles_.function_counts(s.pid, since, &peers);
+    (s.rank == ev.rank ? own : peers).push_back(s.pid);
   }
-  const auto top = python::compare_with_peers(own, own_total, peers, peer_total);
-  if (top.empty()) return;
-  nlohmann::json list = nlohmann::json::array();
-  for (const auto& f : top)
-    list.push_back({{"frame", f.frame}, {"share", f.share}, {"peers_share", f.peers_share}});
-  ev.evidence["python_profile"] = std::move(list);
-  ev.evidence["python_samples"] = {{"rank", own_total}, {"peers", peer_total}};
-  ev.summary += "; " + python::frame_share_sentence(top.front());
+  python::add_python_evidence(ev, profiles_, own, peers, since);
 }
 
 void AgentRuntime::refresh_stats() {

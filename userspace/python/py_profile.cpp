@@ -164,6 +164,21 @@ std::string frame_share_sentence(const FrameShare& f) {
          ", against " + std::to_string(static_cast<int>(std::lround(f.peers_share * 100))) + "% on its peers";
 }
 
+void add_python_evidence(DetectedEvent& ev, const ProfileStore& store, const std::vector<int>& own_pids,
+                         const std::vector<int>& peer_pids, uint64_t since_ns) {
+  std::map<std::string, uint64_t> own, peers;
+  uint64_t own_total = 0, peer_total = 0;
+  for (int pid : own_pids) own_total += store.function_counts(pid, since_ns, &own);
+  for (int pid : peer_pids) peer_total += store.function_counts(pid, since_ns, &peers);
+  const auto top = compare_with_peers(own, own_total, peers, peer_total);
+  if (top.empty()) return;
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : top) list.push_back({{"frame", f.frame}, {"share", f.share}, {"peers_share", f.peers_share}});
+  ev.evidence["python_profile"] = std::move(list);
+  ev.evidence["python_samples"] = {{"rank", own_total}, {"peers", peer_total}};
+  ev.summary += "; " + frame_share_sentence(top.front());
+}
+
 void PySampler::on_record(const void* data, size_t size) {
   auto s = decode_py_sample(data, size);
   if (!s) {

@@ -17,6 +17,7 @@
 
 #include "bpf/argus_py_sample.h"
 #include "userspace/common/caps.h"
+#include "userspace/detect/detectors.h"
 #include "userspace/python/py_runtime.h"
 
 namespace argus::python {
@@ -94,6 +95,14 @@ std::vector<FrameShare> compare_with_peers(const std::map<std::string, uint64_t>
                                            size_t top = 5, double min_share = 0.05);
 // "38% of its samples are in X, against 2% on its peers"
 std::string frame_share_sentence(const FrameShare& f);
+
+// A straggler event's Python side: the functions where the rank's processes
+// (own_pids) spend a larger share of their samples since since_ns than its
+// peers' processes do, as evidence.python_profile = [{frame, share,
+// peers_share}], evidence.python_samples = {rank, peers}, and the first of
+// them in the summary. Nothing when either side has no samples.
+void add_python_evidence(DetectedEvent& ev, const ProfileStore& store, const std::vector<int>& own_pids,
+                         const std::vector<int>& peer_pids, uint64_t since_ns);
 
 // Names the frames of one process's samples.
 class FrameResolver {
