@@ -160,6 +160,8 @@ for ph in ("19hz", "99hz"):
     line = "  %s: median %.0f iterations/s over %d runs, ratio to no agent %.4f (%+.2f%%); samples per run %s" % (
         ph, med, len(rates[ph]), med / base, (med / base - 1) * 100, samples[ph])
     if ph in bpf and bpf[ph][1]:
-        line += "; BPF %.1f us per sample (%d runs of the program, all CPUs)" % (bpf[ph][0] / bpf[ph][1] / 1e3, bpf[ph][1])
+        us = bpf[ph][0] / bpf[ph][1] / 1e3
+        line += ("; BPF %.1f us per run of the program (%d runs, all CPUs): %d Hz x %.1f us = %.3f%% of the rank's CPU"
+                 % (us, bpf[ph][1], int(ph[:-2]), us, int(ph[:-2]) * us / 1e4))
     print(line)
 PYREPORT
