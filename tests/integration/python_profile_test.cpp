@@ -37,6 +37,27 @@ while time.time() < end:
     outer(20000)
 )";
 
+// Deeper than the sampler keeps (96 frames): its stacks must come marked.
+constexpr const char* kDeepScript = R"(import ctypes, sys, time
+ctypes.CDLL(sys.argv[2])
+
+
+def spin():
+    s = 0
+    for i in range(20000):
+        s += i
+    return s
+
+
+def rec(n):
+    return rec(n - 1) if n else spin()
+
+
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    rec(150)
+)";
+
 std::string pyenv_root() {
   if (const char* r = std::getenv("PYENV_ROOT"); r && *r) return r;
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.pyenv";
@@ -75,6 +96,8 @@ TEST(PythonProfile, FoldedStacksOnEveryInterpreter) {
   const auto dir = make_temp_dir("pyprof");
   const auto script = dir / "work.py";
   std::ofstream(script) << kScript;
+  const auto deep_script = dir / "deep.py";
+  std::ofstream(deep_script) << kDeepScript;
   Agent agent(dir, {"--debug-routes", "--python-sample-hz", "199"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   std::vector<std::unique_ptr<Child>> ranks;
@@ -82,6 +105,9 @@ TEST(PythonProfile, FoldedStacksOnEveryInterpreter) {
     ranks.push_back(std::make_unique<Child>(
         std::vector<std::string>{in.path, script.string(), "60", kRealNccl}, dir / (in.name + ".log"),
         std::vector<std::string>{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=" + in.name}));
+
+  Child deep(std::vector<std::string>{interps.front().path, deep_script.string(), "60", kRealNccl}, dir / "deep.log",
+             std::vector<std::string>{"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=deep"});
 
   const std::string f = std::regex_replace(script.string(), std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)");
   const std::regex want("<module> \\(" + f + ":23\\);outer \\(" + f + ":17\\);middle \\(" + f + ":13\\);inner \\(" +
@@ -103,6 +129,24 @@ TEST(PythonProfile, FoldedStacksOnEveryInterpreter) {
       if (total >= 20) done.insert(in.name);
     }
   }
+  // The deep rank: every stack that reaches spin() is cut to the innermost 96
+  // frames under a "[truncated]" root, never shown as if complete.
+  std::string deep_answer;
+  for (int i = 0; i < 20; ++i) {
+    deep_answer = agent.get_text("/api/v1/ranks/deep/0/profile?seconds=30");
+    if (deep_answer.find("spin (") != std::string::npos) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  int deep_lines = 0;
+  std::istringstream deep_in(deep_answer);
+  for (std::string line; std::getline(deep_in, line);) {
+    if (line.find("spin (") == std::string::npos) continue;
+    ++deep_lines;
+    EXPECT_EQ(line.rfind("[truncated];", 0), 0u) << line.substr(0, 200);
+    EXPECT_EQ(std::count(line.begin(), line.end(), ';'), 96) << line.substr(0, 200);
+  }
+  EXPECT_GT(deep_lines, 0) << deep_answer.substr(0, 2000);
+
   for (const auto& in : interps)
     EXPECT_TRUE(done.count(in.name)) << in.name << " (" << in.path << ") answered:\n" << answers[in.name];
 
