@@ -579,6 +579,7 @@ void AgentRuntime::refresh_stats() {
   auto errors = loader_->read_errors();
   std::lock_guard lock(counters_mu_);
   bpf_errors_ = std::move(errors);
+  py_sample_stats_ = py_sampler_.stats();
 }
 
 // A tracked process that is gone without an exit event (lost, or it exited
@@ -638,6 +639,10 @@ Snapshot AgentRuntime::snapshot() const {
       a.bpf_errors[name] = v;
   }
   a.bpf_errors["malformed_record"] = malformed_records_;
+  // The sampler's records the agent could not use: malformed, or whose code
+  // objects changed before they were named (frames read "[unknown]").
+  a.bpf_errors["py_sample_malformed"] = py_sample_stats_.malformed;
+  a.bpf_errors["py_frame_unresolved"] = py_sample_stats_.unresolved_frames;
   snap.comms = comm_health_;
   return snap;
 }

@@ -142,6 +142,7 @@ class AgentRuntime : public ApiSource {
   std::map<std::string, uint64_t> events_total_;
   std::map<std::string, uint64_t> bpf_errors_;
   uint64_t malformed_records_ = 0;
+  python::PySampler::Stats py_sample_stats_;  // the sampler's, as of the last stats pass
 };
 
 }  // namespace argus
