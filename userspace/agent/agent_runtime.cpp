@@ -144,6 +144,7 @@ void AgentRuntime::run_once(int poll_ms) {
   if (now >= next_stats_) {
     refresh_stats();
     reap_vanished();
+    for (int pid : registry_.live_pids()) locate_python(pid);  // those not located yet, every 30 s
     registry_.tick();
     evaluate_detectors();
     next_stats_ = now + opts_.stats_interval_seconds;
@@ -319,6 +320,7 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
     std::lock_guard lock(counters_mu_);
     py_status_.erase(pid);  // a reused pid is located afresh
   }
+  py_next_try_.erase(pid);
   tracker_.on_exit(pid);
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
@@ -496,13 +498,13 @@ void AgentRuntime::evaluate_detectors() {
 
 // A tracked rank's interpreter, once: the sampler's BPF side learns where it
 // is (py_procs), the event loop how to name its frames. A rank without Python
-// (or with one the locator refuses) is remembered with the reason.
+// (or with one the locator refuses) is remembered with the reason, and looked
+// at again every 30 s (a process may load an interpreter late).
 void AgentRuntime::locate_python(int pid) {
   if (!py_sampling_ || py_sampler_.has_process(pid)) return;
-  {
-    std::lock_guard lock(counters_mu_);
-    if (py_status_.count(pid)) return;
-  }
+  const double now = now_s();
+  if (auto next = py_next_try_.find(pid); next != py_next_try_.end() && now < next->second) return;
+  py_next_try_[pid] = now + 30;
   std::string status;
   auto p = py_locator_.locate(pid);
   if (!p.ok()) {

@@ -127,6 +127,7 @@ class AgentRuntime : public ApiSource {
   // Python stack sampling: interpreters located per rank (pid -> "" when
   // sampled, else why not; guarded by counters_mu_), their samples.
   std::map<int, std::string> py_status_;
+  std::map<int, double> py_next_try_;  // event loop only: when to look for an interpreter again
   python::ProfileStore profiles_;
   python::PySampler py_sampler_{profiles_};
   bool py_sampling_ = false;
