@@ -57,7 +57,9 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
                                                                          .release_grace_seconds =
-                                                                             opts_.probe_release_seconds});
+                                                                             opts_.probe_release_seconds,
+                                                                         .python_gc = opts_.python_gc_probes});
+  py_locator_ = std::make_unique<python::PythonLocator>(opts_.proc_root);
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
   dopts.self_pid = static_cast<int>(getpid());
@@ -269,6 +271,9 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
   registry_.apply_totals(pid, records);
+  take_python_gc(pid);  // the probes' last counters: the process can no longer be polled
+  loader_->forget_python_proc(static_cast<uint32_t>(pid));
+  py_ranks_.erase(pid);
   if (exit_code)
     registry_.on_exit(pid, *exit_code);
   else
@@ -357,6 +362,10 @@ void AgentRuntime::evaluate_detectors() {
     sig.gpu_valid = gpu.window_valid;
     sig.gpu_nccl_ratio = gpu.nccl_ratio;
     sig.bubble_ratio = gpu.bubble_ratio;
+    sig.gc_valid = r.python_gc.present && r.python_gc.anchor != "none";
+    sig.gc_seconds = r.python_gc.window_seconds;
+    sig.gc_pauses = r.python_gc.window_pauses;
+    sig.gc_max_pause_s = r.python_gc.window_max_pause_seconds;
     step_seconds_[r.pid] = lag.step_seconds;
     signals.push_back(sig);
   }
@@ -471,9 +480,75 @@ void AgentRuntime::refresh_stats() {
     }
     registry_.apply_totals(pid, records);
   }
+  refresh_python();
   auto errors = loader_->read_errors();
   std::lock_guard lock(counters_mu_);
   bpf_errors_ = std::move(errors);
+}
+
+// Each stats pass: every live rank that runs Python is located once (cached by
+// file), its py_procs entry written once its interpreter is initialised (the
+// GC probes and the sampler act only then), and its GC counters read. The
+// exported counts are the interpreter's own: polled here, or the probes' last
+// snapshot, whichever is larger (they only grow).
+void AgentRuntime::refresh_python() {
+  const double now = now_s();
+  const auto live = registry_.live_pids();
+  const std::set<int> live_set(live.begin(), live.end());
+  for (auto it = py_ranks_.begin(); it != py_ranks_.end();) {  // ended without an exit event seen here
+    if (live_set.count(it->first)) {
+      ++it;
+      continue;
+    }
+    loader_->forget_python_proc(static_cast<uint32_t>(it->first));
+    it = py_ranks_.erase(it);
+  }
+  for (int pid : live) {
+    PyRank& pr = py_ranks_[pid];
+    if (!pr.proc) {
+      if (now < pr.next_try) continue;
+      auto located = py_locator_->locate(pid);
+      if (!located.ok()) {
+        // Not Python (most NCCL-only tools), or an interpreter it refuses: look
+        // again later, in case the process loads one.
+        pr.next_try = now + 30;
+        if (!pr.said && located.error().find("not python") == std::string::npos) {
+          spdlog::info("pid {}: Python not followed: {}", pid, located.error());
+          pr.said = true;
+        }
+        continue;
+      }
+      pr.proc = std::move(*located);
+      pr.mem = python::process_memory(pid, opts_.proc_root);
+    }
+    const python::PyProcess& p = *pr.proc;
+    if (pr.gc_stats_addr == 0) pr.gc_stats_addr = python::gc_stats_address(p, *pr.mem);
+    if (pr.gc_stats_addr != 0 && !pr.configured) {
+      argus_py_proc cfg = python::bpf_config(p, pr.gc_stats_addr);
+      if (p.file->gc_anchor == "usdt") cfg.flags |= ARGUS_PY_F_GC_BY_USDT;
+      pr.configured = loader_->set_python_proc(static_cast<uint32_t>(pid), cfg);
+      if (pr.configured)
+        spdlog::info("pid {}: Python {} (GC anchor {}{})", pid, p.file->layout.version.str(), p.file->gc_anchor,
+                     opts_.python_gc_probes ? "" : ", probes off: polled");
+    }
+    std::array<uint64_t, 3> counts{};
+    if (auto polled = python::read_gc_collections(p, *pr.mem))
+      for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, (*polled)[g]));
+    registry_.set_python_gc(pid, p.file->layout.version.str(), opts_.python_gc_probes ? p.file->gc_anchor : "none",
+                            counts);
+    take_python_gc(pid);
+  }
+}
+
+// The probes' newest absolute counters for a rank, folded in (larger wins).
+void AgentRuntime::take_python_gc(int pid) {
+  auto it = py_ranks_.find(pid);
+  if (it == py_ranks_.end() || !it->second.proc) return;
+  auto snap = loader_->read_python_gc(static_cast<uint32_t>(pid));
+  if (!snap || snap->updated_ns == 0) return;
+  std::array<uint64_t, 3> counts{};
+  for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, snap->collections[g]));
+  registry_.set_python_gc(pid, "", "", counts);
 }
 
 // A tracked process that is gone without an exit event (lost, or it exited
@@ -514,6 +589,8 @@ Snapshot AgentRuntime::snapshot() const {
   a.usdt_spec_slots_used = probe_stats.usdt_slots_used;
   a.usdt_spec_slots_limit = probe_stats.usdt_slots_limit;
   a.probes_detaching = probe_stats.probes_detaching;
+  a.python_gc_files = probe_stats.python_gc_files;
+  a.python_gc_unprobed_files = probe_stats.python_gc_unprobed_files;
   a.capabilities = opts_.capabilities;
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();

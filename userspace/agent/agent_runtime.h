@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <set>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "userspace/model.h"
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
+#include "userspace/python/py_runtime.h"
 #include "userspace/registry/rank_registry.h"
 #include "userspace/trace/node_timeline.h"
 
@@ -40,6 +42,7 @@ struct AgentOptions {
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
   uint32_t usdt_spec_slots = kUsdtSpecSlots;
   std::string only_env;  // KEY=VALUE, or empty
+  bool python_gc_probes = true;  // probe Python collectors (false: GC counts by polling only)
   std::map<std::string, bool> capabilities;  // held at start (CAP_BPF, ...), for /metrics
   StragglerOptions straggler;
   HangOptions hang;
@@ -87,6 +90,8 @@ class AgentRuntime : public ApiSource {
   bool is_worker_of_rank(const FoundProcess& f) const;
   void track_unmapped(int pid);
   void refresh_stats();
+  void refresh_python();  // locate ranks' interpreters, configure py_procs, read GC counters
+  void take_python_gc(int pid);
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
   void on_collective(const argus_nccl_coll_event& e);
@@ -117,6 +122,17 @@ class AgentRuntime : public ApiSource {
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
   std::map<int, RankDetection> detections_;
   std::set<int> workers_seen_;  // pids found to be a rank's forked workers (logged once)
+  // Python ranks (event loop only).
+  struct PyRank {
+    std::optional<python::PyProcess> proc;
+    std::unique_ptr<python::RemoteMemory> mem;
+    uint64_t gc_stats_addr = 0;  // 0 until the interpreter is initialised
+    double next_try = 0;         // when to try locating it again
+    bool configured = false;     // its py_procs entry is written
+    bool said = false;           // its refusal was logged
+  };
+  std::unique_ptr<python::PythonLocator> py_locator_;
+  std::map<int, PyRank> py_ranks_;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   std::thread thread_;
