@@ -66,6 +66,7 @@ struct PythonGcView {
   std::map<uint32_t, uint64_t> log2_buckets;
   // Last window: GC time, pauses, and the longest pause (its bucket's upper bound).
   double window_seconds = 0;
+  double window_span_seconds = 0;  // how long that window was
   uint64_t window_pauses = 0;
   double window_max_pause_seconds = 0;
 };

@@ -364,6 +364,7 @@ void AgentRuntime::evaluate_detectors() {
     sig.bubble_ratio = gpu.bubble_ratio;
     sig.gc_valid = r.python_gc.present && r.python_gc.anchor != "none";
     sig.gc_seconds = r.python_gc.window_seconds;
+    sig.gc_span_s = r.python_gc.window_span_seconds;
     sig.gc_pauses = r.python_gc.window_pauses;
     sig.gc_max_pause_s = r.python_gc.window_max_pause_seconds;
     step_seconds_[r.pid] = lag.step_seconds;

@@ -143,13 +143,14 @@ double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio 
 // min_gc_share of its lateness (per step: the lag is what it loses each step).
 bool StragglerDetector::gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members,
                                         Verdict& v) const {
-  if (!r.gc_valid || r.lag.step_seconds <= 0 || r.lag.median_lag_s <= 0 || window_seconds_ <= 0) return false;
+  const double span = r.gc_span_s > 0 ? r.gc_span_s : window_seconds_;
+  if (!r.gc_valid || r.lag.step_seconds <= 0 || r.lag.median_lag_s <= 0 || span <= 0) return false;
   std::vector<double> peers;
   for (const auto* p : members)
     if (p->pid != r.pid && p->gc_valid) peers.push_back(p->gc_seconds);
   if (peers.empty()) return false;
   v.gc_peer_median_s = median_of(peers);
-  const double steps = window_seconds_ / r.lag.step_seconds;
+  const double steps = span / r.lag.step_seconds;
   v.gc_excess_per_step_s = std::max(0.0, r.gc_seconds - v.gc_peer_median_s) / steps;
   v.gc_explained_share = v.gc_excess_per_step_s / r.lag.median_lag_s;
   return v.gc_explained_share >= opts_.min_gc_share;
@@ -322,7 +323,7 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
 
 std::string StragglerDetector::gc_summary(const RankSignal& r, const Verdict& v) const {
   return "its Python garbage collector ran " + fmt("%.0f", r.gc_seconds * 1e3) + " ms in the last " +
-         fmt("%.0f", window_seconds_) + " s (" + std::to_string(r.gc_pauses) + " pauses, the longest up to " +
+         fmt("%.0f", r.gc_span_s > 0 ? r.gc_span_s : window_seconds_) + " s (" + std::to_string(r.gc_pauses) + " pauses, the longest up to " +
          fmt("%.1f", r.gc_max_pause_s * 1e3) + " ms), its peers' median " + fmt("%.0f", v.gc_peer_median_s * 1e3) +
          " ms: that explains " + fmt("%.0f", std::min(9.99, v.gc_explained_share) * 100) + "% of its lag";
 }
@@ -352,7 +353,7 @@ DetectedEvent StragglerDetector::gc_pause_event(const std::string& job, const Ra
                  {"median_lag_seconds", r.lag.median_lag_s},
                  {"step_seconds", r.lag.step_seconds},
                  {"gc_explained_share", v.gc_explained_share},
-                 {"window_seconds", window_seconds_},
+                 {"window_seconds", r.gc_span_s > 0 ? r.gc_span_s : window_seconds_},
                  {"peers", peers}};
   return ev;
 }

@@ -44,6 +44,7 @@ struct RankSignal {
   // Python GC (when its collector is probed): time, pauses and the longest pause, last window.
   bool gc_valid = false;
   double gc_seconds = 0;
+  double gc_span_s = 0;  // the span gc_seconds covers (0: the detector's window)
   uint64_t gc_pauses = 0;
   double gc_max_pause_s = 0;
 };

@@ -260,6 +260,7 @@ double share(uint64_t dt_ns, uint64_t a, uint64_t b) {
 void RankRegistry::window_gc(const Sample& a, const Sample& b, PythonGcView& gc) {
   gc.window_seconds = b.gc_ns >= a.gc_ns ? static_cast<double>(b.gc_ns - a.gc_ns) / 1e9 : 0;
   gc.window_pauses = b.gc_pauses >= a.gc_pauses ? b.gc_pauses - a.gc_pauses : 0;
+  gc.window_span_seconds = static_cast<double>(b.mono_ns - a.mono_ns) / 1e9;
   gc.window_max_pause_seconds = 0;
   for (const auto& [bucket, count] : b.gc_buckets) {
     auto before = a.gc_buckets.find(bucket);
