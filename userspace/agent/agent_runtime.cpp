@@ -532,6 +532,7 @@ void AgentRuntime::refresh_python() {
         spdlog::info("pid {}: Python {} (GC anchor {}{})", pid, p.file->layout.version.str(), p.file->gc_anchor,
                      opts_.python_gc_probes ? "" : ", probes off: polled");
     }
+    if (pr.gc_stats_addr == 0) continue;  // not initialised yet: nothing to count
     std::array<uint64_t, 3> counts{};
     if (auto polled = python::read_gc_collections(p, *pr.mem))
       for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, (*polled)[g]));
