@@ -53,6 +53,7 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
     it->second.unused_since = -1;
     return it->second.pending ? LibraryKind::None : it->second.kind;
   }
+  if (refused_.count({key, pid})) return LibraryKind::None;  // this process's path was refused: said once
   if (pending_ >= opts_.max_pending_parses) {
     skip("parse_queue_full");  // not remembered: a later recheck tries again
     return LibraryKind::None;
@@ -65,11 +66,10 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
     if (std::string_view(reason) == "vanished") return LibraryKind::None;  // another mapper may come
     if (std::string_view(reason) != "mapped_open_failed")
       spdlog::warn("refused a mapped file: {}", opened.error());  // someone planted it
-    Library refused;
-    refused.pending = false;
-    refused.name = mapping.path;
-    refused.users.insert(pid);
-    files_.emplace(key, std::move(refused));
+    // Refused for this process (its path), not for the file: the same inode
+    // mapped by another process under a sound path is still probed (a bind
+    // mount or a chroot elsewhere must not blind the agent to /usr/bin/python3).
+    refused_.insert({key, pid});
     return LibraryKind::None;
   }
   Library& lib = files_[key];
@@ -309,6 +309,7 @@ void ProbeManager::attach_gpu_producer(const Parsed& done, Library& lib) {
 }
 
 void ProbeManager::sweep(double now_s, const std::set<int>& alive_pids) {
+  std::erase_if(refused_, [&](const auto& kp) { return !alive_pids.count(kp.second); });
   for (auto it = files_.begin(); it != files_.end();) {
     Library& lib = it->second;
     std::erase_if(lib.users, [&](int pid) { return !alive_pids.count(pid); });

@@ -116,6 +116,7 @@ class ProbeManager final : public LibraryProber {
   ProbeManagerOptions opts_;
   Discovery* skips_;
   std::map<FileKey, Library> files_;  // event loop only
+  std::set<std::pair<FileKey, int>> refused_;  // (file, pid) whose mapped path was refused; event loop only
   size_t pending_ = 0;                // files_ entries still being parsed
   std::mutex usdt_mu_;                // libbpf's USDT manager: attaches and detaches one at a time
   LinkReaper reaper_{usdt_mu_};       // destroyed before files_: drains what was handed to it
