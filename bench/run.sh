@@ -10,6 +10,8 @@
 #  c. GPU layer (bench/gpu_handoff.sh): libargus-cupti.so's per-batch cost with and without
 #     the agent attached (the USDT hand-off), records fired vs received, and the size of the
 #     agent's per-step kernel sketch. Skipped when libargus-cupti.so was not built.
+#  d. Python GC probes (bench/python_gc_bench.sh): gc.collect(0) with and without the agent's
+#     collector probes (uprobe pair on gc_collect_main, and the USDT pair), per collection.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -17,7 +19,7 @@
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
-# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1
+# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
 set -euo pipefail
@@ -359,6 +361,19 @@ if [ "${ARGUS_BENCH_SKIP_GPU:-0}" != 1 ] && [ -e "$BUILD/lib/libargus-cupti.so" 
 else
   log "c. GPU layer: skipped"
 fi
+
+# d. Python GC probes ---------------------------------------------------------
+PYGC_RC=skipped
+if [ "${ARGUS_BENCH_SKIP_PYGC:-0}" != 1 ]; then
+  log "d. Python GC probes: bench/python_gc_bench.sh"
+  PYGC_RC=0
+  BUILD_DIR=$BUILD "$ROOT/bench/python_gc_bench.sh" "$WORK/pygc" >"$WORK/python-gc.log" 2>&1 || PYGC_RC=$?
+  fact python_gc_bench_exit_code "$PYGC_RC"
+  [ "$PYGC_RC" = 0 ] || log "bench/python_gc_bench.sh failed (status $PYGC_RC): $WORK/python-gc.log"
+else
+  log "d. Python GC probes: skipped"
+fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
+if [ "$PYGC_RC" = 0 ]; then tee -a "$WORK/summary.txt" <"$WORK/pygc/summary.txt"; fi
