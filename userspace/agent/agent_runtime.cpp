@@ -140,6 +140,7 @@ void AgentRuntime::track_found(const FoundProcess& f) {
   }
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
+  probes_->attach_python_gc_for(f.pid);  // its interpreter's collector, once per file
   if (!known) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
                  f.identity.job_id.empty() ? "?" : f.identity.job_id, f.identity.rank);

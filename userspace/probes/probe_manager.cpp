@@ -168,7 +168,8 @@ void ProbeManager::finish(Parsed& done) {
   if (lib.kind == LibraryKind::None) {
     if (!lib.usdt_links.empty()) lib.kind = LibraryKind::GpuActivity;
   } else if (lib.kind == LibraryKind::Python) {
-    attach_python_gc(done, lib);
+    if (opts_.python_gc && done.python)  // probed once a rank maps it (attach_python_gc_for)
+      lib.pending_gc.reset(new Library::PendingGc{done.file, std::move(*done.python), std::move(done.notes)});
   } else {
     attach_probes(*symbols, done.file->self_path(), lib);
   }
@@ -216,16 +217,24 @@ bool ProbeManager::reserve_usdt_slots(uint64_t slots, const std::string& what, c
 // A Python interpreter's collector: entry + return, by its symbol or by the
 // python:gc__start/gc__done USDT pair. A file with no usable anchor is said
 // once and counted; its ranks' GC counts then come from polling alone.
-void ProbeManager::attach_python_gc(const Parsed& done, Library& lib) {
-  if (!opts_.python_gc || !done.python) return;
-  if (!done.python->ok()) {
-    spdlog::warn("Python GC not probed in {}: {} (GC counts by polling only)", lib.name, done.python->error());
+void ProbeManager::attach_python_gc_for(int pid) {
+  for (auto& [key, lib] : files_) {
+    if (lib.kind != LibraryKind::Python || !lib.pending_gc || !lib.users.count(pid)) continue;
+    attach_python_gc(lib);
+    lib.pending_gc.reset();  // tried once per file: its fd is closed now
+  }
+}
+
+void ProbeManager::attach_python_gc(Library& lib) {
+  const Library::PendingGc& done = *lib.pending_gc;
+  if (!done.py.ok()) {
+    spdlog::warn("Python GC not probed in {}: {} (GC counts by polling only)", lib.name, done.py.error());
     skip("python_gc_unprobed");
     std::lock_guard lock(counters_mu_);
     stats_.python_gc_unprobed_files += 1;
     return;
   }
-  const python::PyInterpreterFile& py = **done.python;
+  const python::PyInterpreterFile& py = *done.py;
   const std::string path = done.file->self_path();
   size_t failed = 0;
   if (py.gc_anchor == "usdt") {
@@ -265,6 +274,7 @@ void ProbeManager::attach_python_gc(const Parsed& done, Library& lib) {
   const bool probed = !lib.links.empty() || !lib.usdt_links.empty();
   std::lock_guard lock(counters_mu_);
   stats_.attach_errors["python"] += failed;
+  stats_.probes["python"] += lib.links.size() + lib.usdt_links.size();
   if (probed) {
     lib.gc_anchor = py.gc_anchor;
     stats_.python_gc_files[py.gc_anchor] += 1;

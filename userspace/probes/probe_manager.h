@@ -72,6 +72,9 @@ class ProbeManager final : public LibraryProber {
   // Event loop: attaches the probes of every finished parse. Returns the
   // processes that map those libraries, to be looked at again now.
   std::vector<int> complete_parses();
+  // Event loop: a rank (tracked) maps these files: their Python collectors are
+  // probed now, once per file. Interpreters only ranks map are probed.
+  void attach_python_gc_for(int pid);
   // Event loop: forgets processes that are gone; detaches and forgets the files
   // that no live process has mapped for the grace period.
   void sweep(double now_s, const std::set<int>& alive_pids);
@@ -100,6 +103,14 @@ class ProbeManager final : public LibraryProber {
     std::vector<Link> usdt_links;  // the GPU producer's USDT probes
     uint64_t usdt_slots = 0;
     std::string gc_anchor;         // Python: the GC anchor probed ("" while none)
+    // Python: what the GC probes need, kept until a rank maps the file (a
+    // plain Python's collections never trap); dropped once attached.
+    struct PendingGc {
+      std::shared_ptr<procfs::MappedFile> file;
+      Result<python::PyInterpreterFile> py;
+      std::optional<Result<std::vector<elf::UsdtNote>>> notes;
+    };
+    std::unique_ptr<PendingGc> pending_gc;
   };
 
   void skip(const std::string& reason);
@@ -108,7 +119,7 @@ class ProbeManager final : public LibraryProber {
   void finish(Parsed& done);
   void attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib);
   void attach_gpu_producer(const Parsed& done, Library& lib);
-  void attach_python_gc(const Parsed& done, Library& lib);
+  void attach_python_gc(Library& lib);
   bool reserve_usdt_slots(uint64_t slots, const std::string& what, const std::string& name);
   void release(Library& lib);
 
