@@ -10,7 +10,9 @@
 #  c. GPU layer (bench/gpu_handoff.sh): libargus-cupti.so's per-batch cost with and without
 #     the agent attached (the USDT hand-off), records fired vs received, and the size of the
 #     agent's per-step kernel sketch. Skipped when libargus-cupti.so was not built.
-#  d. Python stack sampler (bench/python_sample.sh): a CPU-bound Python loop's throughput
+#  d. Python GC probes (bench/python_gc_bench.sh): gc.collect(0) with and without the agent's
+#     collector probes (uprobe pair on gc_collect_main, and the USDT pair), per collection.
+#  e. Python stack sampler (bench/python_sample.sh): a CPU-bound Python loop's throughput
 #     with no agent, with the agent sampling at 19 Hz and at 99 Hz, as ratios; its summary
 #     is in WORK/python/summary.txt.
 #
@@ -20,7 +22,7 @@
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
-# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYTHON=1
+# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
 set -euo pipefail
@@ -362,17 +364,31 @@ if [ "${ARGUS_BENCH_SKIP_GPU:-0}" != 1 ] && [ -e "$BUILD/lib/libargus-cupti.so" 
 else
   log "c. GPU layer: skipped"
 fi
-# d. Python stack sampler ----------------------------------------------------
+
+# d. Python GC probes ---------------------------------------------------------
+PYGC_RC=skipped
+if [ "${ARGUS_BENCH_SKIP_PYGC:-0}" != 1 ]; then
+  log "d. Python GC probes: bench/python_gc_bench.sh"
+  PYGC_RC=0
+  BUILD_DIR=$BUILD "$ROOT/bench/python_gc_bench.sh" "$WORK/pygc" >"$WORK/python-gc.log" 2>&1 || PYGC_RC=$?
+  fact python_gc_bench_exit_code "$PYGC_RC"
+  [ "$PYGC_RC" = 0 ] || log "bench/python_gc_bench.sh failed (status $PYGC_RC): $WORK/python-gc.log"
+else
+  log "d. Python GC probes: skipped"
+fi
+
+# e. Python stack sampler ----------------------------------------------------
 if [ "${ARGUS_BENCH_SKIP_PYTHON:-0}" != 1 ]; then
-  log "d. Python stack sampler: bench/python_sample.sh"
+  log "e. Python stack sampler: bench/python_sample.sh"
   py_rc=0
   BUILD_DIR=$BUILD "$ROOT/bench/python_sample.sh" "$WORK/python" >"$WORK/python-sample.log" 2>&1 || py_rc=$?
   fact python_sample_exit_code "$py_rc"
   [ "$py_rc" -eq 0 ] || log "bench/python_sample.sh failed (status $py_rc): $WORK/python-sample.log"
 else
-  log "d. Python stack sampler: skipped"
+  log "e. Python stack sampler: skipped"
 fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
+if [ "$PYGC_RC" = 0 ]; then tee -a "$WORK/summary.txt" <"$WORK/pygc/summary.txt"; fi
 if [ -s "$WORK/python/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python/summary.txt"; fi

@@ -70,6 +70,8 @@ enum argus_stat_kind {
 	ARGUS_STAT_CUDA_MEMCPY = 7,   /* sub = enum argus_gpu_copy_dir: count = calls, sum = bytes */
 	ARGUS_STAT_CUDA_LAUNCH_TIME = 8, /* sub = api: count = timed launches, sum = ns inside (deep only) */
 	ARGUS_STAT_CUDA_LAUNCH_HIST = 9, /* sub = log2 bucket (ARGUS_LOG2_BUCKET): count, sum = ns (deep only) */
+	ARGUS_STAT_PY_GC = 10,        /* sub = generation: count = timed collections, sum = ns inside */
+	ARGUS_STAT_PY_GC_HIST = 11,   /* sub = log2 bucket of one collection's pause: count, sum = ns */
 };
 
 /* Bucket of a duration in the log2 histograms: its bit length, so that bucket

@@ -36,6 +36,14 @@ struct argus_py_proc {
 	__u32 pad;
 };
 
+/* The newest absolute GC counters BPF saw per tgid (py_gc_snap map): each
+ * generation's `collections`, read at a collection's return. */
+struct argus_py_gc_snap {
+	__s64 collections[3];
+	__u64 updated_ns; /* bpf_ktime_get_ns of the read; 0: never */
+};
+#define ARGUS_PY_GC_STATS_STRIDE 24 /* sizeof(struct gc_generation_stats): collections first */
+
 #define ARGUS_PY_F_GC_BY_USDT 1 /* GC timed by python:gc__start/gc__done */
 
 /* A sampled frame's validation tag: the code object's co_firstlineno in the
@@ -46,8 +54,10 @@ struct argus_py_proc {
 
 #ifdef __cplusplus
 static_assert(sizeof(struct argus_py_proc) == 64, "argus_py_proc layout");
+static_assert(sizeof(struct argus_py_gc_snap) == 32, "argus_py_gc_snap layout");
 #else
 _Static_assert(sizeof(struct argus_py_proc) == 64, "argus_py_proc layout");
+_Static_assert(sizeof(struct argus_py_gc_snap) == 32, "argus_py_gc_snap layout");
 #endif
 
 #endif

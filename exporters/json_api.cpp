@@ -93,6 +93,19 @@ json rank_json(const RankSnapshot& r) {
                {"errors", error_list(r.cuda_errors)}};
   j["nccl_errors"] = error_list(r.nccl_errors);
   j["libraries"] = r.libraries;
+  j["python"] = nullptr;  // not Python, or not followed yet
+  if (r.python_gc.present) {
+    const PythonGcView& gc = r.python_gc;
+    const bool timed = gc.anchor != "none";
+    j["python"] = {{"version", gc.version},
+                   {"gc_anchor", gc.anchor},
+                   {"gc_collections", gc.collections},
+                   {"gc_seconds", timed ? json(static_cast<double>(gc.ns) / 1e9) : json(nullptr)},
+                   {"gc_pauses", timed ? json(gc.timed) : json(nullptr)},
+                   {"gc_window_seconds", timed ? json(gc.window_seconds) : json(nullptr)},
+                   {"gc_window_pauses", timed ? json(gc.window_pauses) : json(nullptr)},
+                   {"gc_window_max_pause_seconds", timed ? json(gc.window_max_pause_seconds) : json(nullptr)}};
+  }
   return j;
 }
 

@@ -4,6 +4,7 @@
 #include "userspace/rank_identity.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -56,15 +57,20 @@ const RankSnapshot* preferred(const std::vector<const RankSnapshot*>& members) {
   return best;
 }
 
+// Buckets of argus_python_gc_pause_seconds: le = 2^b ns, about 4 us to 17 s.
+constexpr uint32_t kGcBucketFirst = 12;
+constexpr uint32_t kGcBucketLast = 34;
+
 // The log2 histogram as cumulative Prometheus buckets (+Inf last).
-void add_launch_histogram(MetricFamily& f, Labels labels, const LaunchTiming& t) {
+void add_launch_histogram(MetricFamily& f, Labels labels, const LaunchTiming& t,
+                          uint32_t first = kLaunchBucketFirst, uint32_t last = kLaunchBucketLast) {
   ClientMetric m;
   m.label = std::move(labels);
   m.histogram.sample_count = t.count;
   m.histogram.sample_sum = static_cast<double>(t.ns) / kNsPerSecond;
   uint64_t cumulative = 0;
   auto it = t.log2_buckets.begin();
-  for (uint32_t b = kLaunchBucketFirst; b <= kLaunchBucketLast; ++b) {
+  for (uint32_t b = first; b <= last; ++b) {
     for (; it != t.log2_buckets.end() && it->first <= b; ++it) cumulative += it->second;
     m.histogram.bucket.push_back({cumulative, static_cast<double>(uint64_t{1} << b) / kNsPerSecond});
   }
@@ -97,6 +103,19 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                             "Host time inside one CUDA kernel-launch call (only where launches are timed: --probes "
                             "deep).",
                             MetricType::Histogram);
+  auto gc_colls = family("argus_python_gc_collections_total",
+                         "Python garbage collections by generation: the interpreter's own counters (gc.get_stats()).",
+                         MetricType::Counter);
+  auto gc_secs = family("argus_python_gc_seconds_total",
+                        "Seconds inside the Python garbage collector (where its collector is probed).",
+                        MetricType::Counter);
+  auto gc_hist = family("argus_python_gc_pause_seconds",
+                        "One Python garbage collection's pause (where its collector is probed).",
+                        MetricType::Histogram);
+  auto py_info = family("argus_python_info",
+                        "A rank runs Python (value 1): its version, and how its GC is followed (gc_anchor: "
+                        "gc_collect_main, usdt or pygc_collect_call probed; none: counts by polling only).",
+                        MetricType::Gauge);
   auto copy_bytes = family("argus_cuda_memcpy_bytes_total",
                            "Bytes passed to the CUDA host copy APIs (cuMemcpyHtoD/DtoH/DtoD and their Async "
                            "variants), by direction.",
@@ -223,7 +242,17 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     bool counted = false;
     LaunchTiming timing;
     std::map<std::string, CopyCounters> copies;
+    std::array<uint64_t, 3> gc_counts{};
+    LaunchTiming gc_timing;
+    bool gc_present = false;
     for (const auto* r : members) {
+      if (r->python_gc.present) {
+        gc_present = true;
+        for (size_t g = 0; g < 3; ++g) gc_counts[g] += r->python_gc.collections[g];
+        gc_timing.count += r->python_gc.timed;
+        gc_timing.ns += r->python_gc.ns;
+        for (const auto& [b, n] : r->python_gc.log2_buckets) gc_timing.log2_buckets[b] += n;
+      }
       for (const auto& [op, c] : r->nccl) {
         auto& t = nccl[op];
         t.calls += c.calls;
@@ -265,6 +294,16 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
       add(launches, base, static_cast<double>(launch_count));
       add(launch_s, base, static_cast<double>(timing.ns) / kNsPerSecond);
       add_launch_histogram(launch_hist, base, timing);
+    }
+    if (gc_present) {
+      for (size_t g = 0; g < 3; ++g)
+        add(gc_colls, with(base, {{"generation", std::to_string(g)}}), static_cast<double>(gc_counts[g]));
+      const std::string anchor = lead->python_gc.anchor.empty() ? "none" : lead->python_gc.anchor;
+      add(py_info, with(base, {{"version", lead->python_gc.version}, {"gc_anchor", anchor}}), 1);
+      if (anchor != "none") {
+        add(gc_secs, base, static_cast<double>(gc_timing.ns) / kNsPerSecond);
+        add_launch_histogram(gc_hist, base, gc_timing, kGcBucketFirst, kGcBucketLast);
+      }
     }
     for (const auto& [dir, c] : copies) {
       add(copy_bytes, with(base, {{"direction", dir}}), static_cast<double>(c.bytes));
@@ -329,6 +368,15 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                      MetricType::Gauge);
   add(usdt, {{"state", "limit"}}, static_cast<double>(a.usdt_spec_slots_limit));
   add(usdt, {{"state", "used"}}, static_cast<double>(a.usdt_spec_slots_used));
+  auto py_files = per_key(family("argus_agent_python_gc_files",
+                                 "Python interpreter files whose collector is probed now, by GC anchor.",
+                                 MetricType::Gauge),
+                          "anchor", a.python_gc_files);
+  auto py_unprobed = family("argus_agent_python_gc_unprobed_files_total",
+                            "Python interpreter files with no usable GC anchor (their ranks' GC counts come from "
+                            "polling only).",
+                            MetricType::Counter);
+  add(py_unprobed, {}, static_cast<double>(a.python_gc_unprobed_files));
   auto bpf_err = per_key(family("argus_agent_bpf_errors_total", "Errors counted inside the BPF programs.",
                                 MetricType::Counter),
                          "error", a.bpf_errors);
@@ -358,7 +406,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   std::vector<MetricFamily> out;
   out.reserve(40);
   for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &launch_s, &launch_hist, &cuda_err,
-                  &copy_bytes, &copy_calls, &nccl_err,
+                  &copy_bytes, &copy_calls, &nccl_err, &gc_colls, &gc_secs, &gc_hist, &py_info, &py_files, &py_unprobed,
                   &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,

@@ -147,6 +147,11 @@ int main(int argc, char** argv) {
       ->check([](const std::string& v) {
         return v.find('=') == std::string::npos || v.front() == '=' ? std::string("expected KEY=VALUE") : std::string();
       });
+  std::string python_gc_probes = "on";
+  app.add_option("--python-gc-probes", python_gc_probes,
+                 "probe Python interpreters' garbage collectors (off: GC counts by polling only)")
+      ->envname("ARGUS_PYTHON_GC_PROBES")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--btf", btf, "kernel BTF file")->envname("ARGUS_BTF");
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
@@ -217,6 +222,7 @@ int main(int argc, char** argv) {
   opts.usdt_spec_slots = usdt_slots;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
   opts.only_env = only_env;
+  opts.python_gc_probes = python_gc_probes == "on";
   opts.python_sample_hz = python_sample_hz;
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 

@@ -2,6 +2,7 @@
 // Plain values: exporters never see maps, files or locks.
 #pragma once
 #include "userspace/common/defaults.h"
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -51,6 +52,25 @@ struct GpuRankView {
   uint64_t latest_end_ns = 0;  // CLOCK_MONOTONIC end of its newest kernel (a hang shows the GPU went quiet)
 };
 
+// The rank's Python garbage collector, when it runs Python.
+struct PythonGcView {
+  bool present = false;   // its interpreter was located
+  std::string version;    // "3.11.7"
+  std::string anchor;     // its interpreter file's GC anchor: "gc_collect_main", "usdt", "pygc_collect_call", "none"
+  // Per generation, the interpreter's own `collections` counters (gc.get_stats()):
+  // the larger of the newest polled value and the newest the probes saw.
+  std::array<uint64_t, 3> collections{};
+  uint64_t timed = 0;     // collections the probes timed (entry and return seen)
+  uint64_t ns = 0;        // time inside them
+  // Pause histogram: bucket b counts pauses of [2^(b-1), 2^b) ns (b = 0: 0 ns).
+  std::map<uint32_t, uint64_t> log2_buckets;
+  // Last window: GC time, pauses, and the longest pause (its bucket's upper bound).
+  double window_seconds = 0;
+  double window_span_seconds = 0;  // how long that window was
+  uint64_t window_pauses = 0;
+  double window_max_pause_seconds = 0;
+};
+
 struct RankSnapshot {
   int pid = 0;
   uint64_t start_time_ticks = 0;  // /proc/PID/stat starttime: tells a reused pid apart
@@ -90,6 +110,7 @@ struct RankSnapshot {
   bool hang_missing = false;         // never reached a collective its peers sit in
   std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
   std::vector<std::string> libraries;  // probed library files this process maps
+  PythonGcView python_gc;
 
   bool identified() const { return rank >= 0 && !job_id.empty(); }
 
@@ -147,6 +168,8 @@ struct AgentSnapshot {
   uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log
   std::map<std::string, uint64_t> capped;  // structure -> items a bound dropped or refused (common/caps.h)
   uint64_t ringbuf_poll_errors = 0;        // ring-buffer polls that failed (not a signal)
+  std::map<std::string, uint64_t> python_gc_files;  // GC anchor -> interpreter files probed now
+  uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
 };
 
 // One communicator as this node sees it.

@@ -232,6 +232,39 @@ TEST(AttachPlan, LibrariesAreRecognisedBySymbolsNotNames) {
   EXPECT_EQ(classify_library(elf::SymbolTable{}), LibraryKind::None);
 }
 
+// Interpreters are Python by their exported symbols (libpython, or an
+// executable with it linked in); their GC probes are an entry + return pair at
+// the collector for the symbol anchors, nothing for the USDT one or none.
+TEST(AttachPlan, PythonInterpretersAndTheirGcProbes) {
+  for (const std::string& path : {std::string("/usr/bin/python3.11"),
+                                 std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") +
+                                     "/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0"}) {
+    if (!std::filesystem::exists(path)) continue;
+    elf::ReadOptions dyn;
+    dyn.include_symtab = false;
+    auto t = elf::read_symbols(path, dyn);
+    ASSERT_TRUE(t.ok()) << t.error();
+    EXPECT_EQ(classify_library(*t), LibraryKind::Python) << path;
+    EXPECT_TRUE(plan_probes(*t, LibraryKind::Python, ProbeSet::Default).empty());
+  }
+  EXPECT_EQ(classify_library(load(kShimNccl)), LibraryKind::Nccl);  // NCCL first, whatever else it exports
+  auto plan = plan_python_gc("gc_collect_main", "gc_collect_main.lto_priv.0", 0x1234);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].program, ProbeProgram::PyGcEnter);
+  EXPECT_FALSE(plan[0].retprobe);
+  EXPECT_EQ(plan[1].program, ProbeProgram::PyGcExit);
+  EXPECT_TRUE(plan[1].retprobe);
+  EXPECT_EQ(plan[0].file_offset, 0x1234u);
+  EXPECT_EQ(plan[1].file_offset, 0x1234u);
+  EXPECT_EQ(plan[0].symbol, "gc_collect_main.lto_priv.0");
+  EXPECT_EQ(plan_python_gc("pygc_collect_call", "PyGC_Collect->0x630c00", 0x230c00).size(), 2u);
+  EXPECT_TRUE(plan_python_gc("usdt", "python:gc__start", 0).empty());
+  EXPECT_TRUE(plan_python_gc("none", "", 0).empty());
+  EXPECT_TRUE(plan_python_gc("gc_collect_main", "gc_collect_main", 0).empty());  // no offset: nothing to probe
+  EXPECT_STREQ(library_kind_name(LibraryKind::Python), "python");
+  EXPECT_STREQ(probe_program_name(ProbeProgram::PyGcUsdtDone), "argus_py_gc_usdt_done");
+}
+
 TEST(AttachPlan, Labels) {
   EXPECT_STREQ(nccl_op_label(ARGUS_OP_ALL_TO_ALL), "all_to_all");
   EXPECT_STREQ(nccl_op_label(999), "unknown");

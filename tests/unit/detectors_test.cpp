@@ -44,6 +44,11 @@ struct Replay {
   int per_step = 4;
   std::map<int, double> coll_ns, sync_ns, nccl_kernel_ns;  // accumulated over the window
   uint64_t window_start = now;
+  // Python GC: pid -> ms of collection per step (host time, before its collectives).
+  std::map<int, double> gc_ms;
+  bool with_gc = false;  // the ranks' collectors are probed
+  std::map<int, double> gc_ns;
+  std::map<int, uint64_t> gc_pauses;
 
   int pid(int r) const { return 100 + r; }
   double f(const std::map<int, double>& m, int p) const { return m.count(p) ? m.at(p) : 1.0; }
@@ -61,7 +66,12 @@ struct Replay {
     std::map<int, uint64_t> arrive, gpu_done;
     for (int r = 0; r < ranks; ++r) {
       const int p = pid(r);
-      const uint64_t host_end = t0 + static_cast<uint64_t>(step_ms * f(host, p) * kMs);
+      const double gc = gc_ms.count(p) ? gc_ms.at(p) : 0.0;
+      const uint64_t host_end = t0 + static_cast<uint64_t>((step_ms * f(host, p) + gc) * kMs);
+      if (gc > 0) {
+        gc_ns[p] += gc * kMs;
+        gc_pauses[p] += 1;
+      }
       gpu_done[p] = t0 + static_cast<uint64_t>(gpu_ms * f(gpu, p) * kMs);
       arrive[p] = host_end;
       if (sync_before_coll && gpu_done[p] > host_end) {
@@ -122,8 +132,15 @@ struct Replay {
       s.lag = tracker.lag_stats(p, now);
       s.gpu_valid = with_gpu_layer;
       s.gpu_nccl_ratio = nccl_kernel_ns[p] / span;
+      s.gc_valid = with_gc;
+      s.gc_seconds = gc_ns[p] / 1e9;
+      s.gc_span_s = span / 1e9;
+      s.gc_pauses = gc_pauses[p];
+      s.gc_max_pause_s = (gc_ms.count(p) ? gc_ms.at(p) : 0.0) / 1e3;
       out.push_back(s);
     }
+    gc_ns.clear();
+    gc_pauses.clear();
     coll_ns.clear();
     sync_ns.clear();
     nccl_kernel_ns.clear();
@@ -233,6 +250,84 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"async_host_runs_ahead_no_sync", Mode::Async, true, false, false, false, "host", true},
         Case{"async_balanced_runs_ahead_no_sync", Mode::Async, false, false, false, false, "", true},
         Case{"blocking_balanced", Mode::Blocking, false, false, true, false, ""}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// GC as the reason: a rank whose collector runs longer than its peers' by at
+// least half of its lateness is a gc_pause straggler, with a gc_pause event;
+// GC equal on every rank (or too small to explain the lag) never is.
+struct GcCase {
+  const char* name;
+  Mode mode;
+  double gc_others_ms, gc_slow_ms;  // per step: rank 5's peers, rank 5
+  double host_slow;                 // rank 5's host factor besides its GC
+  bool probed;                      // collectors probed (GC seconds known)
+  const char* reason;               // "" = nobody
+};
+inline void PrintTo(const GcCase& c, std::ostream* os) { *os << c.name; }
+class GcReason : public ::testing::TestWithParam<GcCase> {};
+
+TEST_P(GcReason, GcPauseOnlyWhenItsGcExplainsTheLag) {
+  const GcCase c = GetParam();
+  Replay r;
+  r.mode = c.mode;
+  r.with_gc = c.probed;
+  for (int p = 0; p < 8; ++p) r.gc_ms[100 + p] = c.gc_others_ms;
+  r.gc_ms[105] = c.gc_slow_ms;
+  if (c.host_slow != 1.0) r.host[105] = c.host_slow;
+  r.join();
+  StragglerDetector d;
+  auto events = r.run(d, 4);
+  if (*c.reason == '\0') {
+    EXPECT_TRUE(events.empty()) << events.front().summary;
+    for (int p = 0; p < 8; ++p) EXPECT_FALSE(d.state(100 + p).straggler) << p;
+    return;
+  }
+  EXPECT_EQ(d.state(105).reason, c.reason);
+  for (int p = 0; p < 8; ++p) {
+    if (p != 5) {
+      EXPECT_FALSE(d.state(100 + p).straggler) << p;
+    }
+  }
+  const bool gc = std::string(c.reason) == "gc_pause";
+  ASSERT_EQ(events.size(), gc ? 2u : 1u);
+  EXPECT_EQ(events[0].kind, "straggler");
+  EXPECT_EQ(events[0].evidence["reason"], c.reason) << events[0].summary;
+  if (!gc) return;
+  const DetectedEvent& ev = events[1];
+  EXPECT_EQ(ev.kind, "gc_pause");
+  EXPECT_EQ(ev.rank, 5);
+  EXPECT_EQ(ev.job_id, "llm-7");
+  // Evidence: its GC this window against the peers' median, its pauses, the worst one.
+  const double steps = ev.evidence["gc_pauses"].get<double>();
+  EXPECT_GT(steps, 0);
+  EXPECT_NEAR(ev.evidence["gc_seconds"].get<double>(), steps * c.gc_slow_ms / 1e3, 1e-9);
+  EXPECT_NEAR(ev.evidence["peers_median_gc_seconds"].get<double>(), steps * c.gc_others_ms / 1e3, 1e-9);
+  EXPECT_NEAR(ev.evidence["gc_worst_pause_seconds"].get<double>(), c.gc_slow_ms / 1e3, 1e-12);
+  EXPECT_GE(ev.evidence["gc_explained_share"].get<double>(), 0.5);
+  EXPECT_EQ(ev.evidence["peers"].size(), 7u);
+  EXPECT_NE(ev.summary.find("rank 5 of job llm-7 is late because of garbage collection: its Python garbage collector ran"),
+            std::string::npos)
+      << ev.summary;
+  EXPECT_NE(events[0].summary.find("its Python garbage collector"), std::string::npos) << events[0].summary;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GcReason,
+    ::testing::Values(
+        GcCase{"async_gc_heavy_rank", Mode::Async, 2, 45, 1.0, true, "gc_pause"},
+        GcCase{"blocking_gc_heavy_rank", Mode::Blocking, 2, 45, 1.0, true, "gc_pause"},
+        GcCase{"async_gc_only_on_the_slow_rank", Mode::Async, 0, 30, 1.0, true, "gc_pause"},
+        // GC and a slow host together, GC the larger part (30 of 40 ms).
+        GcCase{"async_gc_most_of_the_lag", Mode::Async, 0, 30, 1.1, true, "gc_pause"},
+        // Equal GC on every rank: the slow host is the reason, never GC.
+        GcCase{"async_equal_gc_slow_host", Mode::Async, 20, 20, 1.5, true, "host"},
+        GcCase{"blocking_equal_gc_slow_host", Mode::Blocking, 20, 20, 1.5, true, "host"},
+        // Equal GC everywhere and no slow rank: nobody.
+        GcCase{"async_equal_gc_balanced", Mode::Async, 20, 20, 1.0, true, ""},
+        // A little more GC (5 ms) on a rank 50 ms late: 10% of its lag, host.
+        GcCase{"async_small_gc_excess", Mode::Async, 2, 7, 1.45, true, "host"},
+        // Collectors not probed (GC seconds unknown): the lag is host time.
+        GcCase{"async_gc_unprobed", Mode::Async, 2, 45, 1.0, false, "host"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(Detectors, StragglerNamedAloneAfterTwoEvaluationsWithEvidence) {

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace argus {
 namespace {
@@ -21,6 +22,7 @@ class NameProber : public LibraryProber {
     ++calls;
     if (m.path.find("nccl") != std::string::npos) return LibraryKind::Nccl;
     if (m.path.find("libcuda") != std::string::npos) return LibraryKind::Cuda;
+    if (m.path.find("libpython") != std::string::npos) return LibraryKind::Python;
     return LibraryKind::None;
   }
   int calls = 0;
@@ -52,6 +54,37 @@ TEST(Discovery, FindsRanksByTheirLibrariesWithIdentity) {
   ASSERT_EQ(found[0].libraries.size(), 1u);  // one file, asked about once
   // Only executable, file-backed mappings are considered, each file once.
   EXPECT_EQ(prober.calls, 3);
+}
+
+// A process that maps only a Python interpreter is a rank only when its
+// environment names one (rank and job id): a plain system Python is not
+// tracked, and is rechecked like any other non-rank.
+TEST(Discovery, PythonAloneIsARankOnlyWhenTheEnvironmentNamesOne) {
+  const std::string py_maps =
+      "7f0000000000-7f0000100000 r-xp 00000000 fd:01 77 /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0\n" + kPlainMaps;
+  FakeProc proc;
+  proc.add(40, py_maps, env({"RANK=2", "WORLD_SIZE=4", "TORCHELASTIC_RUN_ID=llm-9"}));
+  proc.add(41, py_maps, "");                                         // a plain system Python
+  proc.add(42, py_maps, env({"RANK=1"}));                            // a rank but no job id
+  proc.add(43, py_maps, env({"TORCHELASTIC_RUN_ID=llm-9"}));         // a job id but no rank
+  proc.add(44, py_maps + kNcclMaps, "");                             // Python with NCCL: a rank as ever
+  NameProber prober;
+  DiscoveryOptions opts{proc.root().string(), 0};
+  Discovery d(opts, prober);
+  auto found = d.scan(0);
+  std::set<int> pids;
+  for (const auto& f : found) pids.insert(f.pid);
+  EXPECT_EQ(pids, (std::set<int>{40, 44}));
+  for (const auto& f : found)
+    if (f.pid == 40) {
+      EXPECT_EQ(f.identity.rank, 2);
+      EXPECT_EQ(f.identity.job_id, "llm-9");
+    }
+  // The refused ones are rechecked like other non-ranks (the ranks are not due
+  // yet), and refused again.
+  const int calls = prober.calls;
+  EXPECT_TRUE(d.scan(opts.young_recheck_seconds).empty());
+  EXPECT_EQ(prober.calls, calls + 3 * 2);  // 41, 42, 43: libpython and libc each
 }
 
 TEST(Discovery, SkipsTheAgentItselfAndBacksOffOldProcesses) {

@@ -47,6 +47,15 @@ Snapshot make_snapshot() {
   a1.nccl_errors[{"ncclAllReduce", "ncclSystemError"}] = 1;
   a1.collective_wait_ratio = 0.375;
   a1.libraries = {"/usr/lib/libnccl.so.2", "/usr/lib/libcuda.so.1"};
+  a1.python_gc.present = true;
+  a1.python_gc.version = "3.11.2";
+  a1.python_gc.anchor = "usdt";
+  a1.python_gc.collections = {120, 11, 3};
+  a1.python_gc.timed = 40;
+  a1.python_gc.ns = 250'000'000;
+  a1.python_gc.window_seconds = 0.125;
+  a1.python_gc.window_pauses = 9;
+  a1.python_gc.window_max_pause_seconds = 0.0625;
 
   RankSnapshot a0 = rank(12, "a", 0);
   a0.exited = true;
@@ -102,6 +111,9 @@ TEST(JsonApi, RoundTripsThroughNlohmann) {
   EXPECT_EQ(a1["cuda"]["errors"], json::parse(R"([{"api":"cuMemAlloc","code":"CUDA_ERROR_OUT_OF_MEMORY","count":3}])"));
   EXPECT_EQ(a1["nccl_errors"], json::parse(R"([{"api":"ncclAllReduce","code":"ncclSystemError","count":1}])"));
   EXPECT_EQ(a1["libraries"], json::parse(R"(["/usr/lib/libnccl.so.2","/usr/lib/libcuda.so.1"])"));
+  EXPECT_EQ(a1["python"], json::parse(R"({"version":"3.11.2","gc_anchor":"usdt","gc_collections":[120,11,3],
+                                          "gc_seconds":0.25,"gc_pauses":40,"gc_window_seconds":0.125,
+                                          "gc_window_pauses":9,"gc_window_max_pause_seconds":0.0625})"));
 }
 
 TEST(JsonApi, NullsForUnknownFields) {
@@ -122,6 +134,7 @@ TEST(JsonApi, NullsForUnknownFields) {
   EXPECT_EQ(a0["cuda"]["errors"], json::array());
   EXPECT_EQ(a0["nccl_errors"], json::array());
   EXPECT_EQ(a0["libraries"], json::array());
+  EXPECT_TRUE(a0["python"].is_null()) << "not Python -> null";
 
   const json& unknown = doc["ranks"][4];
   EXPECT_EQ(unknown["pid"], 3);

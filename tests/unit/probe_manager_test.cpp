@@ -120,6 +120,30 @@ TEST_P(ProbeLifecycle, ProbedOnceReleasedAfterGraceProbedAgain) {
   (void)pid_a;
 }
 
+// An interpreter is classified at once, but its collector is probed only when
+// a rank maps it (a plain Python's collections never trap), once per file.
+TEST_P(ProbeLifecycle, PythonCollectorProbedOnlyOnceARankMapsIt) {
+  const char* home = std::getenv("HOME");
+  const std::string lib = std::string(home ? home : "/root") + "/.pyenv/versions/3.12.1/lib/libpython3.12.so.1.0";
+  if (!fs::exists(lib)) GTEST_SKIP() << "no " << lib;
+  MappingChild a(lib);
+  ASSERT_TRUE(a.mapped());
+  ProbeManager pm(backend_, options());
+  EXPECT_EQ(probe(pm, a.pid(), *a.entry(lib)), LibraryKind::Python);
+  EXPECT_EQ(backend_.uprobes, 0);  // no rank maps it yet
+  pm.attach_python_gc_for(a.pid() + 1'000'000);
+  EXPECT_EQ(backend_.uprobes, 0);  // another process is not its mapper
+  pm.attach_python_gc_for(a.pid());
+  EXPECT_EQ(backend_.uprobes, 2);  // gc_collect_main: entry + return
+  auto stats = pm.stats();
+  EXPECT_EQ(stats.python_gc_files["gc_collect_main"], 1u);
+  EXPECT_EQ(stats.probes["python"], 2u);
+  EXPECT_EQ(stats.files["python"], 1u);
+  pm.attach_python_gc_for(a.pid());
+  EXPECT_EQ(backend_.uprobes, 2);  // once per file
+  for (const auto& p : backend_.paths) EXPECT_EQ(p.rfind("/proc/self/fd/", 0), 0u) << p;
+}
+
 // A file that is not an NCCL/CUDA library is remembered (not re-read at every
 // recheck) while mapped, and forgotten with its last mapper: the table of
 // known files is bounded by what live processes map.

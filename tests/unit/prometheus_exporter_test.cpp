@@ -56,6 +56,13 @@ Snapshot make_snapshot() {
   r0.kernel_launches = 999;  // not counted: must not be exported
   r0.launches_counted = false;
   r0.launch_timing.count = 7;  // not timed either
+  r0.python_gc.present = true;  // probed: counts, seconds, pauses
+  r0.python_gc.version = "3.12.1";
+  r0.python_gc.anchor = "gc_collect_main";
+  r0.python_gc.collections = {120, 11, 3};
+  r0.python_gc.timed = 40;
+  r0.python_gc.ns = 250'000'000;
+  r0.python_gc.log2_buckets = {{17, 30}, {22, 9}, {36, 1}};  // ~100 us, ~4 ms, ~60 s
   r0.memcpy["htod"] = {3, 12288};
   r0.memcpy["dtoh"] = {15, 960};
   r0.memcpy["dtod"] = {16, 69632};
@@ -71,6 +78,10 @@ Snapshot make_snapshot() {
   r1.launches_counted = true;
   r1.kernel_launches = 12345;
   // 10 launches of [2^14, 2^15) ns, 2 of [2^20, 2^21) ns, 1 of [2^40, 2^41) ns (beyond the last le).
+  r1.python_gc.present = true;  // polling only: counts, no time
+  r1.python_gc.version = "3.11.2";
+  r1.python_gc.anchor = "none";
+  r1.python_gc.collections = {5, 0, 1};
   r1.launch_timing.count = 13;
   r1.launch_timing.ns = 1'500'000'000;
   r1.launch_timing.log2_buckets = {{15, 10}, {21, 2}, {41, 1}};
@@ -203,6 +214,12 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_detected_events_dropped_total", "counter"},
       {"argus_agent_capped_total", "counter"},
       {"argus_agent_ringbuf_poll_errors_total", "counter"},
+      {"argus_python_gc_collections_total", "counter"},
+      {"argus_python_gc_seconds_total", "counter"},
+      {"argus_python_gc_pause_seconds", "histogram"},
+      {"argus_python_info", "gauge"},
+      {"argus_agent_python_gc_files", "gauge"},
+      {"argus_agent_python_gc_unprobed_files_total", "counter"},
   };
   EXPECT_EQ(types, want);
   EXPECT_TRUE(has_line(lines, "# TYPE argus_nccl_collectives_total counter"));
@@ -289,6 +306,36 @@ TEST(PrometheusExporter, LaunchTimingOnlyWhereLaunchesAreTimed) {
        }) {
     EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
   }
+}
+
+// Python GC: the interpreter's counters per generation for every Python rank;
+// seconds and the pause histogram only where the collector is probed.
+TEST(PrometheusExporter, PythonGcSeries) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  for (const char* want : {
+           R"(argus_python_gc_collections_total{job_id="job1",rank="0",generation="0"} 120)",
+           R"(argus_python_gc_collections_total{job_id="job1",rank="0",generation="1"} 11)",
+           R"(argus_python_gc_collections_total{job_id="job1",rank="0",generation="2"} 3)",
+           R"(argus_python_gc_collections_total{job_id="job1",rank="1",generation="2"} 1)",
+           R"(argus_python_gc_seconds_total{job_id="job1",rank="0"} 0.25)",
+           R"(argus_python_gc_pause_seconds_count{job_id="job1",rank="0"} 40)",
+           R"(argus_python_gc_pause_seconds_sum{job_id="job1",rank="0"} 0.25)",
+           R"(argus_python_gc_pause_seconds_bucket{job_id="job1",rank="0",le="4.096e-06"} 0)",
+           R"(argus_python_gc_pause_seconds_bucket{job_id="job1",rank="0",le="0.000131072"} 30)",
+           R"(argus_python_gc_pause_seconds_bucket{job_id="job1",rank="0",le="0.004194304"} 39)",
+           R"(argus_python_gc_pause_seconds_bucket{job_id="job1",rank="0",le="17.179869184"} 39)",
+           R"(argus_python_gc_pause_seconds_bucket{job_id="job1",rank="0",le="+Inf"} 40)",
+           R"(argus_python_info{job_id="job1",rank="0",version="3.12.1",gc_anchor="gc_collect_main"} 1)",
+           R"(argus_python_info{job_id="job1",rank="1",version="3.11.2",gc_anchor="none"} 1)",
+       }) {
+    EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
+  }
+  // le = 2^b ns for b = 12..34, then +Inf.
+  EXPECT_EQ(count_prefix(lines, R"(argus_python_gc_pause_seconds_bucket{job_id="job1",rank="0",le=)"), 24u);
+  // Polling only: no time is claimed.
+  EXPECT_EQ(count_prefix(lines, R"(argus_python_gc_seconds_total{job_id="job1",rank="1"})"), 0u);
+  EXPECT_EQ(count_prefix(lines, R"(argus_python_gc_pause_seconds_count{job_id="job1",rank="1"})"), 0u);
+  EXPECT_EQ(count_prefix(lines, "argus_python_gc_collections_total{"), 6u);
 }
 
 TEST(PrometheusExporter, UnidentifiedProcessesAreNotExportedPerRank) {
@@ -416,7 +463,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 52u);  // + probed files, released, detaching, USDT slots, capped, poll errors
+  EXPECT_EQ(types_of(lines).size(), 58u);  // + probed files, released, detaching, USDT slots, capped, poll errors, Python GC
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));

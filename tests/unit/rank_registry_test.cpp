@@ -73,6 +73,40 @@ TEST(RankRegistry, TotalsReplaceNeverAdd) {
   EXPECT_EQ(s->identity_source, "env:RANK");
 }
 
+// Python GC: the probes' aggregates replace (per generation time, pause
+// histogram); the interpreter's counters only grow (the larger of polled and
+// seen wins); the window has the GC time, pauses and the longest pause.
+TEST(RankRegistry, PythonGcCountersGrowAndTheWindowSeesThePauses) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"node-a", 60, 10, false});
+  reg.track(100, 5, "python", env_identity("job", 0), {});
+  reg.set_python_gc(100, "3.12.1", "gc_collect_main", {10, 2, 1});
+  reg.set_python_gc(100, "", "", {9, 3, 1});  // an older snapshot: never goes back
+  reg.apply_totals(100, {{100, ARGUS_STAT_PY_GC, 0, 0, 4, 2'000'000}, {100, ARGUS_STAT_PY_GC_HIST, 19, 0, 4, 2'000'000}});
+  reg.tick();
+  clock.advance(5);
+  reg.apply_totals(100, {{100, ARGUS_STAT_PY_GC, 0, 0, 9, 30'000'000},
+                         {100, ARGUS_STAT_PY_GC, 2, 0, 1, 20'000'000},
+                         {100, ARGUS_STAT_PY_GC_HIST, 19, 0, 9, 10'000'000},
+                         {100, ARGUS_STAT_PY_GC_HIST, 25, 0, 1, 20'000'000}});
+  reg.tick();
+  const auto* s = find(reg.snapshot(), 100);
+  ASSERT_NE(s, nullptr);
+  const PythonGcView& gc = s->python_gc;
+  EXPECT_TRUE(gc.present);
+  EXPECT_EQ(gc.version, "3.12.1");
+  EXPECT_EQ(gc.anchor, "gc_collect_main");
+  EXPECT_EQ(gc.collections, (std::array<uint64_t, 3>{10, 3, 1}));
+  EXPECT_EQ(gc.timed, 10u);
+  EXPECT_EQ(gc.ns, 50'000'000u);
+  EXPECT_EQ(gc.log2_buckets.at(19), 9u);
+  EXPECT_EQ(gc.log2_buckets.at(25), 1u);
+  EXPECT_DOUBLE_EQ(gc.window_seconds, 0.048);
+  EXPECT_EQ(gc.window_pauses, 6u);
+  EXPECT_DOUBLE_EQ(gc.window_span_seconds, 5.0);
+  EXPECT_DOUBLE_EQ(gc.window_max_pause_seconds, (1u << 25) / 1e9);  // the bucket [2^24, 2^25) ns grew
+}
+
 TEST(RankRegistry, NcclInitFillsOnlyWhatTheEnvironmentLacks) {
   FakeClock clock;
   RankRegistry reg(clock, {"n", 60, 10, false});

@@ -73,7 +73,8 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
                                                                          .release_grace_seconds =
-                                                                             opts_.probe_release_seconds});
+                                                                             opts_.probe_release_seconds,
+                                                                         .python_gc = opts_.python_gc_probes});
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
   dopts.self_pid = static_cast<int>(getpid());
@@ -144,7 +145,6 @@ void AgentRuntime::run_once(int poll_ms) {
   if (now >= next_stats_) {
     refresh_stats();
     reap_vanished();
-    for (int pid : registry_.live_pids()) locate_python(pid);  // those not located yet, every 30 s
     registry_.tick();
     evaluate_detectors();
     next_stats_ = now + opts_.stats_interval_seconds;
@@ -173,7 +173,7 @@ void AgentRuntime::track_found(const FoundProcess& f) {
   }
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
-  locate_python(f.pid);
+  probes_->attach_python_gc_for(f.pid);  // its interpreter's collector, once per file
   if (!known) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
                  f.identity.job_id.empty() ? "?" : f.identity.job_id, f.identity.rank);
@@ -305,6 +305,9 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
   registry_.apply_totals(pid, records);
+  take_python_gc(pid);  // the probes' last counters: the process can no longer be polled
+  loader_->forget_python_proc(static_cast<uint32_t>(pid));
+  py_ranks_.erase(pid);
   if (exit_code)
     registry_.on_exit(pid, *exit_code);
   else
@@ -312,15 +315,11 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   loader_->delete_stats(static_cast<uint32_t>(pid));
   loader_->delete_seqs(static_cast<uint32_t>(pid));
   loader_->forget_tgid(static_cast<uint32_t>(pid));
-  if (py_sampler_.has_process(pid)) {
-    py_sampler_.forget(pid);
-    loader_->forget_python_proc(static_cast<uint32_t>(pid));
-  }
+  py_sampler_.forget(pid);
   {
     std::lock_guard lock(counters_mu_);
     py_status_.erase(pid);  // a reused pid is located afresh
   }
-  py_next_try_.erase(pid);
   tracker_.on_exit(pid);
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
@@ -402,6 +401,11 @@ void AgentRuntime::evaluate_detectors() {
     sig.gpu_valid = gpu.window_valid;
     sig.gpu_nccl_ratio = gpu.nccl_ratio;
     sig.bubble_ratio = gpu.bubble_ratio;
+    sig.gc_valid = r.python_gc.present && r.python_gc.anchor != "none";
+    sig.gc_seconds = r.python_gc.window_seconds;
+    sig.gc_span_s = r.python_gc.window_span_seconds;
+    sig.gc_pauses = r.python_gc.window_pauses;
+    sig.gc_max_pause_s = r.python_gc.window_max_pause_seconds;
     step_seconds_[r.pid] = lag.step_seconds;
     signals.push_back(sig);
   }
@@ -496,31 +500,14 @@ void AgentRuntime::evaluate_detectors() {
   detections_ = std::move(detections);
 }
 
-// A tracked rank's interpreter, once: the sampler's BPF side learns where it
-// is (py_procs), the event loop how to name its frames. A rank without Python
-// (or with one the locator refuses) is remembered with the reason, and looked
-// at again every 30 s (a process may load an interpreter late).
-void AgentRuntime::locate_python(int pid) {
-  if (!py_sampling_ || py_sampler_.has_process(pid)) return;
-  const double now = now_s();
-  if (auto next = py_next_try_.find(pid); next != py_next_try_.end() && now < next->second) return;
-  py_next_try_[pid] = now + 30;
-  std::string status;
-  auto p = py_locator_.locate(pid);
-  if (!p.ok()) {
-    status = p.error();
-  } else {
-    auto mem = python::process_memory(pid, opts_.proc_root);
-    const uint64_t gc_stats = mem ? python::gc_stats_address(*p, *mem) : 0;
-    if (!loader_->set_python_proc(static_cast<uint32_t>(pid), python::bpf_config(*p, gc_stats))) {
-      status = "cannot write the py_procs map";
-    } else {
-      py_sampler_.add_process(pid, python::make_frame_resolver(*p));
-      spdlog::info("pid {}: Python {} located; sampling its stacks", pid, p->file->layout.version.str());
-    }
-  }
+// The sampler's side of a rank refresh_python has located: its frames can be
+// named from now on (the py_procs entry that makes BPF sample it is written
+// there, once the interpreter is initialised), or why not.
+void AgentRuntime::python_sampling_status(int pid, const std::string& why_not, const python::PyProcess* p) {
+  if (!py_sampling_) return;
+  if (p != nullptr && !py_sampler_.has_process(pid)) py_sampler_.add_process(pid, python::make_frame_resolver(*p));
   std::lock_guard lock(counters_mu_);
-  py_status_[pid] = status;
+  py_status_[pid] = why_not;
 }
 
 Result<std::string> AgentRuntime::python_profile(int pid, double seconds) const {
@@ -530,7 +517,7 @@ Result<std::string> AgentRuntime::python_profile(int pid, double seconds) const 
   if (!profiles_.has(pid)) {  // an exited rank's samples stay while the rank is listed
     std::lock_guard lock(counters_mu_);
     auto st = py_status_.find(pid);
-    if (st == py_status_.end()) return make_error("no Python interpreter located in pid " + std::to_string(pid));
+    if (st == py_status_.end()) return make_error("no Python interpreter located in pid " + std::to_string(pid) + " (yet)");
     if (!st->second.empty()) return make_error("pid " + std::to_string(pid) + " is not sampled: " + st->second);
   }
   const uint64_t now = clock_.monotonic_ns();
@@ -578,10 +565,80 @@ void AgentRuntime::refresh_stats() {
     }
     registry_.apply_totals(pid, records);
   }
+  refresh_python();
   auto errors = loader_->read_errors();
   std::lock_guard lock(counters_mu_);
   bpf_errors_ = std::move(errors);
   py_sample_stats_ = py_sampler_.stats();
+}
+
+// Each stats pass: every live rank that runs Python is located once (cached by
+// file), its py_procs entry written once its interpreter is initialised (the
+// GC probes and the sampler act only then), and its GC counters read. The
+// exported counts are the interpreter's own: polled here, or the probes' last
+// snapshot, whichever is larger (they only grow).
+void AgentRuntime::refresh_python() {
+  const double now = now_s();
+  const auto live = registry_.live_pids();
+  const std::set<int> live_set(live.begin(), live.end());
+  for (auto it = py_ranks_.begin(); it != py_ranks_.end();) {  // ended without an exit event seen here
+    if (live_set.count(it->first)) {
+      ++it;
+      continue;
+    }
+    loader_->forget_python_proc(static_cast<uint32_t>(it->first));
+    py_sampler_.forget(it->first);
+    it = py_ranks_.erase(it);
+  }
+  for (int pid : live) {
+    PyRank& pr = py_ranks_[pid];
+    if (!pr.proc) {
+      if (now < pr.next_try) continue;
+      auto located = py_locator_.locate(pid);
+      if (!located.ok()) {
+        python_sampling_status(pid, located.error(), nullptr);
+        // Not Python (most NCCL-only tools), or an interpreter it refuses: look
+        // again later, in case the process loads one.
+        pr.next_try = now + 30;
+        if (!pr.said && located.error().find("not python") == std::string::npos) {
+          spdlog::info("pid {}: Python not followed: {}", pid, located.error());
+          pr.said = true;
+        }
+        continue;
+      }
+      pr.proc = std::move(*located);
+      pr.mem = python::process_memory(pid, opts_.proc_root);
+    }
+    const python::PyProcess& p = *pr.proc;
+    if (pr.gc_stats_addr == 0) pr.gc_stats_addr = python::gc_stats_address(p, *pr.mem);
+    if (pr.gc_stats_addr != 0 && !pr.configured) {
+      argus_py_proc cfg = python::bpf_config(p, pr.gc_stats_addr);
+      if (p.file->gc_anchor == "usdt") cfg.flags |= ARGUS_PY_F_GC_BY_USDT;
+      pr.configured = loader_->set_python_proc(static_cast<uint32_t>(pid), cfg);
+      if (pr.configured)
+        spdlog::info("pid {}: Python {} (GC anchor {}{})", pid, p.file->layout.version.str(), p.file->gc_anchor,
+                     opts_.python_gc_probes ? "" : ", probes off: polled");
+      python_sampling_status(pid, pr.configured ? "" : "cannot write the py_procs map", pr.configured ? &p : nullptr);
+    }
+    if (pr.gc_stats_addr == 0) continue;  // not initialised yet: nothing to count
+    std::array<uint64_t, 3> counts{};
+    if (auto polled = python::read_gc_collections(p, *pr.mem))
+      for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, (*polled)[g]));
+    registry_.set_python_gc(pid, p.file->layout.version.str(), opts_.python_gc_probes ? p.file->gc_anchor : "none",
+                            counts);
+    take_python_gc(pid);
+  }
+}
+
+// The probes' newest absolute counters for a rank, folded in (larger wins).
+void AgentRuntime::take_python_gc(int pid) {
+  auto it = py_ranks_.find(pid);
+  if (it == py_ranks_.end() || !it->second.proc) return;
+  auto snap = loader_->read_python_gc(static_cast<uint32_t>(pid));
+  if (!snap || snap->updated_ns == 0) return;
+  std::array<uint64_t, 3> counts{};
+  for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, snap->collections[g]));
+  registry_.set_python_gc(pid, "", "", counts);
 }
 
 // A tracked process that is gone without an exit event (lost, or it exited
@@ -622,6 +679,8 @@ Snapshot AgentRuntime::snapshot() const {
   a.usdt_spec_slots_used = probe_stats.usdt_slots_used;
   a.usdt_spec_slots_limit = probe_stats.usdt_slots_limit;
   a.probes_detaching = probe_stats.probes_detaching;
+  a.python_gc_files = probe_stats.python_gc_files;
+  a.python_gc_unprobed_files = probe_stats.python_gc_unprobed_files;
   a.capabilities = opts_.capabilities;
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <set>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
 #include "userspace/python/py_profile.h"
+#include "userspace/python/py_runtime.h"
 #include "userspace/registry/rank_registry.h"
 #include "userspace/trace/node_timeline.h"
 
@@ -41,6 +43,7 @@ struct AgentOptions {
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
   uint32_t usdt_spec_slots = kUsdtSpecSlots;
   std::string only_env;  // KEY=VALUE, or empty
+  bool python_gc_probes = true;  // probe Python collectors (false: GC counts by polling only)
   std::map<std::string, bool> capabilities;  // held at start (CAP_BPF, ...), for /metrics
   StragglerOptions straggler;
   HangOptions hang;
@@ -92,6 +95,8 @@ class AgentRuntime : public ApiSource {
   bool is_worker_of_rank(const FoundProcess& f) const;
   void track_unmapped(int pid);
   void refresh_stats();
+  void refresh_python();  // locate ranks' interpreters, configure py_procs, read GC counters
+  void take_python_gc(int pid);
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
   void on_collective(const argus_nccl_coll_event& e);
@@ -100,7 +105,7 @@ class AgentRuntime : public ApiSource {
   std::string comm_key(int pid, uint64_t handle);
   bool remember_comm(int pid, uint64_t handle, const std::string& name);
   void evaluate_detectors();
-  void locate_python(int pid);
+  void python_sampling_status(int pid, const std::string& why_not, const python::PyProcess* p);
   void add_python_evidence(DetectedEvent& ev, const std::vector<RankSignal>& signals, uint64_t now_ns) const;
   double now_s() const { return static_cast<double>(clock_.monotonic_ns()) / 1e9; }
 
@@ -124,13 +129,22 @@ class AgentRuntime : public ApiSource {
   std::vector<CommSnapshot> comm_health_;  // guarded by counters_mu_
   std::map<int, RankDetection> detections_;
   std::set<int> workers_seen_;  // pids found to be a rank's forked workers (logged once)
-  // Python stack sampling: interpreters located per rank (pid -> "" when
+  // Python stack sampling: per rank located by refresh_python (pid -> "" when
   // sampled, else why not; guarded by counters_mu_), their samples.
   std::map<int, std::string> py_status_;
-  std::map<int, double> py_next_try_;  // event loop only: when to look for an interpreter again
   python::ProfileStore profiles_;
   python::PySampler py_sampler_{profiles_};
   bool py_sampling_ = false;
+  // Python ranks (event loop only).
+  struct PyRank {
+    std::optional<python::PyProcess> proc;
+    std::unique_ptr<python::RemoteMemory> mem;
+    uint64_t gc_stats_addr = 0;  // 0 until the interpreter is initialised
+    double next_try = 0;         // when to try locating it again
+    bool configured = false;     // its py_procs entry is written
+    bool said = false;           // its refusal was logged
+  };
+  std::map<int, PyRank> py_ranks_;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   mutable python::PythonLocator py_locator_;  // thread-safe; interpreter files cached by inode

@@ -5,6 +5,7 @@
 
 #include "bpf/argus.h"
 #include "bpf/argus_result_codes.h"
+#include "userspace/python/py_runtime.h"
 
 namespace argus {
 namespace {
@@ -198,6 +199,7 @@ const char* library_kind_name(LibraryKind kind) {
     case LibraryKind::Nccl: return "nccl";
     case LibraryKind::Cuda: return "cuda";
     case LibraryKind::GpuActivity: return "gpu";
+    case LibraryKind::Python: return "python";
     case LibraryKind::None: break;
   }
   return "none";
@@ -215,6 +217,10 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::TimedExit: return "argus_timed_exit";
     case ProbeProgram::CudaMemcpy: return "argus_cuda_memcpy";
     case ProbeProgram::CudaLaunchExit: return "argus_cuda_launch_exit";
+    case ProbeProgram::PyGcEnter: return "argus_py_gc_enter";
+    case ProbeProgram::PyGcExit: return "argus_py_gc_exit";
+    case ProbeProgram::PyGcUsdtStart: return "argus_py_gc_usdt_start";
+    case ProbeProgram::PyGcUsdtDone: return "argus_py_gc_usdt_done";
   }
   return "unknown";
 }
@@ -224,6 +230,7 @@ LibraryKind classify_library(const elf::SymbolTable& symbols) {
   if (nccl) return LibraryKind::Nccl;
   const bool cuda = probeable(symbols, "cuInit") != nullptr && probeable(symbols, "cuLaunchKernel") != nullptr;
   if (cuda) return LibraryKind::Cuda;
+  if (python::looks_like_python(symbols)) return LibraryKind::Python;
   return LibraryKind::None;
 }
 
@@ -232,6 +239,14 @@ std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind 
   if (kind == LibraryKind::Nccl) plan_nccl(symbols, plan);
   if (kind == LibraryKind::Cuda) plan_cuda(symbols, set, plan);
   return plan.take();
+}
+
+std::vector<ProbeSpec> plan_python_gc(const std::string& gc_anchor, const std::string& gc_symbol,
+                                      uint64_t gc_entry_offset) {
+  if (gc_anchor != "gc_collect_main" && gc_anchor != "pygc_collect_call") return {};
+  if (gc_entry_offset == 0) return {};
+  return {{gc_symbol, gc_entry_offset, ProbeProgram::PyGcEnter, false, 0},
+          {gc_symbol, gc_entry_offset, ProbeProgram::PyGcExit, true, 0}};
 }
 
 const char* nccl_op_label(uint32_t op) {

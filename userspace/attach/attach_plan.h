@@ -11,8 +11,10 @@
 namespace argus {
 
 // GpuActivity: a library that only produces GPU activity records (the CUPTI
-// injection library); producers are found by kGpuProducerSymbol.
-enum class LibraryKind { None, Nccl, Cuda, GpuActivity };
+// injection library); producers are found by kGpuProducerSymbol. Python: a
+// libpython, or an executable with the interpreter linked in
+// (python::looks_like_python): its GC collector is probed.
+enum class LibraryKind { None, Nccl, Cuda, GpuActivity, Python };
 inline constexpr const char* kGpuProducerSymbol = "argus_gpu_wire_version";
 enum class ProbeSet { Default, Deep };
 
@@ -28,6 +30,10 @@ enum class ProbeProgram {
   TimedExit,      // argus_timed_exit (uretprobe)
   CudaMemcpy,     // argus_cuda_memcpy: calls and bytes per copy direction
   CudaLaunchExit, // argus_cuda_launch_exit (uretprobe, deep): launch time, log2 histogram, errors
+  PyGcEnter,      // argus_py_gc_enter: a Python collection begins (reads the GC counters)
+  PyGcExit,       // argus_py_gc_exit (uretprobe): ... ends (the generation whose counter moved)
+  PyGcUsdtStart,  // argus_py_gc_usdt_start: the same at python:gc__start (USDT)
+  PyGcUsdtDone,   // argus_py_gc_usdt_done: ... at python:gc__done (USDT)
 };
 
 struct ProbeSpec {
@@ -38,16 +44,21 @@ struct ProbeSpec {
   uint64_t cookie = 0;
 };
 
-const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "none"
+const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "gpu", "python", "none"
 const char* probe_program_name(ProbeProgram p);    // the BPF program's name
 
 // A library is NCCL if it exports the NCCL collective API, CUDA if it exports
-// the driver API's launch and init entry points.
+// the driver API's launch and init entry points, Python if it is an interpreter.
 LibraryKind classify_library(const elf::SymbolTable& symbols);
 
 // The probes for one library. Weak `ncclX` and strong `pncclX` at one address
 // get one probe, so a call is never counted twice.
 std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind kind, ProbeSet set);
+// The GC probes of an interpreter whose collector is a symbol (gc_anchor
+// "gc_collect_main" or "pygc_collect_call"): entry + return at that offset.
+// Empty for the USDT anchor (attached by name) and for "none".
+std::vector<ProbeSpec> plan_python_gc(const std::string& gc_anchor, const std::string& gc_symbol,
+                                      uint64_t gc_entry_offset);
 
 // Label values for the ids packed into cookies and stat keys.
 const char* nccl_op_label(uint32_t op);        // "all_reduce", ... ("unknown" out of range)

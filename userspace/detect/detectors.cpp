@@ -107,8 +107,11 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
 }  // namespace
 
 struct StragglerDetector::Verdict {
-  std::string reason;  // "host", "sync", "gpu" or "" (on time)
+  std::string reason;  // "host", "sync", "gpu", "gc_pause" or "" (on time)
   bool late = false;   // arrives last at most collectives, by the margin
+  double gc_peer_median_s = 0;  // the peers' GC seconds in the window (median)
+  double gc_excess_per_step_s = 0;  // this rank's GC above it, per step
+  double gc_explained_share = 0;    // ... as a share of its lag
   double lag_margin_s = 0;
   double wait_median = 0, wait_threshold = 0;
   double gpu_median = 0, gpu_threshold = 0;
@@ -135,6 +138,23 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
 double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
 }  // namespace
+
+// Whether this rank's GC time above its peers' median explains at least
+// min_gc_share of its lateness (per step: the lag is what it loses each step).
+bool StragglerDetector::gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members,
+                                        Verdict& v) const {
+  const double span = r.gc_span_s > 0 ? r.gc_span_s : window_seconds_;
+  if (!r.gc_valid || r.lag.step_seconds <= 0 || r.lag.median_lag_s <= 0 || span <= 0) return false;
+  std::vector<double> peers;
+  for (const auto* p : members)
+    if (p->pid != r.pid && p->gc_valid) peers.push_back(p->gc_seconds);
+  if (peers.empty()) return false;
+  v.gc_peer_median_s = median_of(peers);
+  const double steps = span / r.lag.step_seconds;
+  v.gc_excess_per_step_s = std::max(0.0, r.gc_seconds - v.gc_peer_median_s) / steps;
+  v.gc_explained_share = v.gc_excess_per_step_s / r.lag.median_lag_s;
+  return v.gc_explained_share >= opts_.min_gc_share;
+}
 
 std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& ranks, double now_unix) {
   std::vector<DetectedEvent> events;
@@ -183,7 +203,13 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       // receives is a bubble (the bubble detector's), not a slow GPU or stream.
       const bool in_bubble = r->gpu_valid && r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
       const bool gpu_slow = gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble;
-      if (host_slow)
+      // GC: its collector ran longer than its peers' (median, per step) by at
+      // least about half of its lateness. A GC-bound rank is host time, so
+      // this is asked before "host".
+      const bool gc_explains = v.late && !sync_explains && gc_explains_lag(*r, members, v);
+      if (gc_explains)
+        v.reason = "gc_pause";
+      else if (host_slow)
         v.reason = "host";
       else if (gpu_slow)
         v.reason = "gpu";
@@ -205,6 +231,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         t.st.straggler = true;
         t.st.reason = v.reason;
         events.push_back(straggler_event(job, *r, v, members, now_unix));
+        if (v.reason == "gc_pause") events.push_back(gc_pause_event(job, *r, v, members, now_unix));
       } else if (t.st.straggler && t.misses >= opts_.clear_after) {
         t.st.straggler = false;
         t.st.reason.clear();
@@ -238,6 +265,8 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     ev.summary = who + late + ": its host is slow — it spends only " + fmt("%.0f", total_wait(r) * 100) +
                  "% of its time waiting in collectives and synchronize, the median rank " + fmt("%.0f", v.wait_median * 100) +
                  "%, and its own synchronize calls explain " + fmt("%.0f", r.lag.late_sync_share * 100) + "% of its lag";
+  else if (v.reason == "gc_pause")
+    ev.summary = who + late + ": " + gc_summary(r, v);
   else if (v.reason == "sync")
     ev.summary = who + late + ": it spent " + fmt("%.0f", r.lag.late_sync_share * 100) +
                  "% of that lag blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host";
@@ -254,6 +283,7 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                            {"median_lag_seconds", p->lag.median_lag_s},
                            {"late_fraction", p->lag.late_fraction}};
     if (p->gpu_valid) peer["gpu_nccl_ratio"] = p->gpu_nccl_ratio;
+    if (p->gc_valid) peer["gc_seconds"] = p->gc_seconds;
     peers.push_back(std::move(peer));
   }
   ev.evidence = {{"source", v.reason},
@@ -281,6 +311,50 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     ev.evidence["median_gpu_nccl_ratio"] = v.gpu_median;
     ev.evidence["gpu_nccl_ratio_threshold"] = v.gpu_threshold;
   }
+  if (r.gc_valid) {
+    ev.evidence["gc_seconds"] = r.gc_seconds;
+    ev.evidence["peers_median_gc_seconds"] = v.gc_peer_median_s;
+    ev.evidence["gc_pauses"] = r.gc_pauses;
+    ev.evidence["gc_worst_pause_seconds"] = r.gc_max_pause_s;
+    ev.evidence["gc_explained_share"] = v.gc_explained_share;
+  }
+  return ev;
+}
+
+std::string StragglerDetector::gc_summary(const RankSignal& r, const Verdict& v) const {
+  return "its Python garbage collector ran " + fmt("%.0f", r.gc_seconds * 1e3) + " ms in the last " +
+         fmt("%.0f", r.gc_span_s > 0 ? r.gc_span_s : window_seconds_) + " s (" + std::to_string(r.gc_pauses) + " pauses, the longest up to " +
+         fmt("%.1f", r.gc_max_pause_s * 1e3) + " ms), its peers' median " + fmt("%.0f", v.gc_peer_median_s * 1e3) +
+         " ms: that explains " + fmt("%.0f", std::min(9.99, v.gc_explained_share) * 100) + "% of its lag";
+}
+
+// The gc_pause event that goes with a straggler flagged for its GC.
+DetectedEvent StragglerDetector::gc_pause_event(const std::string& job, const RankSignal& r, const Verdict& v,
+                                                const std::vector<const RankSignal*>& members,
+                                                double now_unix) const {
+  DetectedEvent ev;
+  ev.time = now_unix;
+  ev.kind = "gc_pause";
+  ev.job_id = job;
+  ev.rank = r.rank;
+  ev.summary = "rank " + std::to_string(r.rank) + " of job " + job + " is late because of garbage collection: " +
+               gc_summary(r, v);
+  nlohmann::json peers = nlohmann::json::array();
+  for (const auto* p : members)
+    if (p->pid != r.pid && p->gc_valid)
+      peers.push_back({{"rank", p->rank}, {"gc_seconds", p->gc_seconds}, {"gc_pauses", p->gc_pauses},
+                       {"gc_worst_pause_seconds", p->gc_max_pause_s}});
+  ev.evidence = {{"pid", r.pid},
+                 {"gc_seconds", r.gc_seconds},
+                 {"peers_median_gc_seconds", v.gc_peer_median_s},
+                 {"gc_pauses", r.gc_pauses},
+                 {"gc_worst_pause_seconds", r.gc_max_pause_s},
+                 {"gc_excess_per_step_seconds", v.gc_excess_per_step_s},
+                 {"median_lag_seconds", r.lag.median_lag_s},
+                 {"step_seconds", r.lag.step_seconds},
+                 {"gc_explained_share", v.gc_explained_share},
+                 {"window_seconds", r.gc_span_s > 0 ? r.gc_span_s : window_seconds_},
+                 {"peers", peers}};
   return ev;
 }
 

@@ -41,6 +41,12 @@ struct RankSignal {
   bool gpu_valid = false;
   double gpu_nccl_ratio = 0;
   double bubble_ratio = 0;  // share of the window idle before a pipeline P2P receive
+  // Python GC (when its collector is probed): time, pauses and the longest pause, last window.
+  bool gc_valid = false;
+  double gc_seconds = 0;
+  double gc_span_s = 0;  // the span gc_seconds covers (0: the detector's window)
+  uint64_t gc_pauses = 0;
+  double gc_max_pause_s = 0;
 };
 
 // The straggler is the rank the others wait for: on one node (one clock) the
@@ -49,6 +55,9 @@ struct RankSignal {
 // its own synchronize calls do not explain the lag), "sync" (it spent the lag
 // in its own synchronize calls: its GPU or stream is slow), or, from the GPU
 // layer, "gpu" (its NCCL kernels run least: its peers' kernels wait for it).
+// "gc_pause" (from the Python layer): its garbage collector ran longer than
+// its peers' median by at least half of its lateness; a gc_pause event then
+// goes with the straggler event.
 struct StragglerOptions {
   double min_wait_gap = 0.03;  // host: it waits (collective + sync) at least this much less than the median
   double min_late_fraction = 0.5;  // on one node: late at most of the recent spread-out collectives
@@ -60,11 +69,12 @@ struct StragglerOptions {
   int raise_after = 2;  // consecutive evaluations before the flag rises
   int clear_after = 3;  // ... and before it falls
   double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
+  double min_gc_share = 0.5;  // GC time above the peers' median per step explains this share of the lag
 };
 
 struct StragglerState {
   bool straggler = false;
-  std::string reason;  // "host", "sync" or "gpu" while flagged
+  std::string reason;  // "host", "sync", "gpu" or "gc_pause" while flagged
   double score = 0;  // how far behind its peers, in steps (lag / step), or by the GPU share (0 = on time)
 };
 
@@ -86,6 +96,10 @@ class StragglerDetector {
   };
   DetectedEvent straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                 const std::vector<const RankSignal*>& members, double now_unix) const;
+  bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
+  std::string gc_summary(const RankSignal& r, const Verdict& v) const;
+  DetectedEvent gc_pause_event(const std::string& job, const RankSignal& r, const Verdict& v,
+                               const std::vector<const RankSignal*>& members, double now_unix) const;
   StragglerOptions opts_;
   double window_seconds_;
   std::map<int, Track> tracks_;

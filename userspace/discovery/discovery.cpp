@@ -76,12 +76,27 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   FoundProcess found;
   found.pid = pid;
   std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen_files;
+  bool python_only = true;  // every probed file is a Python interpreter
   for (const auto& m : maps->entries) {
     if (!worth_probing(m)) continue;
     if (!seen_files.insert({m.dev_major, m.dev_minor, m.inode}).second) continue;
-    if (prober_.consider(pid, m) != LibraryKind::None) found.libraries.push_back(m.path);
+    const LibraryKind kind = prober_.consider(pid, m);
+    if (kind == LibraryKind::None) continue;
+    found.libraries.push_back(m.path);
+    if (kind != LibraryKind::Python) python_only = false;
   }
   if (found.libraries.empty()) return std::nullopt;
+  // A process with only a Python interpreter is a rank only when its
+  // environment names one (a launcher's RANK and job id): a plain system
+  // Python is not tracked, and is rechecked like any other non-rank.
+  std::optional<std::map<std::string, std::string>> env_for_python;
+  if (python_only) {
+    auto env = procfs::read_environ(opts_.proc_root, pid);
+    if (!env.ok()) return std::nullopt;
+    const RankIdentity id = identity_from_environ(*env);
+    if (id.rank < 0 || id.job_id.empty()) return std::nullopt;
+    env_for_python = std::move(*env);
+  }
   st.is_rank = true;
 
   if (auto stat = procfs::read_stat(opts_.proc_root, pid); stat.ok()) {
@@ -91,7 +106,9 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   } else {
     count_skip(skip_reason(procfs::error_kind(stat)));
   }
-  if (auto env = procfs::read_environ(opts_.proc_root, pid); env.ok()) {
+  auto env = env_for_python ? Result<std::map<std::string, std::string>>(std::move(*env_for_python))
+                            : procfs::read_environ(opts_.proc_root, pid);
+  if (env.ok()) {
     found.identity = identity_from_environ(*env);
     if (!opts_.only_env_key.empty()) {
       auto it = env->find(opts_.only_env_key);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,11 @@ class BpfBackend {
   // Slots of libbpf's USDT spec table (each producer attach takes some; a
   // detach gives them back); 0 when there is no such table.
   virtual uint64_t usdt_spec_slots() const { return 0; }
+  // A USDT probe provider:name in `path` (every process), running `program`.
+  virtual Result<Link> attach_usdt(const std::string& /*path*/, const char* provider, const char* name,
+                                   ProbeProgram /*program*/) {
+    return make_error(std::string("no USDT support for ") + provider + ":" + name);
+  }
 
   // Tracked-tgid map.
   virtual bool set_tgid_state(uint32_t tgid, argus_tgid_state state) = 0;
@@ -68,7 +74,9 @@ class BpfBackend {
   // Python interpreter config per tgid (py_procs map): the GC probes and the
   // stack sampler act only on tgids that have one.
   virtual bool set_python_proc(uint32_t /*tgid*/, const argus_py_proc& /*config*/) { return false; }
-  virtual void forget_python_proc(uint32_t /*tgid*/) {}
+  virtual void forget_python_proc(uint32_t /*tgid*/) {}  // also drops its GC snapshot
+  // The newest absolute GC counters the probes saw for a tgid (py_gc_snap map).
+  virtual std::optional<argus_py_gc_snap> read_python_gc(uint32_t /*tgid*/) const { return std::nullopt; }
   // The Python stack sampler (bpf/py_sample.bpf.c): a CPU-clock perf event at
   // `hz` on every online CPU, for all processes (the program keeps py_procs'
   // tgids). Returns the CPUs sampled. Its records (struct argus_py_sample) come

@@ -35,6 +35,10 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::CudaMemcpy: return skel->progs.argus_cuda_memcpy;
     case ProbeProgram::CudaLaunchExit: return skel->progs.argus_cuda_launch_exit;
     case ProbeProgram::TimedExit: return skel->progs.argus_timed_exit;
+    case ProbeProgram::PyGcEnter: return skel->progs.argus_py_gc_enter;
+    case ProbeProgram::PyGcExit: return skel->progs.argus_py_gc_exit;
+    case ProbeProgram::PyGcUsdtStart: return skel->progs.argus_py_gc_usdt_start;
+    case ProbeProgram::PyGcUsdtDone: return skel->progs.argus_py_gc_usdt_done;
   }
   return nullptr;
 }
@@ -179,6 +183,16 @@ Result<Link> BpfLoader::attach_gpu_usdt(const std::string& path, bool names) {
   return Link(link);
 }
 
+Result<Link> BpfLoader::attach_usdt(const std::string& path, const char* provider, const char* name,
+                                    ProbeProgram program) {
+  bpf_program* prog = program_for(skel_, program);
+  if (prog == nullptr) return make_error(std::string("no BPF program for usdt ") + provider + ":" + name);
+  bpf_link* link = bpf_program__attach_usdt(prog, -1, path.c_str(), provider, name, nullptr);
+  if (link == nullptr)
+    return make_error(std::string("usdt ") + provider + ":" + name + " in " + path + ": " + errno_text(errno));
+  return Link(link);
+}
+
 bool BpfLoader::set_tgid_state(uint32_t tgid, argus_tgid_state state) {
   uint32_t value = state;
   return bpf_map__update_elem(skel_->maps.tracked, &tgid, sizeof(tgid), &value, sizeof(value), BPF_ANY) == 0;
@@ -194,6 +208,14 @@ bool BpfLoader::set_python_proc(uint32_t tgid, const argus_py_proc& config) {
 
 void BpfLoader::forget_python_proc(uint32_t tgid) {
   bpf_map__delete_elem(skel_->maps.py_procs, &tgid, sizeof(tgid), 0);
+  bpf_map__delete_elem(skel_->maps.py_gc_snap, &tgid, sizeof(tgid), 0);
+}
+
+std::optional<argus_py_gc_snap> BpfLoader::read_python_gc(uint32_t tgid) const {
+  argus_py_gc_snap snap{};
+  if (bpf_map__lookup_elem(skel_->maps.py_gc_snap, &tgid, sizeof(tgid), &snap, sizeof(snap), 0) != 0)
+    return std::nullopt;
+  return snap;
 }
 
 std::vector<StatEntry> BpfLoader::read_stats(uint32_t only_tgid) const {

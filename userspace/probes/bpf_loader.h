@@ -39,11 +39,14 @@ class BpfLoader : public BpfBackend {
   // BpfBackend, on the kernel's maps, ring buffer and uprobe PMU.
   Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) override;
   Result<Link> attach_gpu_usdt(const std::string& path, bool names) override;
+  Result<Link> attach_usdt(const std::string& path, const char* provider, const char* name,
+                           ProbeProgram program) override;
   uint64_t usdt_spec_slots() const override { return usdt_spec_slots_; }
   bool set_tgid_state(uint32_t tgid, argus_tgid_state state) override;
   void forget_tgid(uint32_t tgid) override;
   bool set_python_proc(uint32_t tgid, const argus_py_proc& config) override;
   void forget_python_proc(uint32_t tgid) override;
+  std::optional<argus_py_gc_snap> read_python_gc(uint32_t tgid) const override;
   Result<int> start_python_sampling(uint32_t hz) override;
   void set_py_sample_handler(std::function<void(const void* data, size_t size)> handler) override {
     py_sample_handler_ = std::move(handler);

@@ -11,10 +11,11 @@ namespace {
 
 // The USDT spec slots libbpf gives one attach: one per distinct argument spec
 // among the probe's sites (it shares a slot between sites with equal specs).
-uint64_t usdt_slots_for(const std::vector<elf::UsdtNote>& notes, const char* name) {
+uint64_t usdt_slots_for(const std::vector<elf::UsdtNote>& notes, const char* name,
+                        const char* provider = ARGUS_GPU_USDT_PROVIDER) {
   std::set<std::string> specs;
   for (const auto& n : notes)
-    if (n.provider == ARGUS_GPU_USDT_PROVIDER && n.name == name) specs.insert(n.args);
+    if (n.provider == provider && n.name == name) specs.insert(n.args);
   return specs.size();
 }
 
@@ -52,6 +53,7 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
     it->second.unused_since = -1;
     return it->second.pending ? LibraryKind::None : it->second.kind;
   }
+  if (refused_.count({key, pid})) return LibraryKind::None;  // this process's path was refused: said once
   if (pending_ >= opts_.max_pending_parses) {
     skip("parse_queue_full");  // not remembered: a later recheck tries again
     return LibraryKind::None;
@@ -64,20 +66,19 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
     if (std::string_view(reason) == "vanished") return LibraryKind::None;  // another mapper may come
     if (std::string_view(reason) != "mapped_open_failed")
       spdlog::warn("refused a mapped file: {}", opened.error());  // someone planted it
-    Library refused;
-    refused.pending = false;
-    refused.name = mapping.path;
-    refused.users.insert(pid);
-    files_.emplace(key, std::move(refused));
+    // Refused for this process (its path), not for the file: the same inode
+    // mapped by another process under a sound path is still probed (a bind
+    // mount or a chroot elsewhere must not blind the agent to /usr/bin/python3).
+    refused_.insert({key, pid});
     return LibraryKind::None;
   }
   Library& lib = files_[key];
   lib.name = mapping.path;
   lib.users.insert(pid);
   ++pending_;
-  Parsed job{key, std::make_shared<procfs::MappedFile>(std::move(*opened)), mapping.path, {}, {}};
+  Parsed job{key, std::make_shared<procfs::MappedFile>(std::move(*opened)), mapping.path, {}, {}, {}};
   if (!opts_.parse_in_background) {
-    parse(job, opts_.elf);
+    parse(job, opts_.elf, opts_.python_gc);
     finish(job);
     return lib.kind;
   }
@@ -90,10 +91,19 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
 }
 
 // Worker thread (or inline): only reads the fd; nothing here touches BPF.
-void ProbeManager::parse(Parsed& job, const elf::ReadOptions& ropts) {
+void ProbeManager::parse(Parsed& job, const elf::ReadOptions& ropts, bool python_gc) {
   job.symbols = elf::read_symbols_fd(job.file->fd.get(), job.name, ropts);
-  if (job.symbols->ok() && (*job.symbols)->find(kGpuProducerSymbol) != nullptr)
+  if (!job.symbols->ok()) return;
+  if ((*job.symbols)->find(kGpuProducerSymbol) != nullptr)
     job.notes = elf::read_usdt_notes_fd(job.file->fd.get(), job.name, ropts);
+  if (python_gc && classify_library(**job.symbols) == LibraryKind::Python) {
+    // The collector is a local symbol: this parse needs .symtab.
+    elf::ReadOptions with_locals = ropts;
+    with_locals.include_symtab = true;
+    job.python = python::inspect_interpreter(job.file->fd.get(), job.name, with_locals);
+    if (job.python->ok() && (*job.python)->gc_anchor == "usdt")
+      job.notes = elf::read_usdt_notes_fd(job.file->fd.get(), job.name, ropts);  // for the slot accounting
+  }
 }
 
 void ProbeManager::worker_loop() {
@@ -105,7 +115,7 @@ void ProbeManager::worker_loop() {
     todo_.pop_front();
     ++in_progress_;
     lock.unlock();
-    parse(job, opts_.elf);
+    parse(job, opts_.elf, opts_.python_gc);
     lock.lock();
     --in_progress_;
     done_.push_back(std::move(job));
@@ -157,6 +167,9 @@ void ProbeManager::finish(Parsed& done) {
   if (symbols->find(kGpuProducerSymbol) != nullptr) attach_gpu_producer(done, lib);
   if (lib.kind == LibraryKind::None) {
     if (!lib.usdt_links.empty()) lib.kind = LibraryKind::GpuActivity;
+  } else if (lib.kind == LibraryKind::Python) {
+    if (opts_.python_gc && done.python)  // probed once a rank maps it (attach_python_gc_for)
+      lib.pending_gc.reset(new Library::PendingGc{done.file, std::move(*done.python), std::move(done.notes)});
   } else {
     attach_probes(*symbols, done.file->self_path(), lib);
   }
@@ -187,22 +200,102 @@ void ProbeManager::attach_probes(const elf::SymbolTable& symbols, const std::str
   spdlog::info("attached {} probes ({} failed) to {} library {}", ok, failed, library_kind_name(lib.kind), lib.name);
 }
 
+// Whether libbpf's USDT spec table has room for `slots` more (a full table
+// fails every later attach); a refusal is counted against `what`.
+bool ProbeManager::reserve_usdt_slots(uint64_t slots, const std::string& what, const std::string& name) {
+  std::lock_guard lock(counters_mu_);
+  if (stats_.usdt_slots_limit > 0 && stats_.usdt_slots_used + slots > stats_.usdt_slots_limit) {
+    stats_.attach_errors[what] += 1;
+    spdlog::warn("{} USDT probes not attached to {}: USDT spec table full ({} of {} slots)", what, name,
+                 stats_.usdt_slots_used, stats_.usdt_slots_limit);
+    skip("usdt_spec_table_full");
+    return false;
+  }
+  return true;
+}
+
+// A Python interpreter's collector: entry + return, by its symbol or by the
+// python:gc__start/gc__done USDT pair. A file with no usable anchor is said
+// once and counted; its ranks' GC counts then come from polling alone.
+void ProbeManager::attach_python_gc_for(int pid) {
+  for (auto& [key, lib] : files_) {
+    if (lib.kind != LibraryKind::Python || !lib.pending_gc || !lib.users.count(pid)) continue;
+    attach_python_gc(lib);
+    lib.pending_gc.reset();  // tried once per file: its fd is closed now
+  }
+}
+
+void ProbeManager::attach_python_gc(Library& lib) {
+  const Library::PendingGc& done = *lib.pending_gc;
+  if (!done.py.ok()) {
+    spdlog::warn("Python GC not probed in {}: {} (GC counts by polling only)", lib.name, done.py.error());
+    skip("python_gc_unprobed");
+    std::lock_guard lock(counters_mu_);
+    stats_.python_gc_unprobed_files += 1;
+    return;
+  }
+  const python::PyInterpreterFile& py = *done.py;
+  const std::string path = done.file->self_path();
+  size_t failed = 0;
+  if (py.gc_anchor == "usdt") {
+    uint64_t slots = 2;
+    if (done.notes && done.notes->ok())
+      slots = usdt_slots_for(**done.notes, "gc__start", "python") + usdt_slots_for(**done.notes, "gc__done", "python");
+    if (!reserve_usdt_slots(slots, "python", lib.name)) return;
+    std::unique_lock usdt_lock(usdt_mu_);
+    auto start = loader_.attach_usdt(path, "python", "gc__start", ProbeProgram::PyGcUsdtStart);
+    auto end = loader_.attach_usdt(path, "python", "gc__done", ProbeProgram::PyGcUsdtDone);
+    if (!start.ok() || !end.ok()) {  // both or none, detached here under the USDT lock
+      spdlog::warn("Python GC USDT probes not attached to {}: {}", lib.name, start.ok() ? end.error() : start.error());
+      start = make_error("");
+      end = make_error("");
+      failed = 1;
+    }
+    usdt_lock.unlock();
+    if (start.ok()) {
+      lib.usdt_links.push_back(std::move(*start));
+      lib.usdt_links.push_back(std::move(*end));
+      lib.usdt_slots = slots;
+      std::lock_guard lock(counters_mu_);
+      stats_.usdt_slots_used += slots;
+    }
+  } else {
+    for (const auto& spec : plan_python_gc(py.gc_anchor, py.gc_symbol, py.gc_entry_offset)) {
+      auto link = loader_.attach_uprobe(path, spec);
+      if (link.ok()) {
+        lib.links.push_back(std::move(*link));
+      } else {
+        ++failed;
+        spdlog::warn("probe attach failed: {} ({})", link.error(), lib.name);
+      }
+    }
+    if (failed > 0) lib.links.clear();  // an entry without its return (or the reverse) times nothing
+  }
+  const bool probed = !lib.links.empty() || !lib.usdt_links.empty();
+  std::lock_guard lock(counters_mu_);
+  stats_.attach_errors["python"] += failed;
+  stats_.probes["python"] += lib.links.size() + lib.usdt_links.size();
+  if (probed) {
+    lib.gc_anchor = py.gc_anchor;
+    stats_.python_gc_files[py.gc_anchor] += 1;
+    spdlog::info("attached Python {} GC probes ({} {}) to {}", py.layout.version.str(), py.gc_anchor, py.gc_symbol,
+                 lib.name);
+  } else if (failed == 0) {
+    spdlog::warn("Python {} GC not probed in {}: no usable GC anchor (no gc_collect_main in .symtab, no "
+                 "python:gc__start/gc__done USDT probes, no call in PyGC_Collect); GC counts by polling only",
+                 py.layout.version.str(), lib.name);
+    skip("python_gc_unprobed");
+    stats_.python_gc_unprobed_files += 1;
+  }
+}
+
 // The USDT hand-off of a GPU-activity producer: both probes or none, and only
 // while libbpf's spec table has room (a full table fails every later attach).
 void ProbeManager::attach_gpu_producer(const Parsed& done, Library& lib) {
   uint64_t slots = 2;  // one per probe, unless the notes say otherwise
   if (done.notes && done.notes->ok())
     slots = usdt_slots_for(**done.notes, ARGUS_GPU_USDT_BATCH) + usdt_slots_for(**done.notes, ARGUS_GPU_USDT_NAME);
-  {
-    std::lock_guard lock(counters_mu_);
-    if (stats_.usdt_slots_limit > 0 && stats_.usdt_slots_used + slots > stats_.usdt_slots_limit) {
-      stats_.attach_errors["gpu"] += 1;
-      spdlog::warn("GPU activity probes not attached to {}: USDT spec table full ({} of {} slots)", lib.name,
-                   stats_.usdt_slots_used, stats_.usdt_slots_limit);
-      skip("usdt_spec_table_full");
-      return;
-    }
-  }
+  if (!reserve_usdt_slots(slots, "gpu", lib.name)) return;
   const std::string path = done.file->self_path();
   std::unique_lock usdt_lock(usdt_mu_);
   auto batch = loader_.attach_gpu_usdt(path, false);
@@ -226,6 +319,7 @@ void ProbeManager::attach_gpu_producer(const Parsed& done, Library& lib) {
 }
 
 void ProbeManager::sweep(double now_s, const std::set<int>& alive_pids) {
+  std::erase_if(refused_, [&](const auto& kp) { return !alive_pids.count(kp.second); });
   for (auto it = files_.begin(); it != files_.end();) {
     Library& lib = it->second;
     std::erase_if(lib.users, [&](int pid) { return !alive_pids.count(pid); });
@@ -255,6 +349,7 @@ void ProbeManager::release(Library& lib) {
     stats_.files[label] -= 1;
     stats_.probes[label] -= probes;
     stats_.files_released += 1;
+    if (!lib.gc_anchor.empty()) stats_.python_gc_files[lib.gc_anchor] -= 1;
   }
   // libbpf takes the USDT slots back as the USDT links go: only then are they free.
   reaper_.reap(std::move(lib.links), std::move(lib.usdt_links), [this, slots = lib.usdt_slots] {

@@ -26,6 +26,7 @@
 #include "userspace/probes/bpf_backend.h"
 #include "userspace/probes/link_reaper.h"
 #include "userspace/procfs/mapped_file.h"
+#include "userspace/python/py_runtime.h"
 
 namespace argus {
 
@@ -39,6 +40,7 @@ struct ProbeManagerOptions {
   // Files opened and waiting for the parser; more are skipped and retried later.
   size_t max_pending_parses = 64;
   elf::ReadOptions elf{.include_symtab = false};  // the NCCL and CUDA APIs are exported
+  bool python_gc = true;  // probe Python interpreters' collectors (off: GC counts by polling only)
 };
 
 // What the probes cost now, for /metrics.
@@ -51,6 +53,8 @@ struct ProbeStats {
   uint64_t usdt_slots_used = 0;                   // USDT spec slots our producers hold
   uint64_t usdt_slots_limit = 0;                  // 0: unknown
   uint64_t probes_detaching = 0;                  // released, still being detached
+  std::map<std::string, uint64_t> python_gc_files;  // GC anchor probed -> interpreter files now
+  uint64_t python_gc_unprobed_files = 0;          // interpreter files with no usable GC anchor, ever
 };
 
 class ProbeManager final : public LibraryProber {
@@ -68,6 +72,9 @@ class ProbeManager final : public LibraryProber {
   // Event loop: attaches the probes of every finished parse. Returns the
   // processes that map those libraries, to be looked at again now.
   std::vector<int> complete_parses();
+  // Event loop: a rank (tracked) maps these files: their Python collectors are
+  // probed now, once per file. Interpreters only ranks map are probed.
+  void attach_python_gc_for(int pid);
   // Event loop: forgets processes that are gone; detaches and forgets the files
   // that no live process has mapped for the grace period.
   void sweep(double now_s, const std::set<int>& alive_pids);
@@ -83,7 +90,8 @@ class ProbeManager final : public LibraryProber {
     std::shared_ptr<procfs::MappedFile> file;
     std::string name;  // the mapped path, for logs
     std::optional<Result<elf::SymbolTable>> symbols;
-    std::optional<Result<std::vector<elf::UsdtNote>>> notes;  // producers only
+    std::optional<Result<std::vector<elf::UsdtNote>>> notes;  // producers and interpreters
+    std::optional<Result<python::PyInterpreterFile>> python;  // interpreters only
   };
   struct Library {
     bool pending = true;
@@ -94,20 +102,32 @@ class ProbeManager final : public LibraryProber {
     std::vector<Link> links;       // uprobes
     std::vector<Link> usdt_links;  // the GPU producer's USDT probes
     uint64_t usdt_slots = 0;
+    std::string gc_anchor;         // Python: the GC anchor probed ("" while none)
+    // Python: what the GC probes need, kept until a rank maps the file (a
+    // plain Python's collections never trap); dropped once attached.
+    struct PendingGc {
+      std::shared_ptr<procfs::MappedFile> file;
+      Result<python::PyInterpreterFile> py;
+      std::optional<Result<std::vector<elf::UsdtNote>>> notes;
+    };
+    std::unique_ptr<PendingGc> pending_gc;
   };
 
   void skip(const std::string& reason);
-  static void parse(Parsed& job, const elf::ReadOptions& ropts);
+  static void parse(Parsed& job, const elf::ReadOptions& ropts, bool python_gc);
   void worker_loop();
   void finish(Parsed& done);
   void attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib);
   void attach_gpu_producer(const Parsed& done, Library& lib);
+  void attach_python_gc(Library& lib);
+  bool reserve_usdt_slots(uint64_t slots, const std::string& what, const std::string& name);
   void release(Library& lib);
 
   BpfBackend& loader_;
   ProbeManagerOptions opts_;
   Discovery* skips_;
   std::map<FileKey, Library> files_;  // event loop only
+  std::set<std::pair<FileKey, int>> refused_;  // (file, pid) whose mapped path was refused; event loop only
   size_t pending_ = 0;                // files_ entries still being parsed
   std::mutex usdt_mu_;                // libbpf's USDT manager: attaches and detaches one at a time
   LinkReaper reaper_{usdt_mu_};       // destroyed before files_: drains what was handed to it

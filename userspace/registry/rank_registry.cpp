@@ -96,6 +96,9 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
   s.kernel_launches = 0;
   s.launch_timing = LaunchTiming{};
   s.memcpy.clear();
+  s.python_gc.timed = 0;
+  s.python_gc.ns = 0;
+  s.python_gc.log2_buckets.clear();
   for (const auto& r : records) {
     switch (r.kind) {
       case ARGUS_STAT_NCCL_CALLS: {
@@ -123,6 +126,13 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
       case ARGUS_STAT_CUDA_LAUNCH_HIST:
         s.launch_timing.log2_buckets[r.sub] += r.count;
         break;
+      case ARGUS_STAT_PY_GC:
+        s.python_gc.timed += r.count;
+        s.python_gc.ns += r.sum;
+        break;
+      case ARGUS_STAT_PY_GC_HIST:
+        s.python_gc.log2_buckets[r.sub] += r.count;
+        break;
       case ARGUS_STAT_CUDA_MEMCPY: {
         auto& c = s.memcpy[gpu::copy_direction_label(r.sub)];
         c.calls += r.count;
@@ -141,6 +151,18 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
         break;
     }
   }
+}
+
+void RankRegistry::set_python_gc(int pid, const std::string& version, const std::string& anchor,
+                                 const std::array<uint64_t, 3>& collections) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  PythonGcView& gc = it->second.snap.python_gc;
+  gc.present = true;
+  if (!version.empty()) gc.version = version;
+  if (!anchor.empty()) gc.anchor = anchor;
+  for (size_t g = 0; g < collections.size(); ++g) gc.collections[g] = std::max(gc.collections[g], collections[g]);
 }
 
 void RankRegistry::apply_identity_from_init(Entry& e, const NcclInitInfo& info) {
@@ -233,6 +255,20 @@ double share(uint64_t dt_ns, uint64_t a, uint64_t b) {
 
 }  // namespace
 
+// GC time, pauses and the longest pause between two samples (the longest from
+// the histogram: the upper bound of the highest bucket that grew).
+void RankRegistry::window_gc(const Sample& a, const Sample& b, PythonGcView& gc) {
+  gc.window_seconds = b.gc_ns >= a.gc_ns ? static_cast<double>(b.gc_ns - a.gc_ns) / 1e9 : 0;
+  gc.window_pauses = b.gc_pauses >= a.gc_pauses ? b.gc_pauses - a.gc_pauses : 0;
+  gc.window_span_seconds = static_cast<double>(b.mono_ns - a.mono_ns) / 1e9;
+  gc.window_max_pause_seconds = 0;
+  for (const auto& [bucket, count] : b.gc_buckets) {
+    auto before = a.gc_buckets.find(bucket);
+    if (count > (before == a.gc_buckets.end() ? 0 : before->second))
+      gc.window_max_pause_seconds = bucket >= 64 ? 1.8e10 : static_cast<double>(1ull << bucket) / 1e9;
+  }
+}
+
 void RankRegistry::tick() {
   std::lock_guard lock(mu_);
   const uint64_t now = clock_.monotonic_ns();
@@ -248,7 +284,8 @@ void RankRegistry::tick() {
       ++it;
       continue;
     }
-    e.samples.push_back({now, sum_wait_ns(e.snap.nccl), sum_wait_ns(e.snap.sync)});
+    const PythonGcView& gc = e.snap.python_gc;
+    e.samples.push_back({now, sum_wait_ns(e.snap.nccl), sum_wait_ns(e.snap.sync), gc.ns, gc.timed, gc.log2_buckets});
     while (e.samples.size() > 2 && now - e.samples.front().mono_ns > window_ns) e.samples.pop_front();
     if (e.samples.size() >= 2) {
       const auto& a = e.samples.front();
@@ -256,6 +293,7 @@ void RankRegistry::tick() {
       const uint64_t dt = b.mono_ns - a.mono_ns;
       e.snap.collective_wait_ratio = share(dt, a.coll_ns, b.coll_ns);
       e.snap.sync_wait_ratio = share(dt, a.sync_ns, b.sync_ns);
+      window_gc(a, b, e.snap.python_gc);
     }
     ++it;
   }

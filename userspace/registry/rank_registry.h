@@ -65,6 +65,10 @@ class RankRegistry {
   // Absolute totals for one process, as read from the BPF aggregates.
   void apply_totals(int pid, const std::vector<AggregateRecord>& records);
   void on_nccl_init(int pid, const NcclInitInfo& info);
+  // The rank's Python interpreter and its GC counters read now (polled, or the
+  // probes' snapshot): counters only grow, so each keeps its largest value.
+  void set_python_gc(int pid, const std::string& version, const std::string& anchor,
+                     const std::array<uint64_t, 3>& collections);
   // exit_code as the kernel keeps it: (status << 8) | signal.
   void on_exit(int pid, int exit_code);
   // The process is gone and no exit event came (lost, or before the agent).
@@ -81,6 +85,9 @@ class RankRegistry {
     uint64_t mono_ns;
     uint64_t coll_ns;  // inside collective calls, total so far
     uint64_t sync_ns;  // inside CUDA synchronize calls, total so far
+    uint64_t gc_ns = 0;      // inside Python collections, total so far
+    uint64_t gc_pauses = 0;  // Python collections timed, total so far
+    std::map<uint32_t, uint64_t> gc_buckets;  // the pause histogram then
   };
   struct Entry {
     RankSnapshot snap;
@@ -89,6 +96,7 @@ class RankRegistry {
   };
 
   void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
+  static void window_gc(const Sample& a, const Sample& b, PythonGcView& gc);
   void mark_exited(Entry& e, const std::string& reason, int code);
   void evict_exited_past_cap(int keep_pid);  // never the rank that just exited
 
