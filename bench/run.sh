@@ -15,6 +15,8 @@
 #  e. Python stack sampler (bench/python_sample.sh): a CPU-bound Python loop's throughput
 #     with no agent, with the agent sampling at 19 Hz and at 99 Hz, as ratios; its summary
 #     is in WORK/python/summary.txt.
+#  f. Python stack dumps (bench/python_dump_bench.py): argusctl stacks on an 8-rank Python
+#     job against py-spy dump of the same ranks, in wall time and in how long each stalls a rank.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -22,7 +24,8 @@
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
-# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1
+# ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1,
+# ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
 set -euo pipefail
@@ -387,8 +390,21 @@ if [ "${ARGUS_BENCH_SKIP_PYTHON:-0}" != 1 ]; then
 else
   log "e. Python stack sampler: skipped"
 fi
+
+# f. Python stack dumps ------------------------------------------------------
+if [ "${ARGUS_BENCH_SKIP_PYDUMP:-0}" != 1 ]; then
+  log "f. Python stack dumps: bench/python_dump_bench.py (8 ranks, argus vs py-spy)"
+  pydump_rc=0
+  BUILD_DIR=$BUILD python3 "$ROOT/bench/python_dump_bench.py" "$WORK/pydump" >"$WORK/python-dump.txt" \
+    2>"$WORK/python-dump.log" || pydump_rc=$?
+  fact python_dump_exit_code "$pydump_rc"
+  [ "$pydump_rc" -eq 0 ] || log "bench/python_dump_bench.py failed (status $pydump_rc): $WORK/python-dump.log"
+else
+  log "f. Python stack dumps: skipped"
+fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
 if [ "$PYGC_RC" = 0 ]; then tee -a "$WORK/summary.txt" <"$WORK/pygc/summary.txt"; fi
 if [ -s "$WORK/python/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python/summary.txt"; fi
+if [ -s "$WORK/python-dump.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python-dump.txt"; fi
