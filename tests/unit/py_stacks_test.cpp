@@ -18,6 +18,7 @@
 #include "userspace/procfs/procfs.h"
 #include "userspace/python/py_runtime.h"
 #include "userspace/python/py_stacks_detail.h"
+#include "userspace/python/stack_groups.h"
 
 namespace argus::python {
 namespace {
@@ -152,6 +153,48 @@ TEST_P(PyStacksTest, NestedLinesTidsChurnAndRecursion) {
   EXPECT_EQ(r->frames[0].line, line_of("L_BOTTOM"));
   EXPECT_EQ(r->frames[1].line, line_of("L_RECURSE"));
   EXPECT_EQ(r->native_tid, recurse_tid);
+  // The sampler's path: a code object by address, validated by its tag.
+  {
+    const auto& l = p->file->layout;
+    uint64_t interp = main_interpreter(*p, *mem), ts = 0, frame_ptr = 0;
+    ASSERT_TRUE(mem->read(interp + l.interp_threads_head, &ts, 8));
+    std::optional<detail::CodeInfo> inner;
+    uint64_t instr = 0;
+    for (int n = 0; ts && n < 16 && !inner; ++n) {
+      uint64_t f = 0;
+      ASSERT_TRUE(mem->read(ts + l.tstate_frame, &f, 8));
+      if (l.cframe_current_frame && f) {
+        ASSERT_TRUE(mem->read(f + *l.cframe_current_frame, &f, 8));
+      }
+      frame_ptr = f;
+      uint64_t code = 0;
+      if (f && mem->read(f + l.frame_code, &code, 8)) {
+        auto c = detail::read_code(*mem, l, code, p->code_type_addr);
+        if (c && c->frame.function == "inner") {
+          inner = c;
+          if (l.instr_is_lasti) {
+            int32_t lasti = 0;
+            ASSERT_TRUE(mem->read(frame_ptr + l.frame_instr, &lasti, 4));
+            instr = static_cast<uint32_t>(lasti);
+          } else {
+            ASSERT_TRUE(mem->read(frame_ptr + l.frame_instr, &instr, 8));
+          }
+        }
+      }
+      ASSERT_TRUE(mem->read(ts + l.tstate_next, &ts, 8));
+    }
+    ASSERT_TRUE(inner.has_value());
+    CodeSymbolizer sym(p->file, 4);
+    auto f = sym.resolve(*mem, inner->addr, inner->tag, instr);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->function, "inner");
+    EXPECT_EQ(f->line, line_of("L_INNER"));
+    EXPECT_EQ(sym.size(), 1u);
+    EXPECT_FALSE(sym.resolve(*mem, inner->addr, inner->tag ^ 1, instr).has_value());  // another code object's tag
+    EXPECT_EQ(sym.mismatches(), 1u);
+    EXPECT_FALSE(sym.resolve(*mem, 8, inner->tag, instr).has_value());  // unreadable
+  }
+
   DumpOptions all;
   all.max_frames = 4096;
   auto full = dump_stacks(*p, *mem, "/proc", all);
@@ -263,6 +306,32 @@ TEST(PyStacksNamespace, OwnPidAndMountNamespace) {
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->native_tid, host_pid);
   EXPECT_EQ(m->namespace_tid, 1);
+}
+
+// Two ranks in the same place and a process without Python: one group of two,
+// the non-Python one left out (what a hang event carries).
+TEST(PyStacksGroups, LiveRanksGroupedNonPythonLeftOut) {
+  auto interps = test::interpreters();
+  auto in = interps[2];  // 3.12
+  if (!test::have(in)) {
+    test::skip_or_fail(in);
+    return;
+  }
+  TempDir dir("pygrp");
+  std::string script = test::write_file(dir.str() + "/nested.py", kScript);
+  test::PyChild a(in.exe, script), b(in.exe, script);
+  ASSERT_NE(a.line().find("ready"), std::string::npos);
+  ASSERT_NE(b.line().find("ready"), std::string::npos);
+  PythonLocator locator;
+  auto doc = grouped_stacks_of({{0, a.pid()}, {1, b.pid()}, {2, static_cast<int>(::getpid())}}, locator, "/proc");
+  ASSERT_EQ(doc["groups"].size(), 1u) << doc.dump();
+  EXPECT_EQ(doc["groups"][0]["ranks"], nlohmann::json::array({0, 1}));
+  EXPECT_EQ(doc["groups"][0]["label"], "ranks 0-1 (2 ranks)");
+  EXPECT_TRUE(doc["errors"].empty()) << doc.dump();
+  // Bounded: 64 frames a thread (the 2000-deep one is cut).
+  for (const auto& t : doc["groups"][0]["threads"]) {
+    EXPECT_LE(t["frames"].size(), 64u);
+  }
 }
 
 // ---- Line tables on fixed bytes ------------------------------------------------
