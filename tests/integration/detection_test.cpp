@@ -203,6 +203,9 @@ TEST(Detection, EqualCountsHangSaysNoRankIsMissing) {
   // What the other layers show: the links (none on this machine: an empty list),
   // every rank blocked in a synchronize, and the GPU gone quiet.
   EXPECT_TRUE(ev["evidence"]["links"].is_array()) << ev.dump();
+  // The Python layer's view: the sim's ranks run no Python, so no group and no error.
+  EXPECT_TRUE(ev["evidence"]["python_stacks"]["groups"].empty()) << ev.dump();
+  EXPECT_TRUE(ev["evidence"]["python_stacks"]["errors"].empty()) << ev.dump();
   for (const auto& r : ev["evidence"]["ranks"]) {
     EXPECT_EQ(r["state"], "in_synchronize") << r.dump();
     EXPECT_TRUE(r.contains("gpu_idle_seconds")) << r.dump();

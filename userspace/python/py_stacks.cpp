@@ -45,7 +45,7 @@ struct Cursor {
     return v;
   }
   int64_t svarint() {
-    uint64_t u = varint();
+    uint64_t u = varint() & ((uint64_t{1} << 40) - 1);  // bounded: the caller sums them
     return (u & 1) ? -static_cast<int64_t>(u >> 1) : static_cast<int64_t>(u >> 1);
   }
 };
@@ -83,7 +83,8 @@ int line_from_location_table(const std::string& table, int firstlineno, int64_t 
         c.byte();
         break;
     }
-    if (!c.ok) return 0;
+    // Real deltas are small; a hostile table must not overflow the sum.
+    if (!c.ok || line > INT32_MAX || line < -INT32_MAX) return 0;
     if (index < addr + len) return no_line || line <= 0 || line > INT32_MAX ? 0 : static_cast<int>(line);
     addr += len;
   }
@@ -193,22 +194,23 @@ std::optional<CodeInfo> read_code(RemoteMemory& mem, const PyLayout& l, uint64_t
   return c;
 }
 
-int line_for(const PyLayout& l, const CodeInfo& c, uint64_t instr) {
-  if (l.instr_is_lasti) {
-    auto lasti = static_cast<int32_t>(static_cast<uint32_t>(instr));
-    return line_from_pep626_table(c.linetable, c.firstlineno, int64_t{lasti} * 2);
-  }
-  uint64_t start = c.addr + l.code_bytecode;
-  int64_t index = (static_cast<int64_t>(instr) - static_cast<int64_t>(start)) / 2;
-  if (instr < start) index = -1;  // 3.11/3.12: prev_instr is one before the first at frame start
-  return line_from_location_table(c.linetable, c.firstlineno, index);
-}
-
 bool instr_in_code(const PyLayout& l, const CodeInfo& c, uint64_t instr) {
   if (l.instr_is_lasti || c.code_units < 0) return true;
   uint64_t start = c.addr + l.code_bytecode;
   // One before the first instruction is how 3.11/3.12 start a frame.
   return instr + 2 >= start && instr < start + static_cast<uint64_t>(c.code_units) * 2;
+}
+
+int line_for(const PyLayout& l, const CodeInfo& c, uint64_t instr) {
+  if (l.instr_is_lasti) {
+    auto lasti = static_cast<int32_t>(static_cast<uint32_t>(instr));
+    return line_from_pep626_table(c.linetable, c.firstlineno, int64_t{lasti} * 2);
+  }
+  if (!instr_in_code(l, c, instr)) return 0;
+  uint64_t start = c.addr + l.code_bytecode;
+  // 3.11/3.12: prev_instr is one before the first instruction at frame start.
+  int64_t index = instr < start ? -1 : static_cast<int64_t>((instr - start) / 2);
+  return line_from_location_table(c.linetable, c.firstlineno, index);
 }
 
 }  // namespace detail
