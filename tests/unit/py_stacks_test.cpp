@@ -434,3 +434,162 @@ TEST(PyStrings, CompactKindsAndHostile) {
 
 }  // namespace
 }  // namespace argus::python
+
+namespace argus::python {
+namespace {
+
+// A 3.12-shaped process image in fake memory: one thread, frames F1 -> F2, both
+// running code C1. Each case then breaks one thing the way a live process can.
+struct FakeProcess {
+  static constexpr uint64_t kRuntime = 0x10000, kInterp = 0x20000, kTstate = 0x30000, kCframe = 0x31000,
+                            kF1 = 0x40000, kF2 = 0x41000, kCode = 0x50000, kName = 0x60000, kFile = 0x61000,
+                            kTable = 0x62000, kCodeType = 0xc0de0;
+  FakeMemory mem;
+  PyProcess p;
+  PyLayout l;
+
+  static void put64(std::string& b, size_t off, uint64_t v) { std::memcpy(b.data() + off, &v, 8); }
+  FakeProcess() {
+    l.version = {3, 12, 1};
+    l.runtime_interpreters_head = 40;
+    l.interp_threads_head = 72;
+    l.tstate_next = 8, l.tstate_thread_id = 136, l.tstate_native_thread_id = 144;
+    l.tstate_frame = 56, l.cframe_current_frame = 0;
+    l.frame_code = 0, l.frame_previous = 8, l.frame_instr = 56, l.frame_owner = 70, l.owner_to_skip = 3;
+    l.code_firstlineno = 68, l.code_filename = 112, l.code_name = 120, l.code_qualname = 128;
+    l.code_linetable = 136, l.code_bytecode = 192;
+    l.unicode_ascii_data = 40, l.unicode_compact_data = 56;
+    auto file = std::make_shared<PyInterpreterFile>();
+    file->layout = l;
+    p.pid = 1;
+    p.file = file;
+    p.runtime_addr = kRuntime;
+    p.code_type_addr = kCodeType;
+
+    std::string rt(64, '\0'), interp(128, '\0'), ts(256, '\0'), cf(16, '\0');
+    put64(rt, 40, kInterp);
+    put64(interp, 72, kTstate);
+    put64(ts, 136, 0x7000), put64(ts, 144, 12345), put64(ts, 56, kCframe);
+    put64(cf, 0, kF1);
+    mem.put(kRuntime, rt), mem.put(kInterp, interp), mem.put(kTstate, ts), mem.put(kCframe, cf);
+    mem.put(kF1, frame(kCode, kF2, 1));
+    mem.put(kF2, frame(kCode, 0, 9));
+    std::string code(256, '\0');
+    put64(code, 8, kCodeType);
+    put64(code, 16, 10);  // 10 code units
+    int32_t first = 5;
+    std::memcpy(code.data() + 68, &first, 4);
+    put64(code, 112, kFile), put64(code, 120, kName), put64(code, 128, kName), put64(code, 136, kTable);
+    mem.put(kCode, code);
+    mem.put(kName, unicode_image(l, 1, 1, true, "f"));
+    mem.put(kFile, unicode_image(l, 5, 1, true, "/x.py"));
+    // Units 0-7 on line 7 (+2), units 8-9 on line 8 (+1): no-column entries.
+    std::string table = {static_cast<char>(0x80 | (13 << 3) | 7), '\x04', static_cast<char>(0x80 | (13 << 3) | 1),
+                         '\x02'};
+    std::string bytes(32, '\0');
+    put64(bytes, 16, table.size());
+    mem.put(kTable, bytes + table);
+  }
+  std::string frame(uint64_t code, uint64_t prev, uint64_t unit) const {
+    std::string f(80, '\0');
+    put64(f, 0, code);
+    put64(f, 8, prev);
+    put64(f, 56, kCode + 192 + unit * 2);
+    return f;
+  }
+};
+
+TEST(PyStacksFake, ConsistentImage) {
+  FakeProcess fp;
+  auto d = dump_stacks(fp.p, fp.mem, "/nonexistent");
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->threads.size(), 1u);
+  const auto& t = d->threads[0];
+  EXPECT_FALSE(t.torn);
+  EXPECT_FALSE(t.truncated);
+  ASSERT_EQ(t.frames.size(), 2u);
+  EXPECT_EQ(t.frames[0].function, "f");
+  EXPECT_EQ(t.frames[0].file, "/x.py");
+  EXPECT_EQ(t.frames[0].line, 7);
+  EXPECT_EQ(t.frames[1].line, 8);
+  EXPECT_EQ(t.thread_id, 0x7000u);
+  EXPECT_EQ(t.native_tid, 0);  // 12345 is no thread of the process: not reported
+  EXPECT_EQ(t.namespace_tid, 0);
+}
+
+TEST(PyStacksFake, FrameLoopIsCutAndSaid) {
+  FakeProcess fp;
+  fp.mem.put(FakeProcess::kF2, fp.frame(FakeProcess::kCode, FakeProcess::kF1, 9));  // F2 -> F1 -> F2 ...
+  DumpOptions o;
+  o.max_frames = 16;
+  auto d = dump_stacks(fp.p, fp.mem, "/nonexistent", o);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->threads[0].truncated);
+  EXPECT_EQ(d->threads[0].frames.size(), 16u);
+}
+
+TEST(PyStacksFake, ThreadListLoopEnds) {
+  FakeProcess fp;
+  std::string ts(256, '\0');
+  FakeProcess::put64(ts, 8, FakeProcess::kTstate);  // next = itself
+  FakeProcess::put64(ts, 56, FakeProcess::kCframe);
+  fp.mem.put(FakeProcess::kTstate, ts);
+  auto d = dump_stacks(fp.p, fp.mem, "/nonexistent");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->threads.size(), 1u);
+}
+
+TEST(PyStacksFake, GarbageIsMarkedTornNeverInvented) {
+  FakeProcess fp;
+  // A frame whose code pointer leads nowhere: the walk stops there.
+  fp.mem.put(FakeProcess::kF2, fp.frame(0x999999, 0, 1));
+  auto d = dump_stacks(fp.p, fp.mem, "/nonexistent");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->threads[0].torn);
+  ASSERT_EQ(d->threads[0].frames.size(), 1u);  // F1 only
+  // An instruction outside its code object (a reused frame slot): same.
+  FakeProcess fp2;
+  fp2.mem.put(FakeProcess::kF1, fp2.frame(FakeProcess::kCode, FakeProcess::kF2, 500));
+  d = dump_stacks(fp2.p, fp2.mem, "/nonexistent");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->threads[0].torn);
+  EXPECT_TRUE(d->threads[0].frames.empty());
+}
+
+// A thread whose top frame changes on every read: retried, then marked torn.
+TEST(PyStacksFake, MovingThreadRetriedThenMarked) {
+  struct Moving : RemoteMemory {
+    FakeProcess fp;
+    int reads = 0;
+    bool read(uint64_t addr, void* out, size_t len) override {
+      if (addr == FakeProcess::kCframe && len == 8) {
+        uint64_t v = (++reads % 2) ? FakeProcess::kF1 : FakeProcess::kF2;
+        std::memcpy(out, &v, 8);
+        return true;
+      }
+      return fp.mem.read(addr, out, len);
+    }
+  } m;
+  DumpOptions o;
+  o.retries = 3;
+  auto d = dump_stacks(m.fp.p, m, "/nonexistent", o);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->threads[0].torn);
+  EXPECT_EQ(m.reads, 2 * (o.retries + 1));  // top frame before and after each of the 4 walks
+  for (const auto& f : d->threads[0].frames) EXPECT_EQ(f.function, "f");
+}
+
+TEST(PyStacksFake, UninitialisedOrUnreadableRuntime) {
+  FakeProcess fp;
+  fp.mem.put(FakeProcess::kRuntime, std::string(64, '\0'));
+  auto d = dump_stacks(fp.p, fp.mem, "/nonexistent");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().find("not initialised"), std::string::npos);
+  FakeMemory empty;
+  d = dump_stacks(fp.p, empty, "/nonexistent");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().find("cannot read"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace argus::python
