@@ -8,7 +8,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -297,11 +296,12 @@ TEST(PyStacksNamespace, OwnPidAndMountNamespace) {
   auto status = procfs::read_file("/proc/" + std::to_string(host_pid) + "/task/" + std::to_string(w->native_tid) +
                                   "/status");
   ASSERT_TRUE(status.ok());
-  std::smatch mm;
-  std::string s = *status;
-  ASSERT_TRUE(std::regex_search(s, mm, std::regex("NSpid:\\s+(\\d+)\\s+(\\d+)")));
-  EXPECT_EQ(std::stoi(mm[1]), w->native_tid);
-  EXPECT_EQ(std::stoi(mm[2]), worker_ns_tid);
+  const auto at = status->find("\nNSpid:");
+  ASSERT_NE(at, std::string::npos);
+  int host_tid = 0, ns_tid = 0;
+  ASSERT_EQ(std::sscanf(status->c_str() + at + 7, "%d %d", &host_tid, &ns_tid), 2);
+  EXPECT_EQ(host_tid, w->native_tid);
+  EXPECT_EQ(ns_tid, worker_ns_tid);
   const auto* m = thread_with(*d, "<module>");
   ASSERT_NE(m, nullptr);
   EXPECT_EQ(m->native_tid, host_pid);
