@@ -119,7 +119,7 @@ std::vector<char> record(uint32_t tgid, uint64_t ts, std::vector<argus_py_sample
   s.ts_ns = ts;
   s.nframes = static_cast<uint16_t>(frames.size());
   s.flags = flags;
-  std::memcpy(s.frames, frames.data(), frames.size() * sizeof(frames[0]));
+  if (!frames.empty()) std::memcpy(s.frames, frames.data(), frames.size() * sizeof(frames[0]));  // data() may be null
   std::vector<char> out(sizeof(s));
   std::memcpy(out.data(), &s, sizeof(s));
   return out;
