@@ -91,9 +91,9 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
     // profile route says why it has nothing.
     if (auto cpus = loader_->start_python_sampling(opts_.python_sample_hz); cpus.ok()) {
       py_sampling_ = true;
-      spdlog::info("sampling Python stacks at {} Hz on {} CPUs", opts_.python_sample_hz, *cpus);
+      spdlog::debug("sampling Python stacks at {} Hz on {} CPUs", opts_.python_sample_hz, *cpus);
     } else {
-      spdlog::warn("no Python stack sampling: {}", cpus.error());
+      py_sampling_error_ = cpus.error();  // said by start(): a start-up failure stays one line
     }
   }
 }
@@ -109,6 +109,7 @@ Result<python::PyStackDump> AgentRuntime::python_stacks(int pid) const {
 
 void AgentRuntime::start() {
   if (running_.exchange(true)) return;
+  if (!py_sampling_error_.empty()) spdlog::warn("no Python stack sampling: {}", py_sampling_error_);
   heartbeat_ns_ = clock_.monotonic_ns();
   thread_ = std::thread([this] { loop(); });
 }

@@ -132,6 +132,7 @@ class AgentRuntime : public ApiSource {
   // Python stack sampling: per rank located by refresh_python (pid -> "" when
   // sampled, else why not; guarded by counters_mu_), their samples.
   std::map<int, std::string> py_status_;
+  std::string py_sampling_error_;  // why the sampler could not start ("" when it did, or is off)
   python::ProfileStore profiles_;
   python::PySampler py_sampler_{profiles_};
   bool py_sampling_ = false;
