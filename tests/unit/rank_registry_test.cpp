@@ -90,7 +90,8 @@ TEST(RankRegistry, PythonGcCountersGrowAndTheWindowSeesThePauses) {
                          {100, ARGUS_STAT_PY_GC_HIST, 19, 0, 9, 10'000'000},
                          {100, ARGUS_STAT_PY_GC_HIST, 25, 0, 1, 20'000'000}});
   reg.tick();
-  const auto* s = find(reg.snapshot(), 100);
+  const auto snap = reg.snapshot();  // s points into it
+  const auto* s = find(snap, 100);
   ASSERT_NE(s, nullptr);
   const PythonGcView& gc = s->python_gc;
   EXPECT_TRUE(gc.present);
