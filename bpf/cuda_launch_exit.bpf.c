@@ -4,19 +4,6 @@
  * an error of that api. Cookie: id = api. */
 #include "helpers.bpf.h"
 
-/* Bit length of v: 0 for 0, b for v in [2^(b-1), 2^b). */
-static __always_inline __u32 argus_log2_bucket(__u64 v)
-{
-	__u32 b = 0;
-	if (v >> 32) { v >>= 32; b += 32; }
-	if (v >> 16) { v >>= 16; b += 16; }
-	if (v >> 8) { v >>= 8; b += 8; }
-	if (v >> 4) { v >>= 4; b += 4; }
-	if (v >> 2) { v >>= 2; b += 2; }
-	if (v >> 1) { v >>= 1; b += 1; }
-	return b + (__u32)v;
-}
-
 SEC("uretprobe")
 int BPF_KRETPROBE(argus_cuda_launch_exit, int ret)
 {

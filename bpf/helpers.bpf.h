@@ -129,4 +129,17 @@ static __always_inline void argus_inflight_begin(__u32 cls, struct argus_infligh
 		argus_count_error(ARGUS_ERR_INFLIGHT_FULL);
 }
 
+/* Bit length of v: 0 for 0, b for v in [2^(b-1), 2^b). */
+static __always_inline __u32 argus_log2_bucket(__u64 v)
+{
+	__u32 b = 0;
+	if (v >> 32) { v >>= 32; b += 32; }
+	if (v >> 16) { v >>= 16; b += 16; }
+	if (v >> 8) { v >>= 8; b += 8; }
+	if (v >> 4) { v >>= 4; b += 4; }
+	if (v >> 2) { v >>= 2; b += 2; }
+	if (v >> 1) { v >>= 1; b += 1; }
+	return b + (__u32)v;
+}
+
 #endif

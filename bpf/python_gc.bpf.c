@@ -36,18 +36,6 @@ struct {
 	__type(value, struct argus_py_gc_snap);
 } py_gc_snap SEC(".maps");
 
-static __always_inline __u32 argus_py_log2(__u64 v)
-{
-	__u32 b = 0;
-	if (v >> 32) { v >>= 32; b += 32; }
-	if (v >> 16) { v >>= 16; b += 16; }
-	if (v >> 8) { v >>= 8; b += 8; }
-	if (v >> 4) { v >>= 4; b += 4; }
-	if (v >> 2) { v >>= 2; b += 2; }
-	if (v >> 1) { v >>= 1; b += 1; }
-	return b + (__u32)v;
-}
-
 /* The three `collections` counters; false (and counted) when unreadable. */
 static __always_inline bool argus_py_read_counters(__u64 addr, __s64 out[3])
 {
@@ -108,7 +96,7 @@ static __always_inline int argus_py_gc_end(void)
 		return 0; /* entered and returned without collecting */
 
 	argus_stat_add(tgid, ARGUS_STAT_PY_GC, (__u16)gen, 0, 1, dt);
-	argus_stat_add(tgid, ARGUS_STAT_PY_GC_HIST, (__u16)argus_py_log2(dt), 0, 1, dt);
+	argus_stat_add(tgid, ARGUS_STAT_PY_GC_HIST, (__u16)argus_log2_bucket(dt), 0, 1, dt);
 
 	struct argus_py_gc_snap snap = { .updated_ns = now };
 	for (int g = 0; g < 3; g++)
