@@ -72,6 +72,31 @@ enum argus_stat_kind {
 	ARGUS_STAT_CUDA_LAUNCH_HIST = 9, /* sub = log2 bucket (ARGUS_LOG2_BUCKET): count, sum = ns (deep only) */
 	ARGUS_STAT_PY_GC = 10,        /* sub = generation: count = timed collections, sum = ns inside */
 	ARGUS_STAT_PY_GC_HIST = 11,   /* sub = log2 bucket of one collection's pause: count, sum = ns */
+	ARGUS_STAT_OFFCPU = 12,       /* sub = enum argus_offcpu_reason: count = off-CPU intervals, sum = ns off CPU */
+	ARGUS_STAT_ONCPU = 13,        /* sub 0: count = slices on CPU, sum = ns on CPU (sched_switch) */
+	ARGUS_STAT_BLOCK_IO = 14,     /* sub = enum argus_block_op: count = requests completed, sum = ns issue->complete */
+	ARGUS_STAT_BLOCK_IO_HIST = 15, /* sub = log2 bucket of one request's latency, code = enum argus_block_op */
+};
+
+/* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's
+ * `reason` label values of argus_offcpu_seconds_total, in this order. */
+enum argus_offcpu_reason {
+	ARGUS_OFFCPU_RUNQUEUE = 0, /* runnable, waiting for a CPU (preempted, or woken and not yet running) */
+	ARGUS_OFFCPU_IO = 1,       /* blocked in block I/O (task->in_iowait) */
+	ARGUS_OFFCPU_LOCK = 2,     /* blocked in futex */
+	ARGUS_OFFCPU_SLEEP = 3,    /* any other interruptible wait (sleep, poll, read on a socket, ...) */
+	ARGUS_OFFCPU_OTHER = 4,    /* uninterruptible and not I/O, stopped, ... */
+	ARGUS_OFFCPU_MAX = 5,
+};
+
+/* Block request operations (ARGUS_STAT_BLOCK_IO's sub): the `op` label values. */
+enum argus_block_op {
+	ARGUS_BLOCK_READ = 0,
+	ARGUS_BLOCK_WRITE = 1,
+	ARGUS_BLOCK_FLUSH = 2,
+	ARGUS_BLOCK_DISCARD = 3,
+	ARGUS_BLOCK_OTHER = 4,
+	ARGUS_BLOCK_OP_MAX = 5,
 };
 
 /* Bucket of a duration in the log2 histograms: its bit length, so that bucket
@@ -93,7 +118,12 @@ enum argus_bpf_error {
 	ARGUS_ERR_GPU_BATCH_TRUNCATED = 9, /* a producer sent more than ARGUS_GPU_BATCH_MAX records */
 	ARGUS_ERR_GPU_READ = 10,      /* a GPU batch or name could not be read from the producer */
 	ARGUS_ERR_PY_SAMPLES_LOST = 11, /* sample ring buffer full: a Python stack sample lost */
-	ARGUS_ERR_MAX = 12,
+	ARGUS_ERR_SCHED_MAP_FULL = 12,  /* per-thread scheduling state map full: an off-CPU interval not timed */
+	ARGUS_ERR_STEALER_MAP_FULL = 13, /* CPU stealer map full: a runqueue wait not attributed */
+	ARGUS_ERR_EXIT_INFO_FULL = 14,  /* exit cause map full: a fatal signal or OOM kill not remembered */
+	ARGUS_ERR_TCP_MAP_FULL = 15,    /* TCP retransmit map full: a retransmit not counted */
+	ARGUS_ERR_BLOCK_MAP_FULL = 16,  /* block request map full: a request's latency not timed */
+	ARGUS_ERR_MAX = 17,
 };
 
 /* CUDA driver APIs the agent probes. Variants (_v2, _ptsz, _ptds) share the id of

@@ -1,5 +1,6 @@
 #include "exporters/prometheus_exporter.h"
 
+#include "exporters/kernel_metrics.h"
 #include "exporters/metric_family.h"
 #include "userspace/rank_identity.h"
 
@@ -414,6 +415,10 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &poll_err}) {
     out.push_back(std::move(*f));
   }
+  const auto rank_group_list = rank_groups(snap);
+  append_sched_metrics(rank_group_list, out);
+  append_net_metrics(rank_group_list, a, out);
+  append_kernel_agent_metrics(a, out);
   return out;
 }
 

@@ -5,6 +5,8 @@
 #include <array>
 #include <cstdint>
 #include <map>
+
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,6 +73,51 @@ struct PythonGcView {
   double window_max_pause_seconds = 0;
 };
 
+// A task that held the CPU while a rank's thread waited for it (runqueue time),
+// from sched_switch: the task switched out when the rank's thread got the CPU back.
+struct CpuStealer {
+  int pid = 0;           // its tgid
+  std::string comm;      // its process name
+  std::string cgroup;    // its cgroup path (v2, else the cpu controller's), "" when unknown
+  double seconds = 0;    // rank thread-time spent waiting behind it
+  uint64_t count = 0;    // waits attributed to it
+};
+
+// The rank's threads on and off CPU (bpf/sched_switch.bpf.c), when the
+// scheduler probes run.
+struct OffCpuView {
+  bool present = false;  // the sched_switch probe follows this rank
+  // Totals, in thread-nanoseconds (summed over the rank's threads).
+  std::array<uint64_t, 5> offcpu_ns{};  // by enum argus_offcpu_reason
+  uint64_t oncpu_ns = 0;
+  // Last window, as thread-seconds per wall second (a single busy thread waiting
+  // half the time for a CPU has runqueue 0.5; many threads may sum above 1).
+  std::array<double, 5> window_offcpu_share{};
+  double window_oncpu_share = 0;
+  double window_span_seconds = 0;
+  std::vector<CpuStealer> stealers;  // the top few over the window, most time first
+};
+
+// The CPU controller of the rank's cgroup (cpu.stat, v2 or v1).
+struct CgroupCpuView {
+  bool present = false;
+  std::string path;  // the cgroup path as /proc/PID/cgroup names it
+  uint64_t periods = 0;
+  uint64_t throttled_periods = 0;
+  double throttled_seconds = 0;
+  double window_throttled_share = 0;  // throttled seconds per wall second, last window
+};
+
+// Why a rank ended, from the kernel (bpf/proc_exit.bpf.c and the memory cgroup).
+struct ExitCause {
+  int signal = 0;             // the fatal signal (0: it exited)
+  int sender_pid = -1;        // who sent it: -1 unknown, 0 the kernel
+  std::string sender_comm;
+  bool oom = false;           // chosen by the OOM killer
+  nlohmann::json oom_details = nlohmann::json::object();  // memory cgroup, limit, usage, ... where known
+  nlohmann::json last_python_stack = nullptr;  // the newest sampled stack, where the Python layer had one
+};
+
 struct RankSnapshot {
   int pid = 0;
   uint64_t start_time_ticks = 0;  // /proc/PID/stat starttime: tells a reused pid apart
@@ -111,6 +158,11 @@ struct RankSnapshot {
   std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
   std::vector<std::string> libraries;  // probed library files this process maps
   PythonGcView python_gc;
+  OffCpuView offcpu;
+  CgroupCpuView cgroup_cpu;
+  ExitCause exit_cause;  // meaningful once exited
+  std::map<std::string, uint64_t> tcp_retransmits;  // remote address -> retransmits of its sockets
+  std::map<std::string, LaunchTiming> block_io;     // op ("read", "write", ...) -> request latency histogram
 
   bool identified() const { return rank >= 0 && !job_id.empty(); }
 
@@ -170,6 +222,10 @@ struct AgentSnapshot {
   uint64_t ringbuf_poll_errors = 0;        // ring-buffer polls that failed (not a signal)
   std::map<std::string, uint64_t> python_gc_files;  // GC anchor -> interpreter files probed now
   uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
+  std::map<std::string, std::string> kernel_probes;  // kernel probe -> "tp_btf", "raw_tp", "off", "failed"
+  std::map<std::pair<std::string, std::string>, uint64_t> xid_errors;  // (pci_bus_id, xid) -> Xid lines
+  uint64_t kmsg_malformed = 0;   // NVRM Xid lines that did not parse
+  uint64_t tcp_retransmits_unattributed = 0;  // retransmits of sockets no rank was found to own
 };
 
 // One communicator as this node sees it.

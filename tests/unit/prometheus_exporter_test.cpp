@@ -206,6 +206,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_probe_files_released_total", "counter"},
       {"argus_agent_usdt_spec_slots", "gauge"},
       {"argus_agent_probes_detaching", "gauge"},
+      {"argus_agent_kernel_probe_up", "gauge"},
       {"argus_agent_capability", "gauge"},
       {"argus_agent_bpf_errors_total", "counter"},
       {"argus_agent_discovery_skips_total", "counter"},
@@ -463,7 +464,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 58u);  // + probed files, released, detaching, USDT slots, capped, poll errors, Python GC
+  EXPECT_EQ(types_of(lines).size(), 59u);  // + probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));

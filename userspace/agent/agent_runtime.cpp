@@ -110,6 +110,7 @@ Result<python::PyStackDump> AgentRuntime::python_stacks(int pid) const {
 void AgentRuntime::start() {
   if (running_.exchange(true)) return;
   if (!py_sampling_error_.empty()) spdlog::warn("no Python stack sampling: {}", py_sampling_error_);
+  for (const auto& why : loader_->kernel_probe_errors()) spdlog::warn("kernel layer partly blind: {}", why);
   heartbeat_ns_ = clock_.monotonic_ns();
   thread_ = std::thread([this] { loop(); });
 }
@@ -683,6 +684,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.python_gc_files = probe_stats.python_gc_files;
   a.python_gc_unprobed_files = probe_stats.python_gc_unprobed_files;
   a.capabilities = opts_.capabilities;
+  a.kernel_probes = loader_->kernel_probes();
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();

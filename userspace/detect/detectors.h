@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "userspace/detect/collective_tracker.h"
+#include "userspace/model.h"
 
 namespace argus {
 
@@ -47,6 +48,17 @@ struct RankSignal {
   double gc_span_s = 0;  // the span gc_seconds covers (0: the detector's window)
   uint64_t gc_pauses = 0;
   double gc_max_pause_s = 0;
+  // Kernel layer (when the sched_switch probe follows it), last window, in
+  // thread-seconds per wall second (OffCpuView): why a host straggler is late.
+  bool offcpu_valid = false;
+  double runqueue_share = 0;  // runnable, waiting for a CPU
+  double io_share = 0;        // blocked in block I/O
+  double lock_share = 0;      // blocked in futex
+  double sleep_share = 0;
+  double oncpu_share = 0;
+  bool throttle_valid = false;  // its cgroup's cpu.stat was read
+  double throttled_share = 0;   // its cgroup throttled, seconds per wall second
+  std::vector<CpuStealer> stealers;  // who took its CPU, most first
 };
 
 // The straggler is the rank the others wait for: on one node (one clock) the

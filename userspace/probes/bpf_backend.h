@@ -84,6 +84,12 @@ class BpfBackend {
   virtual Result<int> start_python_sampling(uint32_t /*hz*/) { return make_error("no Python sampler in this backend"); }
   virtual void set_py_sample_handler(std::function<void(const void* data, size_t size)> /*handler*/) {}
 
+  // The kernel tracepoint probes and their state: probe -> "tp_btf", "raw_tp",
+  // "off" (turned off by a flag) or "failed" (the kernel refused it).
+  virtual std::map<std::string, std::string> kernel_probes() const { return {}; }
+  // Why the failed ones failed, one line each.
+  virtual std::vector<std::string> kernel_probe_errors() const { return {}; }
+
   // All aggregates (per CPU summed); only_tgid != 0 restricts to one process.
   virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;
   virtual void delete_stats(uint32_t tgid) = 0;

@@ -43,6 +43,23 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
   return nullptr;
 }
 
+// A kernel tracepoint program in both flavours. The required ones (process
+// exec and exit: discovery and final counts) fail the start; the others turn
+// their layer off with one warning, and argus_agent_kernel_probe_up says so.
+struct KernelProgram {
+  const char* name;  // the probe's name in logs, metrics and LoaderOptions::kernel_probes_off
+  bpf_program* btf;
+  bpf_program* raw;
+  bool required;
+};
+
+std::vector<KernelProgram> kernel_programs(argus_bpf* skel) {
+  return {
+      {"sched_process_exec", skel->progs.argus_exec_btf, skel->progs.argus_exec_raw, true},
+      {"sched_process_exit", skel->progs.argus_exit_btf, skel->progs.argus_exit_raw, true},
+  };
+}
+
 // libbpf prints through this; route it to our log at debug level, warnings up.
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
   char buf[1024];
@@ -91,6 +108,11 @@ const char* bpf_error_name(uint32_t err) {
     case ARGUS_ERR_GPU_BATCH_TRUNCATED: return "gpu_batch_truncated";
     case ARGUS_ERR_GPU_READ: return "gpu_read_failed";
     case ARGUS_ERR_PY_SAMPLES_LOST: return "py_samples_lost";
+    case ARGUS_ERR_SCHED_MAP_FULL: return "sched_map_full";
+    case ARGUS_ERR_STEALER_MAP_FULL: return "stealer_map_full";
+    case ARGUS_ERR_EXIT_INFO_FULL: return "exit_info_map_full";
+    case ARGUS_ERR_TCP_MAP_FULL: return "tcp_map_full";
+    case ARGUS_ERR_BLOCK_MAP_FULL: return "block_map_full";
     default: return "unknown";
   }
 }
@@ -113,10 +135,9 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
 
   size_usdt_tables(self->skel_, opts.usdt_spec_slots);
   self->usdt_spec_slots_ = bpf_map__max_entries(self->skel_->maps.__bpf_usdt_specs);
-  // Process tracepoints: tp_btf needs no tracefs; raw_tp is the fallback.
+  // Kernel tracepoints: tp_btf needs no tracefs; raw_tp is the fallback.
   auto* s = self->skel_;
-  bpf_program__set_autoload(s->progs.argus_exec_raw, false);
-  bpf_program__set_autoload(s->progs.argus_exit_raw, false);
+  for (const auto& kp : kernel_programs(s)) bpf_program__set_autoload(kp.raw, false);
   self->tp_flavour_ = "tp_btf";
   int err = argus_bpf__load(s);
   if (err != 0) {
@@ -126,21 +147,12 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
     if (s == nullptr) return make_error("cannot reopen the BPF object: " + errno_text(errno));
     bpf_map__set_max_entries(s->maps.events, rb);
     size_usdt_tables(s, opts.usdt_spec_slots);
-    bpf_program__set_autoload(s->progs.argus_exec_btf, false);
-    bpf_program__set_autoload(s->progs.argus_exit_btf, false);
+    for (const auto& kp : kernel_programs(s)) bpf_program__set_autoload(kp.btf, false);
     self->tp_flavour_ = "raw_tp";
     err = argus_bpf__load(s);
     if (err != 0) return make_error("cannot load the BPF programs into the kernel: " + errno_text(err));
   }
-
-  bpf_program* exec_prog = self->tp_flavour_ == "tp_btf" ? s->progs.argus_exec_btf : s->progs.argus_exec_raw;
-  bpf_program* exit_prog = self->tp_flavour_ == "tp_btf" ? s->progs.argus_exit_btf : s->progs.argus_exit_raw;
-  for (bpf_program* prog : {exec_prog, exit_prog}) {
-    bpf_link* link = bpf_program__attach(prog);
-    if (link == nullptr)
-      return make_error(std::string("cannot attach ") + bpf_program__name(prog) + ": " + errno_text(errno));
-    self->proc_links_.emplace_back(link);
-  }
+  if (auto attached = self->attach_kernel_programs(opts); !attached.ok()) return make_error(attached.error());
 
   self->ringbuf_ = ring_buffer__new(bpf_map__fd(s->maps.events), &BpfLoader::on_ringbuf_record, self.get(), nullptr);
   if (self->ringbuf_ == nullptr) return make_error("cannot map the ring buffer: " + errno_text(errno));
@@ -150,6 +162,28 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
       rc != 0)
     return make_error("cannot map the Python sample ring buffer: " + errno_text(rc));
   return self;
+}
+
+Result<bool> BpfLoader::attach_kernel_programs(const LoaderOptions& opts) {
+  const bool btf = tp_flavour_ == "tp_btf";
+  for (const auto& kp : kernel_programs(skel_)) {
+    if (!kp.required && opts.kernel_probes_off.count(kp.name)) {
+      kernel_probes_[kp.name] = "off";
+      continue;
+    }
+    bpf_program* prog = btf ? kp.btf : kp.raw;
+    bpf_link* link = bpf_program__attach(prog);
+    if (link == nullptr) {
+      const std::string why = std::string("cannot attach ") + bpf_program__name(prog) + ": " + errno_text(errno);
+      if (kp.required) return make_error(why);
+      kernel_probes_[kp.name] = "failed";
+      kernel_probe_errors_.push_back(why);
+      continue;
+    }
+    proc_links_.emplace_back(link);
+    kernel_probes_[kp.name] = tp_flavour_;
+  }
+  return true;
 }
 
 BpfLoader::~BpfLoader() {

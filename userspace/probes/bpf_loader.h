@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct LoaderOptions {
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
   uint32_t usdt_spec_slots = kUsdtSpecSlots;
+  // Optional kernel probes not to attach (their layer is off): names as in
+  // kernel_probes(), e.g. "sched_switch".
+  std::set<std::string> kernel_probes_off;
 };
 
 // The real backend: the loaded skeleton in the kernel.
@@ -60,9 +64,13 @@ class BpfLoader : public BpfBackend {
   int poll_events(int timeout_ms) override;
 
   const std::string& tracepoint_flavour() const { return tp_flavour_; }  // "tp_btf" or "raw_tp"
+  std::map<std::string, std::string> kernel_probes() const override { return kernel_probes_; }
+  // Why optional kernel probes failed to attach (said once by the agent, after the listen line).
+  std::vector<std::string> kernel_probe_errors() const override { return kernel_probe_errors_; }
 
  private:
   BpfLoader() = default;
+  Result<bool> attach_kernel_programs(const LoaderOptions& opts);
   static int on_ringbuf_record(void* ctx, void* data, size_t size);
   static int on_py_sample(void* ctx, void* data, size_t size);
 
@@ -73,6 +81,8 @@ class BpfLoader : public BpfBackend {
   std::function<void(const void*, size_t)> py_sample_handler_;
   std::vector<Link> py_sample_links_;  // one perf event per online CPU
   std::string tp_flavour_;
+  std::map<std::string, std::string> kernel_probes_;  // probe -> "tp_btf", "raw_tp", "off" or "failed"
+  std::vector<std::string> kernel_probe_errors_;
   int ncpus_ = 1;
   uint64_t usdt_spec_slots_ = 0;
 };

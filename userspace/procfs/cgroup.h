@@ -1,0 +1,39 @@
+// Which cgroups a process is in (/proc/PID/cgroup) and where their control
+// files live under the node's cgroup mount (<sysfs_root>/fs/cgroup): v2 (one
+// unified tree), v1 (one tree per controller, some mounted together as
+// "cpu,cpuacct"), or the hybrid layout with v2 at fs/cgroup/unified.
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "userspace/common/result.h"
+
+namespace argus::procfs {
+
+struct CgroupLine {
+  int hierarchy = -1;
+  std::vector<std::string> controllers;  // empty for the v2 line ("0::/path") and named ones
+  std::string name;                      // "systemd" for "name=systemd"
+  std::string path;                      // "/kubepods/..." as the process's cgroup namespace shows it
+};
+struct ParsedCgroups {
+  std::vector<CgroupLine> lines;
+  size_t malformed_lines = 0;
+};
+ParsedCgroups parse_cgroup(std::string_view content);
+Result<ParsedCgroups> read_cgroup(const std::string& proc_root, int pid);
+
+// The directory of the process's cgroup for one controller ("cpu", "memory"):
+// the v1 tree that has the controller, else the v2 tree (when the controller is
+// enabled there), else nullopt. `version` is set to 1 or 2.
+struct CgroupDir {
+  std::string dir;   // e.g. /sys/fs/cgroup/cpu,cpuacct/kubepods/pod.../cid
+  std::string path;  // the cgroup path from /proc/PID/cgroup
+  int version = 0;
+};
+std::optional<CgroupDir> cgroup_dir(const ParsedCgroups& cg, const std::string& sysfs_root,
+                                    std::string_view controller);
+
+}  // namespace argus::procfs
