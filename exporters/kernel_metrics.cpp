@@ -55,4 +55,27 @@ void append_kernel_agent_metrics(const AgentSnapshot& a, std::vector<prometheus:
   out.push_back(std::move(probes));
 }
 
+std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& c, bool following) {
+  auto xid = metric_family("argus_gpu_xid_errors_total",
+                           "GPU Xid errors the NVIDIA driver logged since the agent started, by GPU (the driver's "
+                           "PCI bus id) and Xid code.",
+                           MetricType::Counter);
+  for (const auto& [key, n] : c.errors)
+    add_sample(xid, {{"pci_bus_id", key.first}, {"xid", key.second}}, static_cast<double>(n));
+  auto malformed = metric_family("argus_agent_kmsg_malformed_total",
+                                 "Kernel log lines that name an NVRM Xid but do not parse (skipped).",
+                                 MetricType::Counter);
+  add_sample(malformed, {}, static_cast<double>(c.malformed));
+  auto lost = metric_family("argus_agent_kmsg_lost_total",
+                            "Kernel log records overwritten before the agent read them (Xid lines may be among them).",
+                            MetricType::Counter);
+  add_sample(lost, {}, static_cast<double>(c.lost));
+  auto up = metric_family("argus_agent_kmsg_up", "1 while the agent follows the kernel log for GPU Xid lines.",
+                          MetricType::Gauge);
+  add_sample(up, {}, following ? 1 : 0);
+  std::vector<prometheus::MetricFamily> out;
+  for (auto* f : {&xid, &malformed, &lost, &up}) out.push_back(std::move(*f));
+  return out;
+}
+
 }  // namespace argus

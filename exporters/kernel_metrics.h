@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "exporters/metric_family.h"
+#include "userspace/kmsg/xid.h"
 #include "userspace/model.h"
 
 namespace argus {
@@ -32,5 +33,7 @@ void append_sched_metrics(const std::vector<RankGroup>& groups, std::vector<prom
 void append_net_metrics(const std::vector<RankGroup>& groups, const AgentSnapshot& agent,
                         std::vector<prometheus::MetricFamily>& out);
 void append_kernel_agent_metrics(const AgentSnapshot& agent, std::vector<prometheus::MetricFamily>& out);
+// The GPU driver's Xid lines (userspace/kmsg): following = the kernel log is read.
+std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& counts, bool following);
 
 }  // namespace argus

@@ -26,9 +26,11 @@
 #include "userspace/common/defaults.h"
 #include "exporters/api_routes.h"
 #include "exporters/http_server.h"
+#include "exporters/kernel_metrics.h"
 #include "exporters/rdma_metrics.h"
 #include "rdma/rdma_monitor.h"
 #include "rdma/topology.h"
+#include "userspace/kmsg/xid_monitor.h"
 #include "userspace/agent/agent_runtime.h"
 #include "userspace/procfs/procfs.h"
 
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
   std::string btf = "/sys/kernel/btf/vmlinux";
   uint32_t ringbuf_kb = argus::kDefaultRingbufKiB;
   unsigned python_sample_hz = argus::kDefaultPythonSampleHz;
+  std::string kmsg_path = "/dev/kmsg";
 
   app.add_option("--listen", listen, "HTTP address for /metrics and /api/v1 (ADDR:PORT)")->envname("ARGUS_LISTEN");
   app.add_option("--node", node, "node name in labels (default: hostname)")->envname("ARGUS_NODE");
@@ -156,6 +159,9 @@ int main(int argc, char** argv) {
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
       ->check(CLI::Range(64u, 1048576u));
+  app.add_option("--kmsg", kmsg_path,
+                 "kernel log to follow for GPU Xid lines (a /dev/kmsg device), or \"off\"")
+      ->envname("ARGUS_KMSG");
   app.add_option("--python-sample-hz", python_sample_hz,
                  "Python stack samples per second and CPU for the profile route and straggler evidence (0: off)")
       ->envname("ARGUS_PYTHON_SAMPLE_HZ")
@@ -250,8 +256,13 @@ int main(int argc, char** argv) {
   argus::HttpServer http(http_opts);
   argus::ApiOptions api;
   api.debug_routes = debug_routes;
+  // GPU Xid lines from the kernel log: counted, and each an xid event naming the
+  // ranks on that GPU (by the line's pid, else by the rank's GPU index).
+  argus::kmsg::XidMonitor xids(kmsg_path);
   api.extra_metrics = [&](const argus::Snapshot& snap) {
-    return argus::collect_rdma_metrics(rdma.snapshot(), rank_gpus(snap));
+    auto families = argus::collect_rdma_metrics(rdma.snapshot(), rank_gpus(snap));
+    for (auto& f : argus::xid_metrics(xids.counts(), xids.following())) families.push_back(std::move(f));
+    return families;
   };
   argus::register_api_routes(http, rt, api);
   signal(SIGPIPE, SIG_IGN);  // before serving: OpenSSL writes to sockets without MSG_NOSIGNAL
@@ -298,9 +309,32 @@ int main(int argc, char** argv) {
                listen, *port, http.tls() ? "https" : "http", http_opts.auth_token.empty() ? "" : ", bearer token",
                debug_routes ? ", debug routes on" : "");
   report_missing_capabilities(caps);  // once it runs: a start-up failure stays one line
+  if (kmsg_path != "off") {
+    argus::kmsg::XidMonitorHooks hooks;
+    hooks.ranks = [&] {
+      std::vector<argus::kmsg::XidRank> out;
+      const auto snap = rt.snapshot();
+      for (const auto& g : rank_gpus(snap)) out.push_back({g.job_id, g.rank, 0, g.gpu_index});
+      for (auto& x : out)  // the pid of each (job_id, rank)'s running process
+        for (const auto& r : snap.ranks)
+          if (!r.exited && r.job_id == x.job_id && r.rank == x.rank) x.pid = r.pid;
+      return out;
+    };
+    hooks.gpu_by_bus = [&sysfs_root] {
+      std::map<std::string, int> out;
+      for (const auto& g : argus::rdma::read_topology(sysfs_root).gpus)
+        if (auto bus = argus::kmsg::driver_bus_id(g.pci_address); !bus.empty()) out[bus] = g.index;
+      return out;
+    };
+    hooks.event = [&rt](argus::DetectedEvent ev) { rt.add_event(std::move(ev)); };
+    hooks.now_unix = [&clock] { return clock.unix_seconds(); };
+    if (auto why = xids.start(std::move(hooks)); !why.empty())
+      spdlog::warn("GPU Xid lines are not followed: {}", why);
+  }
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   spdlog::info("stopping");
   http.stop();
+  xids.stop();
   rdma_stop = true;
   rdma_thread.join();
   rt.stop();

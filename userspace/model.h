@@ -223,8 +223,6 @@ struct AgentSnapshot {
   std::map<std::string, uint64_t> python_gc_files;  // GC anchor -> interpreter files probed now
   uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
   std::map<std::string, std::string> kernel_probes;  // kernel probe -> "tp_btf", "raw_tp", "off", "failed"
-  std::map<std::pair<std::string, std::string>, uint64_t> xid_errors;  // (pci_bus_id, xid) -> Xid lines
-  uint64_t kmsg_malformed = 0;   // NVRM Xid lines that did not parse
   uint64_t tcp_retransmits_unattributed = 0;  // retransmits of sockets no rank was found to own
 };
 
