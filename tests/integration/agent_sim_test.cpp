@@ -255,17 +255,26 @@ TEST(AgentSim, FullRingBufferLosesEventsNotCounts) {
   Agent agent(dir, {"--ringbuf-kb", "64"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const auto out = dir / "truth";
-  auto args = sim_args(out, "ringfull-job", 4, 150);
+  auto args = sim_args(out, "ringfull-job", 4, 300);
   args[6] = "10";  // --step-ms
   Child sim(args, dir / "sim.log");
-  // Wait until the agent knows the four ranks, then freeze it.
-  for (int i = 0; i < 100; ++i) {
+  // Wait until the agent counts calls of all four ranks (their probes are live:
+  // freezing it before the attach would lose calls to the attach, not to the
+  // ring buffer, and on a loaded machine the attach can take seconds), then
+  // freeze it while the ranks go on.
+  for (int i = 0; i < 300; ++i) {
     auto doc = agent.get_json("/api/v1/ranks");
-    size_t n = 0;
+    size_t counting = 0;
     if (doc)
-      for (const auto& r : (*doc)["ranks"]) n += r.value("job_id", json()) == "ringfull-job";
-    if (n == 4) break;
-    std::this_thread::sleep_for(100ms);
+      for (const auto& r : (*doc)["ranks"]) {
+        if (r.value("job_id", json()) != "ringfull-job") continue;
+        uint64_t calls = 0;
+        const json nccl = r.value("nccl", json::object());
+        for (const auto& [op, c] : nccl.items()) calls += c.value("calls", 0ull);
+        counting += calls > 0;
+      }
+    if (counting == 4) break;
+    std::this_thread::sleep_for(50ms);
   }
   kill(agent.child().pid(), SIGSTOP);
   std::this_thread::sleep_for(3s);
