@@ -568,6 +568,7 @@ void AgentRuntime::refresh_stats() {
     registry_.apply_totals(pid, records);
   }
   refresh_python();
+  refresh_tcp();
   auto errors = loader_->read_errors();
   std::lock_guard lock(counters_mu_);
   bpf_errors_ = std::move(errors);
@@ -632,6 +633,14 @@ void AgentRuntime::refresh_python() {
   }
 }
 
+void AgentRuntime::refresh_tcp() {
+  const auto entries = loader_->read_tcp_retransmits();
+  auto got = tcp_attr_.update(entries, registry_.live_pids(),
+                              [this](const argus_tcp_key& k) { return loader_->take_tcp_retransmit(k); });
+  for (const auto& [pid, by_remote] : got.by_pid) registry_.add_tcp_retransmits(pid, by_remote);
+  tcp_unattributed_ += got.unattributed;
+}
+
 // The probes' newest absolute counters for a rank, folded in (larger wins).
 void AgentRuntime::take_python_gc(int pid) {
   auto it = py_ranks_.find(pid);
@@ -685,6 +694,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.python_gc_unprobed_files = probe_stats.python_gc_unprobed_files;
   a.capabilities = opts_.capabilities;
   a.kernel_probes = loader_->kernel_probes();
+  a.tcp_retransmits_unattributed = tcp_unattributed_.load();
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();

@@ -23,6 +23,7 @@
 #include "userspace/model.h"
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
+#include "userspace/procfs/socket_owners.h"
 #include "userspace/python/py_profile.h"
 #include "userspace/python/py_runtime.h"
 #include "userspace/registry/rank_registry.h"
@@ -97,6 +98,7 @@ class AgentRuntime : public ApiSource {
   void refresh_stats();
   void refresh_python();  // locate ranks' interpreters, configure py_procs, read GC counters
   void take_python_gc(int pid);
+  void refresh_tcp();  // new TCP retransmits, attributed to ranks through their sockets
   void reap_vanished();
   void finish_process(int pid, std::optional<int> exit_code);
   void on_collective(const argus_nccl_coll_event& e);
@@ -159,6 +161,10 @@ class AgentRuntime : public ApiSource {
   std::map<std::string, uint64_t> bpf_errors_;
   uint64_t malformed_records_ = 0;
   python::PySampler::Stats py_sample_stats_;  // the sampler's, as of the last stats pass
+
+  // TCP retransmits to ranks by socket inode (stats thread only), and those no rank owned.
+  TcpRetransAttributor tcp_attr_{opts_.proc_root};
+  std::atomic<uint64_t> tcp_unattributed_{0};
 };
 
 }  // namespace argus

@@ -14,6 +14,7 @@
 #include "bpf/argus_python.h"
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/result.h"
+#include "userspace/procfs/socket_owners.h"
 
 struct bpf_link;
 
@@ -94,6 +95,10 @@ class BpfBackend {
   virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;
   virtual void delete_stats(uint32_t tgid) = 0;
   virtual std::map<std::string, uint64_t> read_errors() const = 0;  // BPF error counters by name
+  // The TCP retransmit counts per (socket inode, remote), and the removal of an
+  // idle one, returning its last count (nullopt when it was gone already).
+  virtual std::vector<TcpRetransEntry> read_tcp_retransmits() const { return {}; }
+  virtual std::optional<uint64_t> take_tcp_retransmit(const argus_tcp_key& /*key*/) { return std::nullopt; }  // BPF error counters by name
   // Collectives and synchronize calls still running (a host blocked in them).
   virtual std::vector<InflightCall> read_inflight_waits() const = 0;
   virtual void delete_seqs(uint32_t tgid) = 0;  // the collective numbering of an ended process

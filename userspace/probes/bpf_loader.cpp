@@ -57,6 +57,9 @@ std::vector<KernelProgram> kernel_programs(argus_bpf* skel) {
   return {
       {"sched_process_exec", skel->progs.argus_exec_btf, skel->progs.argus_exec_raw, true},
       {"sched_process_exit", skel->progs.argus_exit_btf, skel->progs.argus_exit_raw, true},
+      {"tcp_retransmit_skb", skel->progs.argus_tcp_retrans_btf, skel->progs.argus_tcp_retrans_raw, false},
+      {"block_rq_issue", skel->progs.argus_block_issue_btf, skel->progs.argus_block_issue_raw, false},
+      {"block_rq_complete", skel->progs.argus_block_complete_btf, skel->progs.argus_block_complete_raw, false},
   };
 }
 
@@ -277,6 +280,31 @@ std::vector<StatEntry> BpfLoader::read_stats(uint32_t only_tgid) const {
 
 void BpfLoader::delete_stats(uint32_t tgid) {
   for (const auto& e : read_stats(tgid)) bpf_map__delete_elem(skel_->maps.stats, &e.key, sizeof(e.key), 0);
+}
+
+std::vector<TcpRetransEntry> BpfLoader::read_tcp_retransmits() const {
+  std::vector<TcpRetransEntry> out;
+  argus_tcp_key key{};
+  argus_tcp_key next{};
+  const argus_tcp_key* prev = nullptr;
+  while (bpf_map__get_next_key(skel_->maps.tcp_retrans, prev, &next, sizeof(next)) == 0) {
+    key = next;
+    prev = &key;
+    uint64_t segs = 0;
+    if (bpf_map__lookup_elem(skel_->maps.tcp_retrans, &key, sizeof(key), &segs, sizeof(segs), 0) != 0) continue;
+    out.push_back({key, segs});
+  }
+  return out;
+}
+
+std::optional<uint64_t> BpfLoader::take_tcp_retransmit(const argus_tcp_key& key) {
+  uint64_t segs = 0;
+  const int fd = bpf_map__fd(skel_->maps.tcp_retrans);
+  if (bpf_map_lookup_and_delete_elem(fd, &key, &segs) == 0) return segs;
+  // Kernels before 5.14 cannot do both at once on a hash: read, then delete.
+  if (bpf_map_lookup_elem(fd, &key, &segs) != 0) return std::nullopt;
+  bpf_map_delete_elem(fd, &key);
+  return segs;
 }
 
 std::map<std::string, uint64_t> BpfLoader::read_errors() const {

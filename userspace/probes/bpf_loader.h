@@ -57,6 +57,8 @@ class BpfLoader : public BpfBackend {
   }
   std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const override;
   void delete_stats(uint32_t tgid) override;
+  std::vector<TcpRetransEntry> read_tcp_retransmits() const override;
+  std::optional<uint64_t> take_tcp_retransmit(const argus_tcp_key& key) override;
   std::map<std::string, uint64_t> read_errors() const override;
   std::vector<InflightCall> read_inflight_waits() const override;
   void delete_seqs(uint32_t tgid) override;

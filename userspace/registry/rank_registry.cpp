@@ -9,6 +9,16 @@
 
 namespace argus {
 
+const char* block_op_label(uint32_t op) {
+  switch (op) {
+    case ARGUS_BLOCK_READ: return "read";
+    case ARGUS_BLOCK_WRITE: return "write";
+    case ARGUS_BLOCK_FLUSH: return "flush";
+    case ARGUS_BLOCK_DISCARD: return "discard";
+    default: return "other";
+  }
+}
+
 RankRegistry::RankRegistry(const Clock& clock, RegistryOptions opts) : clock_(clock), opts_(std::move(opts)) {}
 
 void RankRegistry::track(int pid, uint64_t start_ticks, const std::string& comm, const RankIdentity& identity,
@@ -99,6 +109,7 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
   s.python_gc.timed = 0;
   s.python_gc.ns = 0;
   s.python_gc.log2_buckets.clear();
+  s.block_io.clear();
   for (const auto& r : records) {
     switch (r.kind) {
       case ARGUS_STAT_NCCL_CALLS: {
@@ -133,6 +144,15 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
       case ARGUS_STAT_PY_GC_HIST:
         s.python_gc.log2_buckets[r.sub] += r.count;
         break;
+      case ARGUS_STAT_BLOCK_IO: {
+        auto& b = s.block_io[block_op_label(r.sub)];
+        b.count += r.count;
+        b.ns += r.sum;
+        break;
+      }
+      case ARGUS_STAT_BLOCK_IO_HIST:
+        s.block_io[block_op_label(static_cast<uint32_t>(r.code))].log2_buckets[r.sub] += r.count;
+        break;
       case ARGUS_STAT_CUDA_MEMCPY: {
         auto& c = s.memcpy[gpu::copy_direction_label(r.sub)];
         c.calls += r.count;
@@ -151,6 +171,13 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
         break;
     }
   }
+}
+
+void RankRegistry::add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  for (const auto& [remote, n] : by_remote) it->second.snap.tcp_retransmits[remote] += n;
 }
 
 void RankRegistry::set_python_gc(int pid, const std::string& version, const std::string& anchor,

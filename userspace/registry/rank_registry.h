@@ -27,6 +27,10 @@ struct AggregateRecord {
   uint64_t sum = 0;
 };
 
+// The `op` label of a block request (enum argus_block_op): "read", "write",
+// "flush", "discard", "other".
+const char* block_op_label(uint32_t op);
+
 struct NcclInitInfo {
   int rank = -1;
   int nranks = -1;
@@ -67,6 +71,9 @@ class RankRegistry {
   void on_nccl_init(int pid, const NcclInitInfo& info);
   // The rank's Python interpreter and its GC counters read now (polled, or the
   // probes' snapshot): counters only grow, so each keeps its largest value.
+  // New TCP retransmits of the rank's sockets, by remote address (the
+  // registry keeps the totals: BPF forgets idle sockets).
+  void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote);
   void set_python_gc(int pid, const std::string& version, const std::string& anchor,
                      const std::array<uint64_t, 3>& collections);
   // exit_code as the kernel keeps it: (status << 8) | signal.
