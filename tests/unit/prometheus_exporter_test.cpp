@@ -207,6 +207,9 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_usdt_spec_slots", "gauge"},
       {"argus_agent_probes_detaching", "gauge"},
       {"argus_agent_kernel_probe_up", "gauge"},
+      {"argus_tcp_retransmits_total", "counter"},
+      {"argus_block_io_latency_seconds", "histogram"},
+      {"argus_agent_tcp_retransmits_unattributed_total", "counter"},
       {"argus_agent_capability", "gauge"},
       {"argus_agent_bpf_errors_total", "counter"},
       {"argus_agent_discovery_skips_total", "counter"},
@@ -307,6 +310,59 @@ TEST(PrometheusExporter, LaunchTimingOnlyWhereLaunchesAreTimed) {
        }) {
     EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
   }
+}
+
+// TCP retransmits by remote and block I/O latency by op: summed over the
+// processes of one (job_id, rank); none for a rank with none.
+TEST(PrometheusExporter, NetAndBlockSeries) {
+  Snapshot s;
+  RankSnapshot a;
+  a.pid = 10;
+  a.job_id = "job1";
+  a.rank = 0;
+  a.tcp_retransmits = {{"10.0.0.7", 3}, {"fd00::7", 1}};
+  LaunchTiming w;
+  w.count = 3;
+  w.ns = 3'000'000;
+  w.log2_buckets = {{15, 1}, {20, 2}};  // [16, 32) us, [0.5, 1) ms
+  a.block_io["write"] = w;
+  RankSnapshot b = a;  // an older process of the same rank, exited
+  b.pid = 9;
+  b.exited = true;
+  b.tcp_retransmits = {{"10.0.0.7", 2}};
+  b.block_io.clear();
+  LaunchTiming f;
+  f.count = 1;
+  f.ns = 40'000'000'000;  // 40 s: past the last bucket
+  f.log2_buckets = {{36, 1}};
+  b.block_io["flush"] = f;
+  RankSnapshot idle;
+  idle.pid = 11;
+  idle.job_id = "job1";
+  idle.rank = 1;
+  s.ranks = {a, b, idle};
+  s.agent.tcp_retransmits_unattributed = 4;
+  auto lines = lines_of(render_metrics(s));
+  for (const char* want : {
+           R"(argus_tcp_retransmits_total{job_id="job1",rank="0",remote="10.0.0.7"} 5)",
+           R"(argus_tcp_retransmits_total{job_id="job1",rank="0",remote="fd00::7"} 1)",
+           R"(argus_block_io_latency_seconds_count{job_id="job1",rank="0",op="write"} 3)",
+           R"(argus_block_io_latency_seconds_sum{job_id="job1",rank="0",op="write"} 0.003)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le="1.6384e-05"} 0)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le="3.2768e-05"} 1)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le="0.000524288"} 1)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le="0.001048576"} 3)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le="17.179869184"} 3)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="flush",le="17.179869184"} 0)",
+           R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="flush",le="+Inf"} 1)",
+           R"(argus_agent_tcp_retransmits_unattributed_total 4)",
+       }) {
+    EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
+  }
+  // le = 2^b ns for b = 14..34, then +Inf.
+  EXPECT_EQ(count_prefix(lines, R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le=)"), 22u);
+  EXPECT_EQ(count_prefix(lines, "argus_tcp_retransmits_total{"), 2u);
+  EXPECT_EQ(count_prefix(lines, R"(argus_block_io_latency_seconds_count{job_id="job1",rank="1")"), 0u);
 }
 
 // Python GC: the interpreter's counters per generation for every Python rank;
@@ -464,7 +520,8 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 59u);  // + probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes
+  EXPECT_EQ(types_of(lines).size(), 62u);  // + probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O
+  EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));

@@ -245,5 +245,40 @@ TEST(RankRegistry, UnknownPidsAreIgnored) {
   EXPECT_TRUE(reg.snapshot().empty());
 }
 
+// Block I/O aggregates become per-op histograms (replaced each pass, as every
+// BPF total); TCP retransmits are added (BPF forgets idle sockets).
+TEST(RankRegistry, BlockIoTotalsAndTcpRetransmits) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"node-a", 60, 10, false});
+  reg.track(100, 5, "python", env_identity("job", 0), {});
+  const std::vector<AggregateRecord> totals = {
+      {100, ARGUS_STAT_BLOCK_IO, ARGUS_BLOCK_WRITE, 0, 3, 900'000},
+      {100, ARGUS_STAT_BLOCK_IO_HIST, 18, ARGUS_BLOCK_WRITE, 2, 400'000},
+      {100, ARGUS_STAT_BLOCK_IO_HIST, 19, ARGUS_BLOCK_WRITE, 1, 500'000},
+      {100, ARGUS_STAT_BLOCK_IO, ARGUS_BLOCK_FLUSH, 0, 1, 2'000'000},
+      {100, ARGUS_STAT_BLOCK_IO_HIST, 21, ARGUS_BLOCK_FLUSH, 1, 2'000'000},
+      {100, ARGUS_STAT_BLOCK_IO, 77, 0, 1, 10},  // an op from a newer agent: "other"
+  };
+  reg.apply_totals(100, totals);
+  reg.apply_totals(100, totals);
+  reg.add_tcp_retransmits(100, {{"10.0.0.2", 4}});
+  reg.add_tcp_retransmits(100, {{"10.0.0.2", 1}, {"10.0.0.3", 2}});
+  reg.add_tcp_retransmits(555, {{"10.0.0.2", 9}});  // not a rank: dropped
+  auto snap = reg.snapshot();
+  const RankSnapshot* r = find(snap, 100);
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->block_io.size(), 3u);
+  const LaunchTiming& w = r->block_io.at("write");
+  EXPECT_EQ(w.count, 3u);
+  EXPECT_EQ(w.ns, 900'000u);
+  EXPECT_EQ(w.log2_buckets, (std::map<uint32_t, uint64_t>{{18, 2}, {19, 1}}));
+  EXPECT_EQ(r->block_io.at("flush").count, 1u);
+  EXPECT_EQ(r->block_io.at("other").count, 1u);
+  EXPECT_EQ(r->tcp_retransmits, (std::map<std::string, uint64_t>{{"10.0.0.2", 5}, {"10.0.0.3", 2}}));
+  EXPECT_EQ(find(snap, 555), nullptr);
+  EXPECT_STREQ(block_op_label(ARGUS_BLOCK_READ), "read");
+  EXPECT_STREQ(block_op_label(ARGUS_BLOCK_DISCARD), "discard");
+}
+
 }  // namespace
 }  // namespace argus
