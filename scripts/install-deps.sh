@@ -14,6 +14,7 @@ PKGS=(
   prometheus prometheus-node-exporter
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v3-dev
   bpftrace curl python3 python3-venv util-linux procps
+  nftables iproute2
 )
 
 missing=()
