@@ -140,7 +140,7 @@ DevStat device_stat(const fs::path& path) {
                                   std::to_string(minor(st.st_dev)) + "/stat"));
   std::vector<double> f;
   for (double v; in >> v;) f.push_back(v);
-  if (f.size() > 4) d.writes = f[4];  // write I/Os completed
+  if (f.size() > 4) d.writes = f[4];     // write I/Os completed
   if (f.size() > 15) d.flushes = f[15];  // flush requests completed (kernels 5.5+)
   return d;
 }
@@ -192,9 +192,9 @@ TEST(KernelNetBlock, RetransmitsAndBlockLatencyPerRank) {
   const fs::path warm_out = dir / "warm.out";
   std::ofstream(warm_out.string() + ".go").put('1');
   std::ofstream(warm_out.string() + ".stop").put('1');
-  ASSERT_EQ(run_command({py, (dir / "tcp.py").string(), warm_out.string(), std::to_string(free_port())}, dir, 60s)
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_command({py, (dir / "tcp.py").string(), warm_out.string(), std::to_string(free_port())}, dir, 60s).exit_code,
+      0);
 
   Agent agent(dir);
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
@@ -202,9 +202,9 @@ TEST(KernelNetBlock, RetransmitsAndBlockLatencyPerRank) {
   const std::string port = std::to_string(free_port());
   const fs::path block_out = dir / "block.out", tcp_out = dir / "tcp.out";
   cleanup.outs = {block_out, tcp_out};
-  Child block_rank({py, (dir / "block.py").string(), block_out.string(), (io_dir / "data").string(),
-                    std::to_string(kFsyncRounds)},
-                   dir / "block.log", rank_env(job, 0));
+  Child block_rank(
+      {py, (dir / "block.py").string(), block_out.string(), (io_dir / "data").string(), std::to_string(kFsyncRounds)},
+      dir / "block.log", rank_env(job, 0));
   // Only the Python process gets the launcher's environment (netns.sh adds it
   // at its exec): ip and nft, which read their own files, are no rank.
   Child tcp_rank({unshare, "--net", "--", "sh", (dir / "netns.sh").string(), py, (dir / "tcp.py").string(),
@@ -282,9 +282,10 @@ TEST(KernelNetBlock, RetransmitsAndBlockLatencyPerRank) {
   EXPECT_EQ(series(metrics, "argus_block_io_latency_seconds_bucket", job, 0, {{"op", "write"}, {"le", "+Inf"}}),
             writes);
   EXPECT_GT(series(metrics, "argus_block_io_latency_seconds_sum", job, 0, {{"op", "write"}}), 0);
-  std::cerr << "[  FIGURES ] retransmits: agent " << tcp_count() << ", RetransSegs " << retrans << ".." << retrans_after << ", TCPSynRetrans "
-            << syn << "; rank 0 block writes " << writes << " (device " << dev1.writes - dev0.writes << "), flushes "
-            << flushes << " (device " << dev1.flushes - dev0.flushes << ")\n";
+  std::cerr << "[  FIGURES ] retransmits: agent " << tcp_count() << ", RetransSegs " << retrans << ".." << retrans_after
+            << ", TCPSynRetrans " << syn << "; rank 0 block writes " << writes << " (device "
+            << dev1.writes - dev0.writes << "), flushes " << flushes << " (device " << dev1.flushes - dev0.flushes
+            << ")\n";
   // The networking rank did no disk I/O at all (its files were cached first).
   EXPECT_EQ(metric_value(metrics, "argus_block_io_latency_seconds_count", {{"job_id", job}, {"rank", "1"}}), -1)
       << metrics;

@@ -56,7 +56,7 @@ TEST(SocketOwners, ScansFdsBoundedAndHostile) {
   auto inos = socket_inodes(dir.str(), 7, 100);
   std::sort(inos.begin(), inos.end());
   EXPECT_EQ(inos, (std::vector<uint64_t>{100, 101}));
-  EXPECT_LE(socket_inodes(dir.str(), 7, 2).size(), 2u);  // bounded: only the first two entries read
+  EXPECT_LE(socket_inodes(dir.str(), 7, 2).size(), 2u);   // bounded: only the first two entries read
   EXPECT_TRUE(socket_inodes(dir.str(), 8, 100).empty());  // gone
   fs::create_directories(dir.path / "9");
   std::ofstream(dir.path / "9" / "fd") << "a file, not a directory";
