@@ -9,6 +9,7 @@
 #include <linux/types.h> /* the same __u64 that libbpf's headers use */
 #endif
 #include "argus_gpu_wire.h"
+#include "argus_exit.h"
 
 #define ARGUS_CLS_NCCL 1 /* in-flight slot classes: one per library */
 #define ARGUS_CLS_CUDA 2
@@ -228,6 +229,7 @@ struct argus_exit_event {
 	struct argus_event_header hdr;
 	__s32 exit_code; /* task->exit_code: (status << 8) | signal */
 	__u32 pad;
+	struct argus_exit_info cause; /* from the exit_info map; zero when nothing was remembered */
 };
 
 struct argus_tgid_seen_event {
@@ -312,7 +314,7 @@ ARGUS_ASSERT_SIZE(argus_inflight, 48);
 ARGUS_ASSERT_SIZE(argus_inflight_key, 16);
 ARGUS_ASSERT_SIZE(argus_event_header, 24);
 ARGUS_ASSERT_SIZE(argus_exec_event, 48);
-ARGUS_ASSERT_SIZE(argus_exit_event, 32);
+ARGUS_ASSERT_SIZE(argus_exit_event, 64);
 ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
 ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 48);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);

@@ -1,6 +1,7 @@
 /* A tracked process's last thread exits: the agent reads its final aggregates,
- * then forgets the tgid (so a reused pid starts clean). */
-#include "helpers.bpf.h"
+ * with why it ended (the exit_info map), then forgets the tgid (so a reused
+ * pid starts clean). */
+#include "exit_info.bpf.h"
 
 static __always_inline int emit_exit(struct task_struct *task)
 {
@@ -12,11 +13,21 @@ static __always_inline int emit_exit(struct task_struct *task)
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
 	struct argus_exit_event *ev = argus_reserve(sizeof(*ev), ARGUS_EV_EXIT, ARGUS_SRC_PROC);
-	if (!ev)
+	if (!ev) {
+		bpf_map_delete_elem(&exit_info, &tgid); /* the event is lost (counted) */
 		return 0;
+	}
 	ev->hdr.tgid = tgid; /* the exiting task, not necessarily current in raw contexts */
 	ev->exit_code = BPF_CORE_READ(task, exit_code);
 	ev->pad = 0;
+	/* What signal_generate and mark_victim remembered, then forgotten. */
+	struct argus_exit_info *cause = bpf_map_lookup_elem(&exit_info, &tgid);
+	if (cause) {
+		ev->cause = *cause;
+		bpf_map_delete_elem(&exit_info, &tgid);
+	} else {
+		__builtin_memset(&ev->cause, 0, sizeof(ev->cause));
+	}
 	bpf_ringbuf_submit(ev, 0);
 	return 0;
 }

@@ -133,7 +133,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   auto sync_ratio = family("argus_sync_wait_ratio",
                            "Share of wall time blocked in CUDA synchronize (stream, event, context), last window.",
                            MetricType::Gauge);
-  auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason.", MetricType::Counter);
+  auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason: exit, signal (a fatal signal), oom (the OOM killer).", MetricType::Counter);
   auto lag = family("argus_nccl_arrival_lag_seconds",
                     "Mean lag behind the earliest rank of this node at the same collective, last window.",
                     MetricType::Gauge);
@@ -279,7 +279,8 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
         t.calls += c.calls;
         t.bytes += c.bytes;
       }
-      if (r->exited) exit_reasons[r->exit_reason.empty() ? "unknown" : r->exit_reason] += 1;
+      // The contract's reasons only: exit, signal, oom (a rank whose end was not seen exited).
+      if (r->exited) exit_reasons[r->exit_reason == "signal" || r->exit_reason == "oom" ? r->exit_reason : "exit"] += 1;
     }
 
     for (const auto& [op, c] : nccl) {

@@ -439,6 +439,12 @@ int Launcher::supervise()
 					if (!killed)
 						warn("rank " + std::to_string(p.rank) + " (pid " + std::to_string(pid) +
 						     ") " + describe_status(st));
+					if (cfg_.no_abort && !stopping) {
+						// --no-abort: its peers wait for it, as after --exit.
+						if (fault_at == 0)
+							fault_at = now_ns();
+						continue;
+					}
 					if (!stopping && !aborted) {
 						// Release the peers that wait for it in a collective.
 						aborted = true;

@@ -426,6 +426,9 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		       "seconds after the first --hang/--exit fires before the launcher stops the "
 		       "job; 0 = wait for SIGINT/SIGTERM (default)")
 		->check(CLI::Range(0.0, 1e9));
+	app.add_flag("--no-abort", cfg.no_abort,
+		     "a rank that dies (killed, crashed) does not abort the communicator: its peers "
+		     "block in their next collective, as with NCCL and no error handling");
 	app.add_option("--nodes", cfg.nodes,
 		       "simulated nodes: ranks in contiguous blocks of ceil(ranks/nodes), the last "
 		       "node may have fewer; no node may be empty")

@@ -45,6 +45,7 @@ struct SimConfig {
 	std::map<int, std::int64_t> gpu_hangs; // rank -> step from which its GPU never finishes a kernel
 	int nodes = 1;                     // simulated nodes; ranks in contiguous blocks
 	double hang_timeout_s = 0;         // launcher: stop the job S s after a hang/exit; 0 = never
+	bool no_abort = false;             // a rank that dies does not abort the communicator
 	std::map<int, int> cuda_errors;   // rank -> failing cuMemAlloc_v2 calls after init
 	std::string out_dir;              // truth files; empty = none
 	std::string nccl_lib;             // resolved by the launcher

@@ -220,6 +220,7 @@ int main(int argc, char** argv) {
   argus::AgentOptions opts;
   opts.node = node;
   opts.proc_root = proc_root;
+  opts.sysfs_root = sysfs_root;
   opts.btf_path = btf;
   opts.probes = probes == "deep" ? argus::ProbeSet::Deep : argus::ProbeSet::Default;
   opts.window_seconds = window;

@@ -164,9 +164,12 @@ TEST(Detection, ExitedRankCountsAsMissingAndSaysSo) {
   EXPECT_EQ(now, std::set<int>{gone}) << agent.log();
   auto evs = events_of(agent, "hang", job);
   ASSERT_GE(evs.size(), 1u);
-  EXPECT_NE(evs[0]["summary"].get<std::string>().find("(it died: exit 1)"), std::string::npos) << evs[0]["summary"];
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("(it died: exited with code 1)"), std::string::npos) << evs[0]["summary"];
   EXPECT_EQ(evs[0]["evidence"]["missing"][0]["exited"], true);
-  EXPECT_EQ(events_of(agent, "rank_exit", job).size(), 1u);
+  auto exits = events_of(agent, "rank_exit", job);
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0]["evidence"]["reason"], "exit");
+  EXPECT_EQ(exits[0]["evidence"]["code"], 1);
 }
 
 TEST(Detection, BlockingHangNamesTheRankWhosePeersSitInTheCall) {

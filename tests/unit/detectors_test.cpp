@@ -507,6 +507,29 @@ struct HangReplay {
   }
 };
 
+TEST(Detectors, HangSaysHowTheMissingRankDied) {
+  HangReplay r;
+  r.t.on_arrival("c", 1, 100, r.t100);
+  r.t.on_arrival("c", 2, 100, r.t100 + kMs);
+  r.t.on_arrival("c", 3, 100, r.t100 + kMs);
+  r.t.on_exit(4);
+  r.facts[4].exit_summary = "killed by SIGKILL from pid 900 (`kill`)";
+  r.facts[4].exit_cause = {{"signal", 9}, {"signal_name", "SIGKILL"}, {"sender", {{"pid", 900}, {"comm", "kill"}}}};
+  HangDetector h(HangOptions{10, 5});
+  auto ev = h.evaluate(r.t.comms(), {}, r.facts, r.t100 + 10'000 * kMs, 1);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_TRUE(h.missing(4));
+  EXPECT_EQ(ev[0].rank, 3);
+  EXPECT_NE(ev[0].summary.find("rank 3 (it died: killed by SIGKILL from pid 900 (`kill`)) never issued it"),
+            std::string::npos)
+      << ev[0].summary;
+  const auto& missing = ev[0].evidence["missing"];
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0]["exited"], true);
+  EXPECT_EQ(missing[0]["died"], "killed by SIGKILL from pid 900 (`kill`)");
+  EXPECT_EQ(missing[0]["exit_cause"]["sender"]["pid"], 900);
+}
+
 TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchronize) {
   HangReplay r;
   r.t.on_arrival("c", 1, 100, r.t100);

@@ -34,6 +34,20 @@ TEST(PyProfile, FoldsRootFirstWithCountsSortedByStack) {
   EXPECT_EQ(store.folded(8, 0), "");
 }
 
+TEST(PyProfile, NewestSampleOfAProcessRootFirst) {
+  ProfileStore store;
+  EXPECT_FALSE(store.newest(7));
+  store.add(7, 10 * kSec, stack_of({fr("<module>", 30), fr("outer", 5)}), false);
+  store.add(7, 11 * kSec, stack_of({fr("<module>", 30), fr("alloc", 8)}), false);
+  store.add(8, 12 * kSec, stack_of({fr("<module>", 1)}), false);
+  auto n = store.newest(7);
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->ts_ns, 11 * kSec);
+  EXPECT_EQ(n->frames, (std::vector<std::string>{"<module> (job.py:30)", "alloc (job.py:8)"}));
+  store.retain({8});
+  EXPECT_FALSE(store.newest(7));
+}
+
 TEST(PyProfile, LabelsKeepTheFormatsSeparatorsOut) {
   EXPECT_EQ(frame_label(PyFrame{"f", "A.f", "/a;b.py", 3}), "A.f (/a_b.py:3)");
   EXPECT_EQ(frame_label(PyFrame{"f", "", "x.py", 0}), "f (x.py)");  // line unknown

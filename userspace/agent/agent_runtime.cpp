@@ -11,6 +11,7 @@
 
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/comm_id.h"
+#include "userspace/detect/rank_exit.h"
 #include "userspace/python/stack_groups.h"
 
 namespace argus {
@@ -175,6 +176,7 @@ void AgentRuntime::track_found(const FoundProcess& f) {
   }
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
+  if (!known) watch_memcg(f.pid);
   probes_->attach_python_gc_for(f.pid);  // its interpreter's collector, once per file
   if (!known) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
@@ -213,6 +215,39 @@ void AgentRuntime::track_unmapped(int pid) {
     comm = st->comm;
   }
   registry_.track(pid, start_ticks, comm, identity, {});
+  watch_memcg(pid);
+}
+
+// Where the rank's memory cgroup is, and its OOM kills so far: an OOM kill
+// when it dies is told from this count rising (when mark_victim is blind).
+void AgentRuntime::watch_memcg(int pid) {
+  auto dir = procfs::memcg_dir(opts_.proc_root, opts_.sysfs_root, pid);
+  if (!dir) return;
+  MemcgWatch w{*dir, std::nullopt};
+  if (auto m = procfs::read_memcg(*dir); m.ok()) w.oom_kills = m->oom_kills;
+  memcgs_[pid] = std::move(w);
+}
+
+// Why the process ended: the kernel's word (exit code, fatal signal and sender,
+// mark_victim), its memory cgroup's OOM figures, and its newest Python stack.
+ExitCause AgentRuntime::exit_cause(int pid, int exit_code, const argus_exit_info* info) {
+  std::optional<procfs::MemcgState> memcg;
+  auto w = memcgs_.find(pid);
+  if (w != memcgs_.end())
+    if (auto m = procfs::read_memcg(w->second.dir); m.ok()) memcg = std::move(*m);
+  const bool rose = memcg && memcg->oom_kills && w->second.oom_kills && *memcg->oom_kills > *w->second.oom_kills;
+  ExitCause c = exit_cause_of(exit_code, info, rose);
+  if (c.oom) {
+    const bool victim = info && (info->flags & ARGUS_EXIT_F_OOM);
+    c.oom_details = memcg ? oom_details(*memcg, victim ? "mark_victim" : "memory_cgroup")
+                          : nlohmann::json{{"source", "mark_victim"}};
+  }
+  if (auto stack = profiles_.newest(pid)) {
+    const uint64_t now = clock_.monotonic_ns();
+    c.last_python_stack = {{"frames", stack->frames},
+                           {"age_seconds", now > stack->ts_ns ? static_cast<double>(now - stack->ts_ns) / 1e9 : 0.0}};
+  }
+  return c;
 }
 
 void AgentRuntime::handle_record(const void* data, size_t size) {
@@ -243,7 +278,7 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
       track_unmapped(pid);
     }
   } else if (const auto* e = std::get_if<argus_exit_event>(&ev)) {
-    finish_process(static_cast<int>(e->hdr.tgid), e->exit_code);
+    finish_process(static_cast<int>(e->hdr.tgid), e->exit_code, &e->cause);
   } else if (const auto* e = std::get_if<argus_nccl_init_event>(&ev)) {
     if (e->result == 0) {
       const int pid = static_cast<int>(e->hdr.tgid);
@@ -302,7 +337,7 @@ std::vector<TraceRank> AgentRuntime::trace(double seconds, uint64_t* end_ns) con
 
 // Final aggregates of a process that ended, then its BPF state is dropped so a
 // reused pid starts from zero.
-void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
+void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause) {
   std::vector<AggregateRecord> records;
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
@@ -311,9 +346,10 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   loader_->forget_python_proc(static_cast<uint32_t>(pid));
   py_ranks_.erase(pid);
   if (exit_code)
-    registry_.on_exit(pid, *exit_code);
+    registry_.on_exit(pid, *exit_code, exit_cause(pid, *exit_code, cause));
   else
     registry_.on_vanished(pid);
+  memcgs_.erase(pid);
   loader_->delete_stats(static_cast<uint32_t>(pid));
   loader_->delete_seqs(static_cast<uint32_t>(pid));
   loader_->forget_tgid(static_cast<uint32_t>(pid));
@@ -325,14 +361,8 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code) {
   tracker_.on_exit(pid);
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
-    DetectedEvent ev;
-    ev.time = clock_.unix_seconds();
-    ev.kind = "rank_exit";
-    ev.job_id = r.job_id;
-    ev.rank = r.rank;
-    ev.summary = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " (pid " + std::to_string(pid) + ") ended: " +
-                 r.exit_reason + (r.exit_code >= 0 ? " " + std::to_string(r.exit_code) : std::string(" (code unknown)"));
-    ev.evidence = {{"pid", pid}, {"reason", r.exit_reason}, {"code", r.exit_code}};
+    DetectedEvent ev = rank_exit_event(r, clock_.unix_seconds());
+    spdlog::warn("{}", ev.summary);
     events_.add(std::move(ev));
   }
 }
@@ -391,6 +421,10 @@ void AgentRuntime::evaluate_detectors() {
     const GpuRankView gpu = timeline_.gpu_view(r.pid, now_ns);
     facts[r.pid] = {r.job_id, r.rank, r.exited, r.exit_reason, r.exit_code, lag.step_seconds,
                     static_cast<double>(gpu.latest_end_ns)};
+    if (r.exited) {
+      facts[r.pid].exit_summary = exit_phrase(r);
+      facts[r.pid].exit_cause = exit_evidence(r);
+    }
     if (r.exited) continue;
     RankSignal sig;
     sig.pid = r.pid;
@@ -497,6 +531,7 @@ void AgentRuntime::evaluate_detectors() {
   profiles_.expire(now_ns);
   profiles_.retain(known);
   std::erase_if(step_seconds_, [&](const auto& kv) { return !known.count(kv.first); });
+  std::erase_if(memcgs_, [&](const auto& kv) { return !known.count(kv.first); });
   std::lock_guard lock(counters_mu_);
   comm_health_ = std::move(health);
   detections_ = std::move(detections);

@@ -24,6 +24,7 @@
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
 #include "userspace/procfs/socket_owners.h"
+#include "userspace/procfs/memcg.h"
 #include "userspace/python/py_profile.h"
 #include "userspace/python/py_runtime.h"
 #include "userspace/registry/rank_registry.h"
@@ -49,6 +50,7 @@ struct AgentOptions {
   StragglerOptions straggler;
   HangOptions hang;
   uint32_t python_sample_hz = kDefaultPythonSampleHz;  // 0: no Python stack sampling
+  std::string sysfs_root = "/sys";  // where fs/cgroup is (a rank's memory cgroup, for OOM kills)
 };
 
 class AgentRuntime : public ApiSource {
@@ -100,7 +102,9 @@ class AgentRuntime : public ApiSource {
   void take_python_gc(int pid);
   void refresh_tcp();  // new TCP retransmits, attributed to ranks through their sockets
   void reap_vanished();
-  void finish_process(int pid, std::optional<int> exit_code);
+  void finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause = nullptr);
+  void watch_memcg(int pid);
+  ExitCause exit_cause(int pid, int exit_code, const argus_exit_info* info);
   void on_collective(const argus_nccl_coll_event& e);
   void on_call_done(const argus_call_done_event& e);
   void on_gpu_batch(GpuBatch& b);  // takes its records
@@ -148,6 +152,13 @@ class AgentRuntime : public ApiSource {
     bool said = false;           // its refusal was logged
   };
   std::map<int, PyRank> py_ranks_;
+  // Each rank's memory cgroup, found while it lives (a dead process's /proc
+  // entry no longer names it), and its oom_kill count then (event loop only).
+  struct MemcgWatch {
+    procfs::CgroupDir dir;
+    std::optional<uint64_t> oom_kills;
+  };
+  std::map<int, MemcgWatch> memcgs_;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   mutable python::PythonLocator py_locator_;  // thread-safe; interpreter files cached by inode

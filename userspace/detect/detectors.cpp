@@ -60,9 +60,16 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
                             {"exited", info.exited},
                             {"exit_reason", info.exit_reason},
                             {"exit_code", info.exit_code}});
+    if (info.exited) {
+      if (!info.exit_summary.empty()) missing_json.back()["died"] = info.exit_summary;
+      if (!info.exit_cause.is_null()) missing_json.back()["exit_cause"] = info.exit_cause;
+    }
     if (!names.empty()) names += ", ";
     names += "rank " + std::to_string(info.rank);
-    if (info.exited) names += " (it died: " + info.exit_reason + " " + std::to_string(info.exit_code) + ")";
+    if (info.exited)
+      names += " (it died: " +
+               (info.exit_summary.empty() ? info.exit_reason + " " + std::to_string(info.exit_code) : info.exit_summary) +
+               ")";
   }
   // How the ranks that did issue it wait: in a synchronize (async NCCL) or in the call (blocking).
   size_t in_sync = 0, in_call = 0;

@@ -60,6 +60,9 @@ std::vector<KernelProgram> kernel_programs(argus_bpf* skel) {
       {"tcp_retransmit_skb", skel->progs.argus_tcp_retrans_btf, skel->progs.argus_tcp_retrans_raw, false},
       {"block_rq_issue", skel->progs.argus_block_issue_btf, skel->progs.argus_block_issue_raw, false},
       {"block_rq_complete", skel->progs.argus_block_complete_btf, skel->progs.argus_block_complete_raw, false},
+      // Why a rank died: the fatal signal and its sender, the OOM killer's choice.
+      {"signal_generate", skel->progs.argus_signal_btf, skel->progs.argus_signal_raw, false},
+      {"mark_victim", skel->progs.argus_oom_victim_btf, skel->progs.argus_oom_victim_raw, false},
   };
 }
 
@@ -237,6 +240,7 @@ bool BpfLoader::set_tgid_state(uint32_t tgid, argus_tgid_state state) {
 
 void BpfLoader::forget_tgid(uint32_t tgid) {
   bpf_map__delete_elem(skel_->maps.tracked, &tgid, sizeof(tgid), 0);
+  bpf_map__delete_elem(skel_->maps.exit_info, &tgid, sizeof(tgid), 0);  // a cause no exit event took
 }
 
 bool BpfLoader::set_python_proc(uint32_t tgid, const argus_py_proc& config) {

@@ -136,6 +136,22 @@ bool ProfileStore::has(int pid) const {
   return ranks_.count(pid) != 0;
 }
 
+std::optional<ProfileStore::Newest> ProfileStore::newest(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = ranks_.find(pid);
+  if (it == ranks_.end() || it->second.samples.empty()) return std::nullopt;
+  const Sample& s = it->second.samples.back();
+  Newest n;
+  n.ts_ns = s.ts_ns;
+  std::string_view key = *s.key;  // labels never hold ';' (frame_label)
+  while (!key.empty()) {
+    const size_t semi = key.find(';');
+    n.frames.emplace_back(key.substr(0, semi));
+    key = semi == std::string_view::npos ? std::string_view() : key.substr(semi + 1);
+  }
+  return n;
+}
+
 std::vector<FrameShare> compare_with_peers(const std::map<std::string, uint64_t>& rank_counts, uint64_t rank_total,
                                            const std::map<std::string, uint64_t>& peer_counts, uint64_t peer_total,
                                            size_t top, double min_share) {

@@ -61,6 +61,13 @@ class ProfileStore {
   // Keeps only these processes' samples.
   void retain(const std::set<int>& pids);
   bool has(int pid) const;
+  // The process's newest sample: when, and its frames root first (frame_label;
+  // "[truncated]" first when cut). Nullopt when it has none (any more).
+  struct Newest {
+    uint64_t ts_ns = 0;
+    std::vector<std::string> frames;
+  };
+  std::optional<Newest> newest(int pid) const;
 
  private:
   struct Stack {

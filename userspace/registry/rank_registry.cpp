@@ -216,25 +216,30 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
   apply_identity_from_init(it->second, info);
 }
 
-void RankRegistry::mark_exited(Entry& e, const std::string& reason, int code) {
+void RankRegistry::mark_exited(Entry& e, const std::string& reason, int code, const ExitCause& cause) {
   if (e.snap.exited) return;
   e.snap.exited = true;
   e.snap.exit_reason = reason;
   e.snap.exit_code = code;
+  e.snap.exit_cause = cause;
   e.snap.exited_at_unix = clock_.unix_seconds();
   e.snap.collective_wait_ratio = 0;
   e.snap.sync_wait_ratio = 0;
 }
 
-void RankRegistry::on_exit(int pid, int exit_code) {
+void RankRegistry::on_exit(int pid, int exit_code, const ExitCause& cause) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
   const int sig = exit_code & 0x7f;
-  if (sig != 0)
-    mark_exited(it->second, "signal", sig);
+  ExitCause c = cause;
+  c.signal = sig;
+  if (c.oom)
+    mark_exited(it->second, "oom", sig, c);
+  else if (sig != 0)
+    mark_exited(it->second, "signal", sig, c);
   else
-    mark_exited(it->second, "exit", (exit_code >> 8) & 0xff);
+    mark_exited(it->second, "exit", (exit_code >> 8) & 0xff, c);
   evict_exited_past_cap(pid);
 }
 

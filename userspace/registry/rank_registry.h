@@ -76,8 +76,10 @@ class RankRegistry {
   void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote);
   void set_python_gc(int pid, const std::string& version, const std::string& anchor,
                      const std::array<uint64_t, 3>& collections);
-  // exit_code as the kernel keeps it: (status << 8) | signal.
-  void on_exit(int pid, int exit_code);
+  // exit_code as the kernel keeps it: (status << 8) | signal. The reason is
+  // "oom" when the cause says so, else "signal" or "exit"; exit_code then holds
+  // the signal or the exit status.
+  void on_exit(int pid, int exit_code, const ExitCause& cause = {});
   // The process is gone and no exit event came (lost, or before the agent).
   void on_vanished(int pid);
 
@@ -104,7 +106,7 @@ class RankRegistry {
 
   void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
   static void window_gc(const Sample& a, const Sample& b, PythonGcView& gc);
-  void mark_exited(Entry& e, const std::string& reason, int code);
+  void mark_exited(Entry& e, const std::string& reason, int code, const ExitCause& cause = {});
   void evict_exited_past_cap(int keep_pid);  // never the rank that just exited
 
   const Clock& clock_;

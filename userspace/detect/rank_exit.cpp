@@ -1,0 +1,126 @@
+#include "userspace/detect/rank_exit.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstring>
+
+namespace argus {
+namespace {
+
+constexpr int kSigKill = 9;
+
+std::string sender_text(const ExitCause& c) {
+  if (c.sender_pid == 0) return " from the kernel";
+  if (c.sender_pid > 0) return " from pid " + std::to_string(c.sender_pid) + " (`" + c.sender_comm + "`)";
+  return "";
+}
+
+std::string oom_text(const nlohmann::json& oom) {
+  if (!oom.is_object() || !oom.contains("cgroup")) return "";
+  const std::string cg = oom.value("cgroup", "");
+  if (oom.contains("limit_bytes") && oom["limit_bytes"].is_number())
+    return ": memory cgroup " + cg + " at its " + format_bytes(oom["limit_bytes"].get<uint64_t>()) + " limit";
+  return ": memory cgroup " + cg + " has no limit (the node ran out of memory)";
+}
+
+}  // namespace
+
+std::string signal_name(int sig) {
+  if (sig >= SIGRTMIN && sig <= SIGRTMAX) {
+    return sig == SIGRTMIN ? "SIGRTMIN" : "SIGRTMIN+" + std::to_string(sig - SIGRTMIN);
+  }
+  if (sig > 0 && sig < SIGRTMIN) {
+    if (const char* abbrev = sigabbrev_np(sig)) return std::string("SIG") + abbrev;
+  }
+  return "signal " + std::to_string(sig);
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0 || v == static_cast<double>(static_cast<uint64_t>(v)))
+    std::snprintf(buf, sizeof(buf), "%.0f %s", v, kUnits[u]);
+  else
+    std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
+  return buf;
+}
+
+ExitCause exit_cause_of(int exit_code, const argus_exit_info* info, bool oom_kill_rose) {
+  ExitCause c;
+  c.signal = exit_code & 0x7f;
+  const bool signalled = info && (info->flags & ARGUS_EXIT_F_SIGNAL);
+  if (c.signal != 0 && signalled && info->signal == c.signal) {
+    if (info->flags & ARGUS_EXIT_F_KERNEL) {
+      c.sender_pid = 0;
+      c.sender_comm = "kernel";
+    } else {
+      c.sender_pid = static_cast<int>(info->sender_tgid);
+      c.sender_comm.assign(info->sender_comm, strnlen(info->sender_comm, sizeof(info->sender_comm)));
+    }
+  }
+  const bool victim = info && (info->flags & ARGUS_EXIT_F_OOM);
+  c.oom = victim || (c.signal == kSigKill && c.sender_pid <= 0 && oom_kill_rose);
+  return c;
+}
+
+std::string exit_reason_of(int exit_code, const ExitCause& cause) {
+  if (cause.oom) return "oom";
+  return (exit_code & 0x7f) != 0 ? "signal" : "exit";
+}
+
+nlohmann::json oom_details(const procfs::MemcgState& m, const std::string& source) {
+  nlohmann::json j = {{"source", source}, {"cgroup", m.path}, {"cgroup_dir", m.dir}, {"cgroup_version", m.version}};
+  auto put = [&](const char* key, const std::optional<uint64_t>& v) {
+    if (v) j[key] = *v;
+  };
+  put("limit_bytes", m.limit_bytes);
+  put("usage_bytes", m.usage_bytes);
+  put("peak_bytes", m.peak_bytes);
+  put("oom_events", m.oom_events);
+  put("oom_kills", m.oom_kills);
+  return j;
+}
+
+std::string exit_phrase(const RankSnapshot& r) {
+  const ExitCause& c = r.exit_cause;
+  if (r.exit_reason == "oom") return "killed by the OOM killer" + oom_text(c.oom_details);
+  if (r.exit_reason == "signal") return "killed by " + signal_name(r.exit_code) + sender_text(c);
+  if (r.exit_code < 0) return "ended (its exit code was not seen)";
+  return "exited with code " + std::to_string(r.exit_code);
+}
+
+nlohmann::json exit_evidence(const RankSnapshot& r) {
+  const ExitCause& c = r.exit_cause;
+  const bool killed = r.exit_reason == "signal" || r.exit_reason == "oom";
+  const int sig = c.signal != 0 ? c.signal : (r.exit_reason == "signal" ? r.exit_code : 0);
+  nlohmann::json j = {{"pid", r.pid}, {"reason", r.exit_reason}};
+  j["code"] = !killed && r.exit_code >= 0 ? nlohmann::json(r.exit_code) : nlohmann::json(nullptr);
+  j["signal"] = sig != 0 ? nlohmann::json(sig) : nlohmann::json(nullptr);
+  j["signal_name"] = sig != 0 ? nlohmann::json(signal_name(sig)) : nlohmann::json(nullptr);
+  j["sender"] = c.sender_pid >= 0 ? nlohmann::json{{"pid", c.sender_pid}, {"comm", c.sender_comm}} : nlohmann::json(nullptr);
+  j["oom"] = c.oom ? (c.oom_details.empty() ? nlohmann::json::object() : c.oom_details) : nlohmann::json(nullptr);
+  j["last_python_stack"] = c.last_python_stack;
+  return j;
+}
+
+DetectedEvent rank_exit_event(const RankSnapshot& r, double now_unix) {
+  DetectedEvent ev;
+  ev.time = now_unix;
+  ev.kind = "rank_exit";
+  ev.job_id = r.job_id;
+  ev.rank = r.rank;
+  const std::string phrase = exit_phrase(r);
+  ev.summary = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " (pid " + std::to_string(r.pid) + ") " +
+               (phrase.rfind("killed", 0) == 0 ? "was " : "") + phrase;
+  ev.evidence = exit_evidence(r);
+  return ev;
+}
+
+}  // namespace argus
