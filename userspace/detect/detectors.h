@@ -182,7 +182,7 @@ struct RankInfoForHang {
   int exit_code = 0;
   double step_seconds = 0;
   double gpu_last_activity_ns = 0;  // CLOCK_MONOTONIC end of its newest GPU record (0: no GPU layer)
-  std::string exit_summary;  // exited: how it died ("killed by SIGKILL from pid 900 (`kill`)"); see rank_exit.h
+  std::string exit_summary{};  // exited: how it died ("killed by SIGKILL from pid 900 (`kill`)"); see rank_exit.h
   nlohmann::json exit_cause = nullptr;  // exited: its rank_exit evidence
 };
 
