@@ -221,6 +221,7 @@ TEST(RankExit, OomKillAndExitCodeOfPythonRanks) {
   EXPECT_EQ(o["reason"], "oom") << oom.dump();
   EXPECT_EQ(o["signal_name"], "SIGKILL");
   EXPECT_EQ(o["sender"]["pid"], 0);  // the kernel sent it
+  EXPECT_EQ(o["oom"]["source"], "mark_victim");  // the probe saw it (the cgroup count is the fallback)
   EXPECT_EQ(o["oom"]["cgroup"], cg_path);
   EXPECT_EQ(o["oom"]["cgroup_version"], 1);
   EXPECT_EQ(o["oom"]["limit_bytes"], 64u << 20);
