@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 
 #include "exporters/json_api.h"
 #include "exporters/prometheus_exporter.h"
@@ -301,6 +303,76 @@ TEST(AgentRuntime, CommunicatorNamesPerProcessAreCapped) {
   EXPECT_EQ(a.capped.at("comm_handles"), 5u);     // one handle from the start, 1028 more, 1024 kept
   EXPECT_EQ(a.capped.at("rank_comm_inits"), 5u);  // the registry's copy of the inits, too
   EXPECT_EQ(a.capped.at("communicators"), 0u);
+}
+
+// Rank deaths: the cause from the exit event, and an OOM kill told from the
+// memory cgroup's oom_kill count when mark_victim was blind.
+TEST(AgentRuntime, ExitCauseFromTheEventAndOomFromTheMemoryCgroup) {
+  ManualClock clock{1'000'000 * kMs, 1'790'000'000};
+  FakeProc proc;
+  testing_support::TempDir sys("sys");
+  const auto memcg = sys.path / "fs" / "cgroup" / "memory" / "job";
+  std::filesystem::create_directories(memcg);
+  std::ofstream(memcg / "memory.limit_in_bytes") << (64 << 20) << "\n";
+  std::ofstream(memcg / "memory.max_usage_in_bytes") << (64 << 20) << "\n";
+  std::ofstream(memcg / "memory.oom_control") << "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n";
+  for (int r = 0; r < 3; ++r) {
+    const int pid = 301 + r;
+    proc.add(pid, "", environ_of({"RANK=" + std::to_string(r), "WORLD_SIZE=3", "TORCHELASTIC_RUN_ID=dead"}));
+    std::ofstream(proc.root() / std::to_string(pid) / "cgroup") << "7:memory:/job\n0::/\n";
+  }
+  AgentOptions opts;
+  opts.node = "n";
+  opts.proc_root = proc.root().string();
+  opts.sysfs_root = sys.str();
+  auto b = std::make_unique<FakeBackend>();
+  FakeBackend* backend = b.get();
+  auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
+  for (int pid = 301; pid <= 303; ++pid)
+    backend->push(argus_tgid_seen_event{header(ARGUS_EV_TGID_SEEN, pid, clock.ns), ARGUS_SRC_NCCL, 0});
+  rt->run_once(0);
+
+  // pid 301: killed by `kill` (pid 900); pid 302: the kernel's SIGKILL after the
+  // cgroup's oom_kill rose, no mark_victim; pid 303: exit(3).
+  std::ofstream(memcg / "memory.oom_control") << "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n";
+  argus_exit_event killed{};
+  killed.hdr = header(ARGUS_EV_EXIT, 301, clock.ns);
+  killed.exit_code = 9;
+  killed.cause.signal = 9;
+  killed.cause.sender_tgid = 900;
+  killed.cause.flags = ARGUS_EXIT_F_SIGNAL;
+  std::memcpy(killed.cause.sender_comm, "kill", 5);
+  backend->push(killed);
+  argus_exit_event oom{};
+  oom.hdr = header(ARGUS_EV_EXIT, 302, clock.ns);
+  oom.exit_code = 9;
+  oom.cause.signal = 9;
+  oom.cause.flags = ARGUS_EXIT_F_SIGNAL | ARGUS_EXIT_F_KERNEL;
+  backend->push(oom);
+  argus_exit_event code3{};
+  code3.hdr = header(ARGUS_EV_EXIT, 303, clock.ns);
+  code3.exit_code = 3 << 8;
+  backend->push(code3);
+  rt->run_once(0);
+
+  std::map<int, RankSnapshot> ranks;
+  for (const auto& s : rt->snapshot().ranks) ranks[s.pid] = s;
+  EXPECT_EQ(ranks[301].exit_reason, "signal");
+  EXPECT_EQ(ranks[301].exit_cause.sender_pid, 900);
+  EXPECT_EQ(ranks[302].exit_reason, "oom");
+  EXPECT_EQ(ranks[302].exit_cause.oom_details["source"], "memory_cgroup");
+  EXPECT_EQ(ranks[302].exit_cause.oom_details["cgroup"], "/job");
+  EXPECT_EQ(ranks[302].exit_cause.oom_details["limit_bytes"], 64 << 20);
+  EXPECT_EQ(ranks[303].exit_reason, "exit");
+  EXPECT_EQ(ranks[303].exit_code, 3);
+  std::map<int, std::string> summaries;
+  for (const auto& e : rt->events_since(0))
+    if (e.kind == "rank_exit") summaries[e.rank] = e.summary;
+  EXPECT_EQ(summaries[0], "rank 0 of job dead (pid 301) was killed by SIGKILL from pid 900 (`kill`)");
+  EXPECT_EQ(summaries[1], "rank 1 of job dead (pid 302) was killed by the OOM killer: memory cgroup /job at its 64 MiB limit");
+  EXPECT_EQ(summaries[2], "rank 2 of job dead (pid 303) exited with code 3");
+  const std::string text = render_metrics(rt->snapshot());
+  EXPECT_NE(text.find(R"(argus_rank_exits_total{job_id="dead",rank="1",reason="oom"} 1)"), std::string::npos) << text;
 }
 
 }  // namespace
