@@ -4,6 +4,8 @@
 #include <tuple>
 #include <vector>
 
+#include "userspace/detect/rank_exit.h"
+
 namespace argus {
 
 namespace {
@@ -41,6 +43,7 @@ json rank_json(const RankSnapshot& r) {
   j["exit_reason"] = r.exited ? str_or_null(r.exit_reason) : json(nullptr);
   j["exit_code"] = r.exited ? json(r.exit_code) : json(nullptr);
   j["exited_at"] = r.exited ? json(r.exited_at_unix) : json(nullptr);
+  j["exit_cause"] = r.exited ? exit_evidence(r) : json(nullptr);  // as in its rank_exit event
   j["identity_source"] = str_or_null(r.identity_source);
   j["first_seen"] = r.first_seen_unix;
   j["collective_wait_ratio"] = r.collective_wait_ratio;

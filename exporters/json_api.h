@@ -16,7 +16,9 @@ inline constexpr const char* kJsonContentType = "application/json";
 //  "ranks": [{"pid", "job_id" (null while unknown), "rank" (null while unknown),
 //             "local_rank", "world_size", "local_world_size" (null while unknown),
 //             "node", "comm", "state": "running"|"exited", "exit_reason", "exit_code",
-//             "exited_at" (null while running), "identity_source" (null if none),
+//             "exited_at" (null while running), "exit_cause" (null while running: the
+//             rank_exit event's evidence, docs/metrics.md "Rank deaths"),
+//             "identity_source" (null if none),
 //             "first_seen", "collective_wait_ratio", "sync_wait_ratio", "straggler",
 //             "straggler_reason" ("host"|"sync"|"gpu"|null),
 //             "pipeline_bubble", "gpu": null | {"busy_ratio", "nccl_kernel_ratio", "bubble_ratio",

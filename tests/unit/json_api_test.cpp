@@ -92,6 +92,7 @@ TEST(JsonApi, RoundTripsThroughNlohmann) {
   EXPECT_EQ(a1["comm"], "python3");
   EXPECT_EQ(a1["state"], "running");
   EXPECT_TRUE(a1["exit_reason"].is_null());
+  EXPECT_TRUE(a1["exit_cause"].is_null());
   EXPECT_TRUE(a1["exit_code"].is_null());
   EXPECT_TRUE(a1["exited_at"].is_null());
   EXPECT_EQ(a1["identity_source"], "env:RANK");
@@ -122,6 +123,8 @@ TEST(JsonApi, NullsForUnknownFields) {
   EXPECT_EQ(a0["state"], "exited");
   EXPECT_EQ(a0["exit_reason"], "signal");
   EXPECT_EQ(a0["exit_code"], 9);
+  EXPECT_EQ(a0["exit_cause"]["signal_name"], "SIGKILL");
+  EXPECT_TRUE(a0["exit_cause"]["sender"].is_null());  // not seen
   EXPECT_DOUBLE_EQ(a0["exited_at"].get<double>(), 1700000100.25);
   EXPECT_TRUE(a0["local_rank"].is_null());
   EXPECT_TRUE(a0["world_size"].is_null());
