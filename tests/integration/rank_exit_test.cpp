@@ -81,11 +81,12 @@ TEST(RankExit, KillNineNamesTheSenderAndTheHangSaysItDied) {
   EXPECT_EQ(e["sender"]["pid"], getpid()) << ev.dump();
   EXPECT_EQ(e["sender"]["comm"], me);
   EXPECT_TRUE(e["oom"].is_null());
-  EXPECT_EQ(ev["summary"], "rank 2 of job " + job + " (pid " + std::to_string(victim) + ") was killed by SIGKILL from pid " +
-                               std::to_string(getpid()) + " (`" + me + "`)");
+  EXPECT_EQ(ev["summary"], "rank 2 of job " + job + " (pid " + std::to_string(victim) +
+                               ") was killed by SIGKILL from pid " + std::to_string(getpid()) + " (`" + me + "`)");
   const std::string m = agent.get_text("/metrics");
   EXPECT_NE(m.find(exits_series(job, 2, "signal")), std::string::npos) << m;
-  for (int r : {0, 1, 3}) EXPECT_EQ(m.find("argus_rank_exits_total{job_id=\"" + job + "\",rank=\"" + std::to_string(r)), std::string::npos);
+  for (int r : {0, 1, 3})
+    EXPECT_EQ(m.find("argus_rank_exits_total{job_id=\"" + job + "\",rank=\"" + std::to_string(r)), std::string::npos);
 
   // The hang: its peers wait for it; it is named missing, dead, and how.
   json hang;
@@ -187,8 +188,9 @@ TEST(RankExit, OomKillAndExitCodeOfPythonRanks) {
   const std::string job = "oom-job";
   const fs::path flag0 = dir / "r0", flag1 = dir / "r1";
   // Rank 0 joins the cgroup before it execs Python: the agent finds it there.
-  Child r0({"/bin/sh", "-c", "echo $$ > " + (cg.dir() / "cgroup.procs").string() + " && exec " + py + " " +
-                                 script.string() + " " + flag0.string() + " oom"},
+  Child r0({"/bin/sh", "-c",
+            "echo $$ > " + (cg.dir() / "cgroup.procs").string() + " && exec " + py + " " + script.string() + " " +
+                flag0.string() + " oom"},
            dir / "r0.log", rank_env(job, 0, 2));
   Child r1({py, script.string(), flag1.string(), "exit"}, dir / "r1.log", rank_env(job, 1, 2));
   std::string m;
@@ -220,7 +222,7 @@ TEST(RankExit, OomKillAndExitCodeOfPythonRanks) {
   EXPECT_EQ(o["pid"], pid0);
   EXPECT_EQ(o["reason"], "oom") << oom.dump();
   EXPECT_EQ(o["signal_name"], "SIGKILL");
-  EXPECT_EQ(o["sender"]["pid"], 0);  // the kernel sent it
+  EXPECT_EQ(o["sender"]["pid"], 0);              // the kernel sent it
   EXPECT_EQ(o["oom"]["source"], "mark_victim");  // the probe saw it (the cgroup count is the fallback)
   EXPECT_EQ(o["oom"]["cgroup"], cg_path);
   EXPECT_EQ(o["oom"]["cgroup_version"], 1);

@@ -101,7 +101,8 @@ TEST(RankExit, SummariesSayWhatHappened) {
   m.oom_kills = 1;
   oom.oom_details = oom_details(m, "mark_victim");
   const DetectedEvent ev = rank_exit_event(dead_rank("oom", 9, oom), 1);
-  EXPECT_EQ(ev.summary, "rank 2 of job J (pid 4242) was killed by the OOM killer: memory cgroup /x at its 64 MiB limit");
+  EXPECT_EQ(ev.summary,
+            "rank 2 of job J (pid 4242) was killed by the OOM killer: memory cgroup /x at its 64 MiB limit");
   EXPECT_EQ(ev.kind, "rank_exit");
   EXPECT_EQ(ev.rank, 2);
   EXPECT_EQ(ev.evidence["reason"], "oom");

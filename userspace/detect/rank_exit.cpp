@@ -104,7 +104,8 @@ nlohmann::json exit_evidence(const RankSnapshot& r) {
   j["code"] = !killed && r.exit_code >= 0 ? nlohmann::json(r.exit_code) : nlohmann::json(nullptr);
   j["signal"] = sig != 0 ? nlohmann::json(sig) : nlohmann::json(nullptr);
   j["signal_name"] = sig != 0 ? nlohmann::json(signal_name(sig)) : nlohmann::json(nullptr);
-  j["sender"] = c.sender_pid >= 0 ? nlohmann::json{{"pid", c.sender_pid}, {"comm", c.sender_comm}} : nlohmann::json(nullptr);
+  j["sender"] =
+      c.sender_pid >= 0 ? nlohmann::json{{"pid", c.sender_pid}, {"comm", c.sender_comm}} : nlohmann::json(nullptr);
   j["oom"] = c.oom ? (c.oom_details.empty() ? nlohmann::json::object() : c.oom_details) : nlohmann::json(nullptr);
   j["last_python_stack"] = c.last_python_stack;
   return j;
