@@ -12,6 +12,7 @@
 
 #include "bpf/argus.h"
 #include "bpf/argus_python.h"
+#include "bpf/argus_sched.h"
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/result.h"
 #include "userspace/procfs/socket_owners.h"
@@ -37,6 +38,12 @@ class Link {
 struct StatEntry {
   argus_stat_key key;
   argus_stat_val value;  // summed over CPUs
+};
+
+// A process that held the CPU a rank's thread waited for (bpf/sched_switch.bpf.c).
+struct StealerEntry {
+  argus_stealer_key key;
+  argus_stealer_val value;
 };
 
 // A collective call still running (its entry seen, its return not yet).
@@ -90,6 +97,11 @@ class BpfBackend {
   virtual std::map<std::string, std::string> kernel_probes() const { return {}; }
   // Why the failed ones failed, one line each.
   virtual std::vector<std::string> kernel_probe_errors() const { return {}; }
+
+  // Who took a rank's CPU (runqueue waits charged to the task switched out),
+  // totals since the rank was first followed; dropped when it ends.
+  virtual std::vector<StealerEntry> read_stealers(uint32_t /*victim_tgid*/) const { return {}; }
+  virtual void delete_stealers(uint32_t /*victim_tgid*/) {}
 
   // All aggregates (per CPU summed); only_tgid != 0 restricts to one process.
   virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;

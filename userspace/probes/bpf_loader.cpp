@@ -63,6 +63,9 @@ std::vector<KernelProgram> kernel_programs(argus_bpf* skel) {
       // Why a rank died: the fatal signal and its sender, the OOM killer's choice.
       {"signal_generate", skel->progs.argus_signal_btf, skel->progs.argus_signal_raw, false},
       {"mark_victim", skel->progs.argus_oom_victim_btf, skel->progs.argus_oom_victim_raw, false},
+      {"sched_switch", skel->progs.argus_sched_switch_btf, skel->progs.argus_sched_switch_raw, false},
+      {"sched_wakeup", skel->progs.argus_sched_wakeup_btf, skel->progs.argus_sched_wakeup_raw, false},
+      {"sched_wakeup_new", skel->progs.argus_sched_wakeup_new_btf, skel->progs.argus_sched_wakeup_new_raw, false},
   };
 }
 
@@ -351,6 +354,26 @@ void BpfLoader::delete_seqs(uint32_t tgid) {
     if (key.tgid == tgid) doomed.push_back(key);
   }
   for (const auto& k : doomed) bpf_map__delete_elem(skel_->maps.coll_seq, &k, sizeof(k), 0);
+}
+
+std::vector<StealerEntry> BpfLoader::read_stealers(uint32_t victim_tgid) const {
+  std::vector<StealerEntry> out;
+  argus_stealer_key key{}, next{};
+  const argus_stealer_key* prev = nullptr;
+  argus_stealer_val value{};
+  while (bpf_map__get_next_key(skel_->maps.cpu_stealers, prev, &next, sizeof(next)) == 0) {
+    key = next;
+    prev = &key;
+    if (key.victim_tgid != victim_tgid) continue;
+    if (bpf_map__lookup_elem(skel_->maps.cpu_stealers, &key, sizeof(key), &value, sizeof(value), 0) != 0) continue;
+    out.push_back({key, value});
+  }
+  return out;
+}
+
+void BpfLoader::delete_stealers(uint32_t victim_tgid) {
+  for (const auto& e : read_stealers(victim_tgid))
+    bpf_map__delete_elem(skel_->maps.cpu_stealers, &e.key, sizeof(e.key), 0);
 }
 
 int BpfLoader::on_ringbuf_record(void* ctx, void* data, size_t size) {

@@ -65,6 +65,9 @@ class BpfLoader : public BpfBackend {
   void set_event_handler(EventHandler handler) override { handler_ = std::move(handler); }
   int poll_events(int timeout_ms) override;
 
+  std::vector<StealerEntry> read_stealers(uint32_t victim_tgid) const override;
+  void delete_stealers(uint32_t victim_tgid) override;
+
   const std::string& tracepoint_flavour() const { return tp_flavour_; }  // "tp_btf" or "raw_tp"
   std::map<std::string, std::string> kernel_probes() const override { return kernel_probes_; }
   // Why optional kernel probes failed to attach (said once by the agent, after the listen line).
