@@ -21,6 +21,42 @@ json error_list(const std::map<std::pair<std::string, std::string>, uint64_t>& e
   return out;
 }
 
+// The kernel layer's view of a rank's CPU: totals, last window's shares
+// (thread-seconds per wall second), who took its CPU, and its cgroup's quota.
+json offcpu_json(const RankSnapshot& r) {
+  if (!r.offcpu.present && !r.cgroup_cpu.present) return nullptr;
+  static constexpr const char* kReasons[] = {"runqueue", "io", "lock", "sleep", "other"};
+  json j = json::object();
+  if (r.offcpu.present) {
+    const OffCpuView& v = r.offcpu;
+    json seconds = json::object(), shares = json::object();
+    for (size_t i = 0; i < v.offcpu_ns.size(); ++i) {
+      seconds[kReasons[i]] = static_cast<double>(v.offcpu_ns[i]) / 1e9;
+      shares[kReasons[i]] = v.window_offcpu_share[i];
+    }
+    json stealers = json::array();
+    for (const auto& s : v.stealers)
+      stealers.push_back({{"pid", s.pid}, {"comm", s.comm}, {"cgroup", s.cgroup}, {"seconds", s.seconds}});
+    j["seconds"] = std::move(seconds);
+    j["cpu_seconds"] = static_cast<double>(v.oncpu_ns) / 1e9;
+    j["window_shares"] = std::move(shares);
+    j["window_cpu_share"] = v.window_oncpu_share;
+    j["window_span_seconds"] = v.window_span_seconds;
+    j["stealers"] = std::move(stealers);
+  }
+  if (r.cgroup_cpu.present) {
+    const CgroupCpuView& c = r.cgroup_cpu;
+    j["cgroup_cpu"] = {{"path", c.path},
+                       {"periods", c.periods},
+                       {"throttled_periods", c.throttled_periods},
+                       {"throttled_seconds", c.throttled_seconds},
+                       {"window_throttled_share", c.window_throttled_share}};
+  } else {
+    j["cgroup_cpu"] = nullptr;
+  }
+  return j;
+}
+
 json rank_json(const RankSnapshot& r) {
   json nccl = json::object();
   for (const auto& [op, c] : r.nccl) {
@@ -109,6 +145,7 @@ json rank_json(const RankSnapshot& r) {
                    {"gc_window_pauses", timed ? json(gc.window_pauses) : json(nullptr)},
                    {"gc_window_max_pause_seconds", timed ? json(gc.window_max_pause_seconds) : json(nullptr)}};
   }
+  j["offcpu"] = offcpu_json(r);
   return j;
 }
 

@@ -155,6 +155,11 @@ int main(int argc, char** argv) {
                  "probe Python interpreters' garbage collectors (off: GC counts by polling only)")
       ->envname("ARGUS_PYTHON_GC_PROBES")
       ->check(CLI::IsMember({"on", "off"}));
+  std::string offcpu = "on";
+  app.add_option("--offcpu", offcpu,
+                 "scheduler probes: the ranks' off-CPU time by reason, CPU time and who took their CPU")
+      ->envname("ARGUS_OFFCPU")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--btf", btf, "kernel BTF file")->envname("ARGUS_BTF");
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
@@ -230,6 +235,8 @@ int main(int argc, char** argv) {
   opts.ringbuf_bytes = ringbuf_kb * 1024u;
   opts.only_env = only_env;
   opts.python_gc_probes = python_gc_probes == "on";
+  opts.offcpu = offcpu == "on";
+  opts.sysfs_root = sysfs_root;
   opts.python_sample_hz = python_sample_hz;
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 

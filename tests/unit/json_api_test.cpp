@@ -146,6 +146,49 @@ TEST(JsonApi, NullsForUnknownFields) {
   EXPECT_EQ(unknown["comm"], "py\xEF\xBF\xBD\xEF\xBF\xBDthon");  // bad bytes became U+FFFD
 }
 
+// The kernel layer's CPU view: null when neither the probe nor a cpu.stat
+// follows the rank, else totals, window shares, stealers and the cgroup's quota.
+TEST(JsonApi, OffCpuObject) {
+  Snapshot s;
+  RankSnapshot r = rank(9, "k", 0);
+  s.ranks.push_back(r);
+  r.pid = 10;
+  r.rank = 1;
+  r.offcpu.present = true;
+  r.offcpu.offcpu_ns = {2'000'000'000, 0, 0, 500'000'000, 0};
+  r.offcpu.oncpu_ns = 1'000'000'000;
+  r.offcpu.window_offcpu_share = {0.4, 0, 0, 0.1, 0};
+  r.offcpu.window_oncpu_share = 0.5;
+  r.offcpu.window_span_seconds = 10;
+  CpuStealer st;
+  st.pid = 812;
+  st.comm = "stress-ng";
+  st.cgroup = "/noisy";
+  st.seconds = 3.5;
+  r.offcpu.stealers.push_back(st);
+  r.cgroup_cpu.present = true;
+  r.cgroup_cpu.path = "/job";
+  r.cgroup_cpu.periods = 100;
+  r.cgroup_cpu.throttled_periods = 30;
+  r.cgroup_cpu.throttled_seconds = 2.25;
+  r.cgroup_cpu.window_throttled_share = 0.2;
+  s.ranks.push_back(r);
+  json doc = json::parse(render_ranks_json(s));
+  EXPECT_TRUE(doc["ranks"][0]["offcpu"].is_null());
+  const json& o = doc["ranks"][1]["offcpu"];
+  EXPECT_DOUBLE_EQ(o["seconds"]["runqueue"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(o["seconds"]["sleep"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(o["cpu_seconds"].get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(o["window_shares"]["runqueue"].get<double>(), 0.4);
+  EXPECT_DOUBLE_EQ(o["window_cpu_share"].get<double>(), 0.5);
+  ASSERT_EQ(o["stealers"].size(), 1u);
+  EXPECT_EQ(o["stealers"][0]["pid"], 812);
+  EXPECT_EQ(o["stealers"][0]["comm"], "stress-ng");
+  EXPECT_EQ(o["stealers"][0]["cgroup"], "/noisy");
+  EXPECT_EQ(o["cgroup_cpu"]["throttled_periods"], 30);
+  EXPECT_DOUBLE_EQ(o["cgroup_cpu"]["window_throttled_share"].get<double>(), 0.2);
+}
+
 TEST(JsonApi, SortedByJobRankPidUnidentifiedLast) {
   json doc = json::parse(render_ranks_json(make_snapshot()));
   std::vector<int> pids;

@@ -63,6 +63,14 @@ Snapshot make_snapshot() {
   r0.python_gc.timed = 40;
   r0.python_gc.ns = 250'000'000;
   r0.python_gc.log2_buckets = {{17, 30}, {22, 9}, {36, 1}};  // ~100 us, ~4 ms, ~60 s
+  r0.offcpu.present = true;  // the sched_switch probe follows it
+  r0.offcpu.offcpu_ns = {1'500'000'000, 250'000'000, 0, 4'000'000'000, 5'000'000};
+  r0.offcpu.oncpu_ns = 7'250'000'000;
+  r0.cgroup_cpu.present = true;
+  r0.cgroup_cpu.path = "/job1";
+  r0.cgroup_cpu.periods = 500;
+  r0.cgroup_cpu.throttled_periods = 120;
+  r0.cgroup_cpu.throttled_seconds = 9.5;
   r0.memcpy["htod"] = {3, 12288};
   r0.memcpy["dtoh"] = {15, 960};
   r0.memcpy["dtod"] = {16, 69632};
@@ -210,6 +218,11 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_tcp_retransmits_total", "counter"},
       {"argus_block_io_latency_seconds", "histogram"},
       {"argus_agent_tcp_retransmits_unattributed_total", "counter"},
+      {"argus_offcpu_seconds_total", "counter"},
+      {"argus_cpu_seconds_total", "counter"},
+      {"argus_cpu_throttled_seconds_total", "counter"},
+      {"argus_cpu_throttled_periods_total", "counter"},
+      {"argus_cpu_periods_total", "counter"},
       {"argus_agent_capability", "gauge"},
       {"argus_agent_bpf_errors_total", "counter"},
       {"argus_agent_discovery_skips_total", "counter"},
@@ -363,6 +376,28 @@ TEST(PrometheusExporter, NetAndBlockSeries) {
   EXPECT_EQ(count_prefix(lines, R"(argus_block_io_latency_seconds_bucket{job_id="job1",rank="0",op="write",le=)"), 22u);
   EXPECT_EQ(count_prefix(lines, "argus_tcp_retransmits_total{"), 2u);
   EXPECT_EQ(count_prefix(lines, R"(argus_block_io_latency_seconds_count{job_id="job1",rank="1")"), 0u);
+}
+
+// Off-CPU time by reason (all five once the probe follows the rank), CPU time,
+// and the cgroup's throttling; nothing for a rank the probe does not follow.
+TEST(PrometheusExporter, SchedSeries) {
+  auto lines = lines_of(render_metrics(make_snapshot()));
+  for (const char* want : {
+           R"(argus_offcpu_seconds_total{job_id="job1",rank="0",reason="runqueue"} 1.5)",
+           R"(argus_offcpu_seconds_total{job_id="job1",rank="0",reason="io"} 0.25)",
+           R"(argus_offcpu_seconds_total{job_id="job1",rank="0",reason="lock"} 0)",
+           R"(argus_offcpu_seconds_total{job_id="job1",rank="0",reason="sleep"} 4)",
+           R"(argus_offcpu_seconds_total{job_id="job1",rank="0",reason="other"} 0.005)",
+           R"(argus_cpu_seconds_total{job_id="job1",rank="0"} 7.25)",
+           R"(argus_cpu_throttled_seconds_total{job_id="job1",rank="0"} 9.5)",
+           R"(argus_cpu_throttled_periods_total{job_id="job1",rank="0"} 120)",
+           R"(argus_cpu_periods_total{job_id="job1",rank="0"} 500)",
+       }) {
+    EXPECT_TRUE(has_line(lines, want)) << "missing: " << want;
+  }
+  EXPECT_EQ(count_prefix(lines, "argus_offcpu_seconds_total{"), 5u);
+  EXPECT_EQ(count_prefix(lines, R"(argus_cpu_seconds_total{job_id="job1",rank="1"})"), 0u);
+  EXPECT_EQ(count_prefix(lines, R"(argus_cpu_periods_total{job_id="job1",rank="1"})"), 0u);
 }
 
 // Python GC: the interpreter's counters per generation for every Python rank;

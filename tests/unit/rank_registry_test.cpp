@@ -235,6 +235,80 @@ TEST(RankRegistry, WaitRatioOverTheWindow) {
   EXPECT_DOUBLE_EQ(reg.snapshot()[0].collective_wait_ratio, 1.0);
 }
 
+// Off-CPU totals by reason replace, the window gives thread-seconds per wall
+// second, the window's stealers are those that took time in it (most first,
+// three at most), and the cgroup's throttled share comes from its cpu.stat.
+TEST(RankRegistry, OffCpuSharesStealersAndThrottlingOverTheWindow) {
+  FakeClock clock;
+  RegistryOptions o{"n", 30, 10, false};
+  o.sched_probe = true;
+  RankRegistry reg(clock, o);
+  reg.track(7, 1, "python", env_identity("j", 0), {});
+  auto stealer = [](int pid, const char* comm, double s) {
+    CpuStealer c;
+    c.pid = pid;
+    c.comm = comm;
+    c.cgroup = "/hogs";
+    c.seconds = s;
+    c.count = 1;
+    return c;
+  };
+  auto cgroup = [](double throttled) {
+    CgroupCpuView v;
+    v.path = "/job";
+    v.periods = 10;
+    v.throttled_periods = 4;
+    v.throttled_seconds = throttled;
+    return std::optional<CgroupCpuView>(v);
+  };
+  reg.apply_totals(7, {{7, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 0, 1, 1'000'000'000},
+                       {7, ARGUS_STAT_ONCPU, 0, 0, 1, 500'000'000}});
+  reg.set_cpu_stealers(7, {stealer(50, "old", 1.0), stealer(60, "hog", 0.5)});
+  reg.set_cgroup_cpu(7, cgroup(1.0));
+  reg.tick();
+  clock.advance(4);
+  reg.apply_totals(7, {{7, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 0, 9, 3'000'000'000},
+                       {7, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_SLEEP, 0, 2, 400'000'000},
+                       {7, ARGUS_STAT_OFFCPU, 9, 0, 1, 1},  // an unknown reason is ignored
+                       {7, ARGUS_STAT_ONCPU, 0, 0, 5, 2'500'000'000}});
+  reg.set_cpu_stealers(7, {stealer(50, "old", 1.0), stealer(60, "hog", 2.0), stealer(61, "b", 0.2),
+                           stealer(62, "c", 0.1), stealer(63, "d", 0.05)});
+  reg.set_cgroup_cpu(7, cgroup(3.0));
+  reg.tick();
+  const auto snap = reg.snapshot();
+  const auto* s = find(snap, 7);
+  ASSERT_NE(s, nullptr);
+  const OffCpuView& v = s->offcpu;
+  EXPECT_TRUE(v.present);
+  EXPECT_EQ(v.offcpu_ns[ARGUS_OFFCPU_RUNQUEUE], 3'000'000'000u);
+  EXPECT_EQ(v.offcpu_ns[ARGUS_OFFCPU_SLEEP], 400'000'000u);
+  EXPECT_EQ(v.oncpu_ns, 2'500'000'000u);
+  EXPECT_DOUBLE_EQ(v.window_span_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(v.window_offcpu_share[ARGUS_OFFCPU_RUNQUEUE], 0.5);
+  EXPECT_DOUBLE_EQ(v.window_offcpu_share[ARGUS_OFFCPU_SLEEP], 0.1);
+  EXPECT_DOUBLE_EQ(v.window_oncpu_share, 0.5);
+  ASSERT_EQ(v.stealers.size(), 3u);  // "old" took nothing in the window; "d" is fourth
+  EXPECT_EQ(v.stealers[0].pid, 60);
+  EXPECT_EQ(v.stealers[0].comm, "hog");
+  EXPECT_EQ(v.stealers[0].cgroup, "/hogs");
+  EXPECT_NEAR(v.stealers[0].seconds, 1.5, 1e-9);
+  EXPECT_EQ(v.stealers[1].pid, 61);
+  EXPECT_EQ(v.stealers[2].pid, 62);
+  EXPECT_TRUE(s->cgroup_cpu.present);
+  EXPECT_EQ(s->cgroup_cpu.throttled_periods, 4u);
+  EXPECT_NEAR(s->cgroup_cpu.window_throttled_share, 0.5, 1e-9);
+  reg.set_cgroup_cpu(7, std::nullopt);  // no cpu controller to read any more
+  EXPECT_FALSE(reg.snapshot()[0].cgroup_cpu.present);
+}
+
+TEST(RankRegistry, OffCpuAbsentWithoutTheSchedProbe) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.track(7, 1, "python", env_identity("j", 0), {});
+  reg.apply_totals(7, {});
+  EXPECT_FALSE(reg.snapshot()[0].offcpu.present);
+}
+
 TEST(RankRegistry, UnknownPidsAreIgnored) {
   FakeClock clock;
   RankRegistry reg(clock, {"n", 30, 10, false});

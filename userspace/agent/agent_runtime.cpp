@@ -6,12 +6,14 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string_view>
 #include <set>
 
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/comm_id.h"
 #include "userspace/detect/rank_exit.h"
+#include "userspace/procfs/cpu_stat.h"
 #include "userspace/python/stack_groups.h"
 
 namespace argus {
@@ -35,6 +37,14 @@ AggregateRecord aggregate_of(const StatEntry& s) {
   return {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum};
 }
 
+bool sched_probe_up(const BpfBackend& b) {
+  const auto probes = b.kernel_probes();
+  auto it = probes.find("sched_switch");
+  return it != probes.end() && (it->second == "tp_btf" || it->second == "raw_tp");
+}
+
+constexpr size_t kMaxStealerCgroups = 4096;  // cached stealer cgroup paths (cleared past it)
+
 }  // namespace
 
 Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& opts, const Clock& clock) {
@@ -42,6 +52,7 @@ Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& o
   lopts.btf_path = opts.btf_path;
   lopts.ringbuf_bytes = opts.ringbuf_bytes;
   lopts.usdt_spec_slots = opts.usdt_spec_slots;
+  if (!opts.offcpu) lopts.kernel_probes_off = {"sched_switch", "sched_wakeup", "sched_wakeup_new"};
   auto loader = BpfLoader::create(lopts);
   if (!loader.ok()) return make_error(loader.error());
   std::unique_ptr<AgentRuntime> rt(new AgentRuntime(opts, clock, std::move(*loader)));
@@ -61,7 +72,8 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
                                        .exit_grace_seconds = opts.exit_grace_seconds,
                                        .window_seconds = opts.window_seconds,
                                        .launches_counted = opts.probes == ProbeSet::Deep,
-                                       .caps = &caps_}),
+                                       .caps = &caps_,
+                                       .sched_probe = sched_probe_up(*loader_)}),
       tracker_(TrackerOptions{.window_seconds = opts.window_seconds, .caps = &caps_}),
       stragglers_(opts.straggler, opts.window_seconds),
       bubbles_(BubbleOptions{}, opts.window_seconds),
@@ -342,6 +354,10 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
   registry_.apply_totals(pid, records);
+  refresh_kernel_cpu(pid);  // its last stealers (its cgroup may be gone: then none)
+  loader_->delete_stealers(static_cast<uint32_t>(pid));
+  rank_cpu_cgroups_.erase(pid);
+  cpu_stat_bad_.erase(pid);
   take_python_gc(pid);  // the probes' last counters: the process can no longer be polled
   loader_->forget_python_proc(static_cast<uint32_t>(pid));
   py_ranks_.erase(pid);
@@ -442,6 +458,15 @@ void AgentRuntime::evaluate_detectors() {
     sig.gc_span_s = r.python_gc.window_span_seconds;
     sig.gc_pauses = r.python_gc.window_pauses;
     sig.gc_max_pause_s = r.python_gc.window_max_pause_seconds;
+    sig.offcpu_valid = r.offcpu.present && r.offcpu.window_span_seconds > 0;
+    sig.runqueue_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_RUNQUEUE];
+    sig.io_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_IO];
+    sig.lock_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_LOCK];
+    sig.sleep_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_SLEEP];
+    sig.oncpu_share = r.offcpu.window_oncpu_share;
+    sig.stealers = r.offcpu.stealers;
+    sig.throttle_valid = r.cgroup_cpu.present;
+    sig.throttled_share = r.cgroup_cpu.window_throttled_share;
     step_seconds_[r.pid] = lag.step_seconds;
     signals.push_back(sig);
   }
@@ -602,6 +627,7 @@ void AgentRuntime::refresh_stats() {
     }
     registry_.apply_totals(pid, records);
   }
+  for (int pid : registry_.live_pids()) refresh_kernel_cpu(pid);
   refresh_python();
   refresh_tcp();
   auto errors = loader_->read_errors();
@@ -685,6 +711,70 @@ void AgentRuntime::take_python_gc(int pid) {
   std::array<uint64_t, 3> counts{};
   for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, snap->collections[g]));
   registry_.set_python_gc(pid, "", "", counts);
+}
+
+// A stealer's cgroup path (the cpu controller's, else v2), read once per
+// (pid, cgroup id); "" when the process is gone.
+std::string AgentRuntime::stealer_cgroup(int pid, uint64_t cgroup_id) {
+  if (auto it = stealer_cgroups_.find(pid); it != stealer_cgroups_.end() && it->second.first == cgroup_id)
+    return it->second.second;
+  if (stealer_cgroups_.size() >= kMaxStealerCgroups) stealer_cgroups_.clear();
+  std::string path;
+  if (auto cg = procfs::read_cgroup(opts_.proc_root, pid); cg.ok()) {
+    if (auto dir = procfs::cgroup_dir(*cg, opts_.sysfs_root, "cpu")) {
+      path = dir->path;
+    } else {
+      for (const auto& line : cg->lines)
+        if (line.hierarchy == 0) path = line.path;
+    }
+  }
+  stealer_cgroups_[pid] = {cgroup_id, path};
+  return path;
+}
+
+// A rank's CPU stealers (BPF totals, named) and its cgroup's CPU throttling.
+void AgentRuntime::refresh_kernel_cpu(int pid) {
+  std::vector<CpuStealer> stealers;
+  for (const auto& e : loader_->read_stealers(static_cast<uint32_t>(pid))) {
+    CpuStealer s;
+    s.pid = static_cast<int>(e.key.stealer_tgid);
+    s.comm.assign(e.value.comm, strnlen(e.value.comm, sizeof(e.value.comm)));
+    s.cgroup = stealer_cgroup(s.pid, e.value.cgroup_id);
+    s.seconds = static_cast<double>(e.value.ns) / 1e9;
+    s.count = e.value.count;
+    stealers.push_back(std::move(s));
+  }
+  registry_.set_cpu_stealers(pid, std::move(stealers));
+
+  auto dir_it = rank_cpu_cgroups_.find(pid);
+  if (dir_it == rank_cpu_cgroups_.end()) {
+    std::optional<procfs::CgroupDir> dir;
+    if (auto cg = procfs::read_cgroup(opts_.proc_root, pid); cg.ok()) dir = procfs::cgroup_dir(*cg, opts_.sysfs_root, "cpu");
+    dir_it = rank_cpu_cgroups_.emplace(pid, dir).first;
+  }
+  if (!dir_it->second) return registry_.set_cgroup_cpu(pid, std::nullopt);
+  const procfs::CgroupDir dir = *dir_it->second;
+  auto text = procfs::read_file(dir.dir + "/cpu.stat", 64 << 10);
+  if (!text.ok()) {
+    rank_cpu_cgroups_.erase(dir_it);  // moved or gone: resolved again next pass
+    return registry_.set_cgroup_cpu(pid, std::nullopt);
+  }
+  auto stat = procfs::parse_cpu_stat(*text, dir.version);
+  if (!stat.ok()) {
+    if (cpu_stat_bad_.insert(pid).second) {
+      discovery_->count_skip("cgroup_cpu_stat_malformed");
+      spdlog::warn("pid {}: {}/cpu.stat skipped: {}", pid, dir.dir, stat.error());
+    }
+    return registry_.set_cgroup_cpu(pid, std::nullopt);
+  }
+  if (!stat->has_quota_counters) return registry_.set_cgroup_cpu(pid, std::nullopt);
+  CgroupCpuView v;
+  v.present = true;
+  v.path = dir.path;
+  v.periods = stat->nr_periods;
+  v.throttled_periods = stat->nr_throttled;
+  v.throttled_seconds = static_cast<double>(stat->throttled_ns) / 1e9;
+  registry_.set_cgroup_cpu(pid, std::move(v));
 }
 
 // A tracked process that is gone without an exit event (lost, or it exited

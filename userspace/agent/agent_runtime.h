@@ -25,6 +25,7 @@
 #include "userspace/probes/probe_manager.h"
 #include "userspace/procfs/memcg.h"
 #include "userspace/procfs/socket_owners.h"
+#include "userspace/procfs/cgroup.h"
 #include "userspace/python/py_profile.h"
 #include "userspace/python/py_runtime.h"
 #include "userspace/registry/rank_registry.h"
@@ -35,6 +36,8 @@ namespace argus {
 struct AgentOptions {
   std::string node;
   std::string proc_root = "/proc";
+  std::string sysfs_root = "/sys";  // cgroups under <sysfs_root>/fs/cgroup
+  bool offcpu = true;               // the scheduler probes (off-CPU time, CPU stealers)
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   ProbeSet probes = ProbeSet::Default;
   double window_seconds = kDefaultWindowSeconds;
@@ -102,6 +105,8 @@ class AgentRuntime : public ApiSource {
   void take_python_gc(int pid);
   void refresh_tcp();  // new TCP retransmits, attributed to ranks through their sockets
   void reap_vanished();
+  void refresh_kernel_cpu(int pid);  // its CPU stealers and its cgroup's cpu.stat
+  std::string stealer_cgroup(int pid, uint64_t cgroup_id);
   void finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause = nullptr);
   void watch_memcg(int pid);
   ExitCause exit_cause(int pid, int exit_code, const argus_exit_info* info);
@@ -159,6 +164,12 @@ class AgentRuntime : public ApiSource {
     std::optional<uint64_t> oom_kills;
   };
   std::map<int, MemcgWatch> memcgs_;
+  // Kernel layer (event loop only): a stealer's cgroup path by pid (with the
+  // cgroup id it was read for), a rank's CPU cgroup directory, and the ranks
+  // whose cpu.stat was malformed (counted once).
+  std::map<int, std::pair<uint64_t, std::string>> stealer_cgroups_;
+  std::map<int, std::optional<procfs::CgroupDir>> rank_cpu_cgroups_;
+  std::set<int> cpu_stat_bad_;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   mutable python::PythonLocator py_locator_;  // thread-safe; interpreter files cached by inode

@@ -8,6 +8,9 @@
 #include "userspace/gpu_timeline/timeline.h"
 
 namespace argus {
+namespace {
+constexpr size_t kTopStealers = 3;  // stealers named per rank and window
+}  // namespace
 
 const char* block_op_label(uint32_t op) {
   switch (op) {
@@ -110,6 +113,9 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
   s.python_gc.ns = 0;
   s.python_gc.log2_buckets.clear();
   s.block_io.clear();
+  s.offcpu.present = opts_.sched_probe;
+  s.offcpu.offcpu_ns.fill(0);
+  s.offcpu.oncpu_ns = 0;
   for (const auto& r : records) {
     switch (r.kind) {
       case ARGUS_STAT_NCCL_CALLS: {
@@ -153,6 +159,12 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
       case ARGUS_STAT_BLOCK_IO_HIST:
         s.block_io[block_op_label(static_cast<uint32_t>(r.code))].log2_buckets[r.sub] += r.count;
         break;
+      case ARGUS_STAT_OFFCPU:
+        if (r.sub < s.offcpu.offcpu_ns.size()) s.offcpu.offcpu_ns[r.sub] += r.sum;
+        break;
+      case ARGUS_STAT_ONCPU:
+        s.offcpu.oncpu_ns += r.sum;
+        break;
       case ARGUS_STAT_CUDA_MEMCPY: {
         auto& c = s.memcpy[gpu::copy_direction_label(r.sub)];
         c.calls += r.count;
@@ -190,6 +202,28 @@ void RankRegistry::set_python_gc(int pid, const std::string& version, const std:
   if (!version.empty()) gc.version = version;
   if (!anchor.empty()) gc.anchor = anchor;
   for (size_t g = 0; g < collections.size(); ++g) gc.collections[g] = std::max(gc.collections[g], collections[g]);
+}
+
+void RankRegistry::set_cpu_stealers(int pid, std::vector<CpuStealer> totals) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  it->second.stealer_totals = std::move(totals);
+}
+
+void RankRegistry::set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  CgroupCpuView& c = it->second.snap.cgroup_cpu;
+  if (!view) {
+    c = CgroupCpuView{};
+    return;
+  }
+  const double share = c.path == view->path ? c.window_throttled_share : 0;
+  c = std::move(*view);
+  c.present = true;
+  c.window_throttled_share = share;  // recomputed at tick()
 }
 
 void RankRegistry::apply_identity_from_init(Entry& e, const NcclInitInfo& info) {
@@ -301,6 +335,32 @@ void RankRegistry::window_gc(const Sample& a, const Sample& b, PythonGcView& gc)
   }
 }
 
+// Off-CPU shares and the top stealers between two samples: thread-seconds
+// per wall second (several threads may sum above 1).
+void RankRegistry::window_offcpu(const Sample& a, const Sample& b, const std::vector<CpuStealer>& totals, Entry& e) {
+  const double dt = static_cast<double>(b.mono_ns - a.mono_ns);
+  OffCpuView& v = e.snap.offcpu;
+  auto per_wall = [dt](uint64_t x, uint64_t y) { return dt > 0 && y >= x ? static_cast<double>(y - x) / dt : 0.0; };
+  for (size_t i = 0; i < v.window_offcpu_share.size(); ++i)
+    v.window_offcpu_share[i] = per_wall(a.offcpu_ns[i], b.offcpu_ns[i]);
+  v.window_oncpu_share = per_wall(a.oncpu_ns, b.oncpu_ns);
+  v.window_span_seconds = dt / 1e9;
+  e.snap.cgroup_cpu.window_throttled_share = per_wall(a.throttled_ns, b.throttled_ns);
+  v.stealers.clear();
+  for (const auto& t : totals) {
+    auto before = a.stealer_ns.find(t.pid);
+    const uint64_t now_ns = b.stealer_ns.count(t.pid) ? b.stealer_ns.at(t.pid) : 0;
+    const uint64_t then_ns = before == a.stealer_ns.end() ? 0 : before->second;
+    if (now_ns <= then_ns) continue;
+    CpuStealer w = t;
+    w.seconds = static_cast<double>(now_ns - then_ns) / 1e9;
+    v.stealers.push_back(std::move(w));
+  }
+  std::sort(v.stealers.begin(), v.stealers.end(),
+            [](const CpuStealer& x, const CpuStealer& y) { return x.seconds > y.seconds; });
+  if (v.stealers.size() > kTopStealers) v.stealers.resize(kTopStealers);
+}
+
 void RankRegistry::tick() {
   std::lock_guard lock(mu_);
   const uint64_t now = clock_.monotonic_ns();
@@ -317,7 +377,18 @@ void RankRegistry::tick() {
       continue;
     }
     const PythonGcView& gc = e.snap.python_gc;
-    e.samples.push_back({now, sum_wait_ns(e.snap.nccl), sum_wait_ns(e.snap.sync), gc.ns, gc.timed, gc.log2_buckets});
+    Sample smp;
+    smp.mono_ns = now;
+    smp.coll_ns = sum_wait_ns(e.snap.nccl);
+    smp.sync_ns = sum_wait_ns(e.snap.sync);
+    smp.gc_ns = gc.ns;
+    smp.gc_pauses = gc.timed;
+    smp.gc_buckets = gc.log2_buckets;
+    smp.offcpu_ns = e.snap.offcpu.offcpu_ns;
+    smp.oncpu_ns = e.snap.offcpu.oncpu_ns;
+    smp.throttled_ns = static_cast<uint64_t>(e.snap.cgroup_cpu.throttled_seconds * 1e9);
+    for (const auto& t : e.stealer_totals) smp.stealer_ns[t.pid] = static_cast<uint64_t>(t.seconds * 1e9);
+    e.samples.push_back(std::move(smp));
     while (e.samples.size() > 2 && now - e.samples.front().mono_ns > window_ns) e.samples.pop_front();
     if (e.samples.size() >= 2) {
       const auto& a = e.samples.front();
@@ -326,6 +397,7 @@ void RankRegistry::tick() {
       e.snap.collective_wait_ratio = share(dt, a.coll_ns, b.coll_ns);
       e.snap.sync_wait_ratio = share(dt, a.sync_ns, b.sync_ns);
       window_gc(a, b, e.snap.python_gc);
+      window_offcpu(a, b, e.stealer_totals, e);
     }
     ++it;
   }

@@ -49,6 +49,7 @@ struct RegistryOptions {
   size_t max_exited = kDefaultMaxExitedRanks;  // exited ranks kept; past it the oldest goes before its grace
   size_t max_comm_inits = kDefaultMaxCommsPerRank;  // ncclCommInitRank records kept per process
   CapCounts* caps = nullptr;
+  bool sched_probe = false;  // the sched_switch probe follows the ranks (OffCpuView::present)
 };
 
 class RankRegistry {
@@ -76,6 +77,12 @@ class RankRegistry {
   void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote);
   void set_python_gc(int pid, const std::string& version, const std::string& anchor,
                      const std::array<uint64_t, 3>& collections);
+  // Who took the rank's CPU, totals since it was first followed (seconds and
+  // count per stealer pid): the window's top few are derived at tick().
+  void set_cpu_stealers(int pid, std::vector<CpuStealer> totals);
+  // Its cgroup's CPU controller read now (totals; the window share at tick()),
+  // or nullopt when it has none to read.
+  void set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view);
   // exit_code as the kernel keeps it: (status << 8) | signal. The reason is
   // "oom" when the cause says so, else "signal" or "exit"; exit_code then holds
   // the signal or the exit status.
@@ -91,21 +98,27 @@ class RankRegistry {
 
  private:
   struct Sample {
-    uint64_t mono_ns;
-    uint64_t coll_ns;  // inside collective calls, total so far
-    uint64_t sync_ns;  // inside CUDA synchronize calls, total so far
+    uint64_t mono_ns = 0;
+    uint64_t coll_ns = 0;  // inside collective calls, total so far
+    uint64_t sync_ns = 0;  // inside CUDA synchronize calls, total so far
     uint64_t gc_ns = 0;      // inside Python collections, total so far
     uint64_t gc_pauses = 0;  // Python collections timed, total so far
     std::map<uint32_t, uint64_t> gc_buckets;  // the pause histogram then
+    std::array<uint64_t, 5> offcpu_ns{};       // off CPU by reason, total so far
+    uint64_t oncpu_ns = 0;
+    uint64_t throttled_ns = 0;                 // its cgroup throttled, total so far
+    std::map<int, uint64_t> stealer_ns;        // stealer pid -> runqueue ns charged, total so far
   };
   struct Entry {
     RankSnapshot snap;
     std::deque<Sample> samples;
     std::vector<NcclInitInfo> comms;
+    std::vector<CpuStealer> stealer_totals;  // since first followed
   };
 
   void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
   static void window_gc(const Sample& a, const Sample& b, PythonGcView& gc);
+  static void window_offcpu(const Sample& a, const Sample& b, const std::vector<CpuStealer>& totals, Entry& e);
   void mark_exited(Entry& e, const std::string& reason, int code, const ExitCause& cause = {});
   void evict_exited_past_cap(int keep_pid);  // never the rank that just exited
 
