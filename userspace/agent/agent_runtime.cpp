@@ -356,7 +356,6 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
   registry_.apply_totals(pid, records);
   refresh_kernel_cpu(pid);  // its last stealers (its cgroup may be gone: then none)
   loader_->delete_stealers(static_cast<uint32_t>(pid));
-  rank_cpu_cgroups_.erase(pid);
   cpu_stat_bad_.erase(pid);
   take_python_gc(pid);  // the probes' last counters: the process can no longer be polled
   loader_->forget_python_proc(static_cast<uint32_t>(pid));
@@ -746,19 +745,13 @@ void AgentRuntime::refresh_kernel_cpu(int pid) {
   }
   registry_.set_cpu_stealers(pid, std::move(stealers));
 
-  auto dir_it = rank_cpu_cgroups_.find(pid);
-  if (dir_it == rank_cpu_cgroups_.end()) {
-    std::optional<procfs::CgroupDir> dir;
-    if (auto cg = procfs::read_cgroup(opts_.proc_root, pid); cg.ok()) dir = procfs::cgroup_dir(*cg, opts_.sysfs_root, "cpu");
-    dir_it = rank_cpu_cgroups_.emplace(pid, dir).first;
-  }
-  if (!dir_it->second) return registry_.set_cgroup_cpu(pid, std::nullopt);
-  const procfs::CgroupDir dir = *dir_it->second;
+  // Resolved each pass: a rank may be moved (systemd, a job scheduler) after it starts.
+  std::optional<procfs::CgroupDir> found;
+  if (auto cg = procfs::read_cgroup(opts_.proc_root, pid); cg.ok()) found = procfs::cgroup_dir(*cg, opts_.sysfs_root, "cpu");
+  if (!found) return registry_.set_cgroup_cpu(pid, std::nullopt);
+  const procfs::CgroupDir dir = *found;
   auto text = procfs::read_file(dir.dir + "/cpu.stat", 64 << 10);
-  if (!text.ok()) {
-    rank_cpu_cgroups_.erase(dir_it);  // moved or gone: resolved again next pass
-    return registry_.set_cgroup_cpu(pid, std::nullopt);
-  }
+  if (!text.ok()) return registry_.set_cgroup_cpu(pid, std::nullopt);  // moved or gone meanwhile
   auto stat = procfs::parse_cpu_stat(*text, dir.version);
   if (!stat.ok()) {
     if (cpu_stat_bad_.insert(pid).second) {

@@ -165,10 +165,9 @@ class AgentRuntime : public ApiSource {
   };
   std::map<int, MemcgWatch> memcgs_;
   // Kernel layer (event loop only): a stealer's cgroup path by pid (with the
-  // cgroup id it was read for), a rank's CPU cgroup directory, and the ranks
-  // whose cpu.stat was malformed (counted once).
+  // cgroup id it was read for), and the ranks whose cpu.stat was malformed
+  // (counted once).
   std::map<int, std::pair<uint64_t, std::string>> stealer_cgroups_;
-  std::map<int, std::optional<procfs::CgroupDir>> rank_cpu_cgroups_;
   std::set<int> cpu_stat_bad_;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
