@@ -17,6 +17,8 @@
 #     is in WORK/python/summary.txt.
 #  f. Python stack dumps (bench/python_dump_bench.py): argusctl stacks on an 8-rank Python
 #     job against py-spy dump of the same ranks, in wall time and in how long each stalls a rank.
+#  g. sched_switch probe (bench/sched_switch.sh): context switches per second of a pipe
+#     ping-pong without the agent, with it, and tracked as a rank, as ratios; BPF ns per run.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -25,6 +27,7 @@
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
 # ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1,
+# ARGUS_BENCH_SKIP_SCHED=1 (and ARGUS_BENCH_SCHED_*: see bench/sched_switch.sh),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -402,9 +405,21 @@ if [ "${ARGUS_BENCH_SKIP_PYDUMP:-0}" != 1 ]; then
 else
   log "f. Python stack dumps: skipped"
 fi
+
+# g. sched_switch probe ------------------------------------------------------
+if [ "${ARGUS_BENCH_SKIP_SCHED:-0}" != 1 ]; then
+  log "g. sched_switch probe: bench/sched_switch.sh (pipe ping-pong, no agent / agent / tracked rank)"
+  sched_rc=0
+  BUILD_DIR=$BUILD "$ROOT/bench/sched_switch.sh" "$WORK/sched" >"$WORK/sched-switch.log" 2>&1 || sched_rc=$?
+  fact sched_switch_exit_code "$sched_rc"
+  [ "$sched_rc" -eq 0 ] || log "bench/sched_switch.sh failed (status $sched_rc): $WORK/sched-switch.log"
+else
+  log "g. sched_switch probe: skipped"
+fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
 if [ "$PYGC_RC" = 0 ]; then tee -a "$WORK/summary.txt" <"$WORK/pygc/summary.txt"; fi
 if [ -s "$WORK/python/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python/summary.txt"; fi
 if [ -s "$WORK/python-dump.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python-dump.txt"; fi
+if [ -s "$WORK/sched/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/sched/summary.txt"; fi

@@ -3,8 +3,9 @@
  * sched_switch times each thread of a tracked tgid: the slice it ran (ONCPU)
  * and the interval it was off CPU (OFFCPU, by reason). A blocked interval ends
  * at its wakeup; from the wakeup to the switch-in the thread is runnable and
- * waits in the runqueue. That wait is charged to the task the CPU was taken
- * from when the thread got it back (prev there): the stealers map.
+ * waits in the runqueue. A runqueue wait is charged to the task that took the
+ * CPU: the one that preempted the thread (next at its switch-out), else, for a
+ * woken thread, the task it got the CPU back from (prev at its switch-in).
  *
  * Other tasks cost two hash lookups per switch (prev's and next's tgid), one
  * per wakeup. Aggregated in the stats map; nothing goes to the ring buffer. */
@@ -22,9 +23,10 @@
 struct argus_sched_thread {
 	__u64 ts;      /* last switch (in or out) */
 	__u64 wake_ts; /* wakeup of the current blocked interval, 0 if none yet */
+	__u32 taker;   /* tgid of the task that preempted it (0: none, idle or its own) */
 	__u8 on;       /* on CPU now */
 	__u8 reason;   /* enum argus_offcpu_reason of the current off-CPU interval */
-	__u8 pad[6];
+	__u8 pad[2];
 };
 
 /* tid -> state. LRU: threads that die (or that the agent forgets) age out. */
@@ -76,8 +78,69 @@ static __always_inline __u8 argus_offcpu_reason_of(bool preempt, struct task_str
 	return ARGUS_OFFCPU_OTHER;
 }
 
+static __always_inline void argus_stealer_add(struct argus_stealer_val *v, __u64 wait)
+{
+	__sync_fetch_and_add(&v->ns, wait);
+	__sync_fetch_and_add(&v->count, 1);
+}
+
+/* The (victim, stealer) entry, created with the stealer's name and cgroup from
+ * its task when missing; NULL (counted) when the map refuses it. */
+static __always_inline struct argus_stealer_val *argus_stealer_entry(__u32 victim, struct task_struct *task,
+								     __u32 stealer, __u64 cgroup_id)
+{
+	struct argus_stealer_key key = { .victim_tgid = victim, .stealer_tgid = stealer };
+	struct argus_stealer_val *v = bpf_map_lookup_elem(&cpu_stealers, &key);
+	if (v)
+		return v;
+	struct argus_stealer_val init = { .cgroup_id = cgroup_id };
+	BPF_CORE_READ_STR_INTO(&init.comm, task, group_leader, comm);
+	long err = bpf_map_update_elem(&cpu_stealers, &key, &init, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: added on another CPU meanwhile */) {
+		argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
+		return 0;
+	}
+	v = bpf_map_lookup_elem(&cpu_stealers, &key);
+	if (!v)
+		argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
+	return v;
+}
+
+/* A tracked thread preempted: `next` took its CPU. Its entry is made now, while
+ * its task is at hand; the wait is added at the switch-in. Returns its tgid,
+ * 0 when the CPU goes idle or to the same process. */
+static __always_inline __u32 argus_note_taker(__u32 victim, struct task_struct *next)
+{
+	__u32 taker = BPF_CORE_READ(next, tgid);
+	if (BPF_CORE_READ(next, pid) == 0 || taker == victim)
+		return 0;
+	__u64 cgid = BPF_CORE_READ(next, cgroups, dfl_cgrp, kn, id);
+	return argus_stealer_entry(victim, next, taker, cgid) ? taker : 0;
+}
+
+/* A runqueue wait ends: charged to the task that preempted the thread, else to
+ * the one switched out now (current here), unless the CPU was idle or the task
+ * belongs to the same process. */
+static __always_inline void argus_charge_stealer(__u32 victim, __u32 taker, struct task_struct *prev, __u64 wait)
+{
+	if (taker) {
+		struct argus_stealer_key key = { .victim_tgid = victim, .stealer_tgid = taker };
+		struct argus_stealer_val *v = bpf_map_lookup_elem(&cpu_stealers, &key);
+		if (v) {
+			argus_stealer_add(v, wait);
+			return;
+		}
+	}
+	__u32 stealer = BPF_CORE_READ(prev, tgid);
+	if (BPF_CORE_READ(prev, pid) == 0 || stealer == victim)
+		return;
+	struct argus_stealer_val *v = argus_stealer_entry(victim, prev, stealer, bpf_get_current_cgroup_id());
+	if (v)
+		argus_stealer_add(v, wait);
+}
+
 static __always_inline void argus_switch_out(__u64 now, bool preempt, struct task_struct *prev,
-					     unsigned int prev_state, __u32 tgid)
+					     struct task_struct *next, unsigned int prev_state, __u32 tgid)
 {
 	__u32 tid = BPF_CORE_READ(prev, pid);
 	if (prev_state & ARGUS_TASK_DEAD) {
@@ -86,48 +149,21 @@ static __always_inline void argus_switch_out(__u64 now, bool preempt, struct tas
 	}
 	struct argus_sched_thread *st = bpf_map_lookup_elem(&sched_threads, &tid);
 	__u8 reason = argus_offcpu_reason_of(preempt, prev, prev_state);
+	__u32 taker = reason == ARGUS_OFFCPU_RUNQUEUE ? argus_note_taker(tgid, next) : 0;
 	if (st) {
 		if (st->on && now > st->ts)
 			argus_stat_add(tgid, ARGUS_STAT_ONCPU, 0, 0, 1, now - st->ts);
 		st->ts = now;
 		st->wake_ts = 0;
+		st->taker = taker;
 		st->on = 0;
 		st->reason = reason;
 		return;
 	}
 	/* First seen going off: its slice began before we looked, not timed. */
-	struct argus_sched_thread init = { .ts = now, .reason = reason };
+	struct argus_sched_thread init = { .ts = now, .taker = taker, .reason = reason };
 	if (bpf_map_update_elem(&sched_threads, &tid, &init, BPF_ANY))
 		argus_count_error(ARGUS_ERR_SCHED_MAP_FULL);
-}
-
-/* The wait is charged to the task switched out (current here), unless the CPU
- * was idle or the task belongs to the same process. */
-static __always_inline void argus_charge_stealer(__u32 victim, struct task_struct *prev, __u64 wait)
-{
-	__u32 stealer = BPF_CORE_READ(prev, tgid);
-	if (BPF_CORE_READ(prev, pid) == 0 || stealer == victim)
-		return;
-	struct argus_stealer_key key = { .victim_tgid = victim, .stealer_tgid = stealer };
-	struct argus_stealer_val *v = bpf_map_lookup_elem(&cpu_stealers, &key);
-	if (v) {
-		__sync_fetch_and_add(&v->ns, wait);
-		__sync_fetch_and_add(&v->count, 1);
-		return;
-	}
-	struct argus_stealer_val init = { .ns = wait, .count = 1, .cgroup_id = bpf_get_current_cgroup_id() };
-	BPF_CORE_READ_STR_INTO(&init.comm, prev, group_leader, comm);
-	long err = bpf_map_update_elem(&cpu_stealers, &key, &init, BPF_NOEXIST);
-	if (err == -17) { /* EEXIST: added on another CPU meanwhile */
-		v = bpf_map_lookup_elem(&cpu_stealers, &key);
-		if (v) {
-			__sync_fetch_and_add(&v->ns, wait);
-			__sync_fetch_and_add(&v->count, 1);
-			return;
-		}
-	}
-	if (err)
-		argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
 }
 
 static __always_inline void argus_switch_in(__u64 now, struct task_struct *prev, struct task_struct *next,
@@ -155,11 +191,12 @@ static __always_inline void argus_switch_in(__u64 now, struct task_struct *prev,
 		__u64 wait = now - runq_from;
 		if (wait > 0) {
 			argus_stat_add(tgid, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 0, 1, wait);
-			argus_charge_stealer(tgid, prev, wait);
+			argus_charge_stealer(tgid, st->taker, prev, wait);
 		}
 	}
 	st->ts = now;
 	st->wake_ts = 0;
+	st->taker = 0;
 	st->on = 1;
 }
 
@@ -174,7 +211,7 @@ static __always_inline int argus_on_switch(bool preempt, struct task_struct *pre
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (prev_f)
-		argus_switch_out(now, preempt, prev, prev_state, prev_tgid);
+		argus_switch_out(now, preempt, prev, next, prev_state, prev_tgid);
 	if (next_f)
 		argus_switch_in(now, prev, next, next_tgid);
 	return 0;
