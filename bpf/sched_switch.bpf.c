@@ -3,12 +3,13 @@
  * sched_switch times each thread of a tracked tgid: the slice it ran (ONCPU)
  * and the interval it was off CPU (OFFCPU, by reason). A blocked interval ends
  * at its wakeup; from the wakeup to the switch-in the thread is runnable and
- * waits in the runqueue. A runqueue wait is charged to the task that took the
- * CPU: the one that preempted the thread (next at its switch-out), else, for a
- * woken thread, the task it got the CPU back from (prev at its switch-in).
+ * waits in the runqueue. Each CPU remembers the rank (tgid) whose thread waits
+ * for it (preempted there, or woken onto it) and when the running slice began:
+ * every slice that ends while a rank waits is charged to the task that ran it,
+ * for the part of it the rank waited (the stealers map).
  *
- * Other tasks cost two hash lookups per switch (prev's and next's tgid), one
- * per wakeup. Aggregated in the stats map; nothing goes to the ring buffer. */
+ * Other tasks cost two hash lookups (prev's and next's tgid) and one array
+ * slot per switch, one hash lookup per wakeup. Aggregated in the stats map; nothing goes to the ring buffer. */
 #include "helpers.bpf.h"
 #include "argus_sched.h"
 
@@ -23,11 +24,28 @@
 struct argus_sched_thread {
 	__u64 ts;      /* last switch (in or out) */
 	__u64 wake_ts; /* wakeup of the current blocked interval, 0 if none yet */
-	__u32 taker;   /* tgid of the task that preempted it (0: none, idle or its own) */
-	__u8 on;       /* on CPU now */
-	__u8 reason;   /* enum argus_offcpu_reason of the current off-CPU interval */
+	__u32 wait_cpu; /* the CPU it waits for while runnable */
+	__u8 on;        /* on CPU now */
+	__u8 reason;    /* enum argus_offcpu_reason of the current off-CPU interval */
 	__u8 pad[2];
 };
+
+/* Per CPU: when the running slice began, and the rank waiting for the CPU. */
+struct argus_cpu_slot {
+	__u64 slice_ts;
+	__u64 waiter_since;
+	__u32 waiter_tgid; /* 0: no followed thread waits here */
+	__u32 pad;
+};
+
+#define ARGUS_MAX_CPUS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ARGUS_MAX_CPUS);
+	__type(key, __u32);
+	__type(value, struct argus_cpu_slot);
+} sched_cpu_slots SEC(".maps");
 
 /* tid -> state. LRU: threads that die (or that the agent forgets) age out. */
 struct {
@@ -78,69 +96,45 @@ static __always_inline __u8 argus_offcpu_reason_of(bool preempt, struct task_str
 	return ARGUS_OFFCPU_OTHER;
 }
 
-static __always_inline void argus_stealer_add(struct argus_stealer_val *v, __u64 wait)
+/* The slice `prev` (current) ran while a rank waited for this CPU: charged to
+ * prev's process, unless the CPU was idle or prev belongs to the rank. */
+static __always_inline void argus_charge_stealer(__u32 victim, struct task_struct *prev, __u64 wait)
 {
+	__u32 stealer = BPF_CORE_READ(prev, tgid);
+	if (BPF_CORE_READ(prev, pid) == 0 || stealer == victim)
+		return;
+	struct argus_stealer_key key = { .victim_tgid = victim, .stealer_tgid = stealer };
+	struct argus_stealer_val *v = bpf_map_lookup_elem(&cpu_stealers, &key);
+	if (!v) {
+		struct argus_stealer_val init = { .cgroup_id = bpf_get_current_cgroup_id() };
+		BPF_CORE_READ_STR_INTO(&init.comm, prev, group_leader, comm);
+		long err = bpf_map_update_elem(&cpu_stealers, &key, &init, BPF_NOEXIST);
+		if (err && err != -17 /* EEXIST: added on another CPU meanwhile */) {
+			argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
+			return;
+		}
+		v = bpf_map_lookup_elem(&cpu_stealers, &key);
+		if (!v) {
+			argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
+			return;
+		}
+	}
 	__sync_fetch_and_add(&v->ns, wait);
 	__sync_fetch_and_add(&v->count, 1);
 }
 
-/* The (victim, stealer) entry, created with the stealer's name and cgroup from
- * its task when missing; NULL (counted) when the map refuses it. */
-static __always_inline struct argus_stealer_val *argus_stealer_entry(__u32 victim, struct task_struct *task,
-								     __u32 stealer, __u64 cgroup_id)
+/* A followed thread of `tgid` is runnable on `cpu` from `now`. */
+static __always_inline void argus_wait_on(__u32 cpu, __u32 tgid, __u64 now)
 {
-	struct argus_stealer_key key = { .victim_tgid = victim, .stealer_tgid = stealer };
-	struct argus_stealer_val *v = bpf_map_lookup_elem(&cpu_stealers, &key);
-	if (v)
-		return v;
-	struct argus_stealer_val init = { .cgroup_id = cgroup_id };
-	BPF_CORE_READ_STR_INTO(&init.comm, task, group_leader, comm);
-	long err = bpf_map_update_elem(&cpu_stealers, &key, &init, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: added on another CPU meanwhile */) {
-		argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
-		return 0;
-	}
-	v = bpf_map_lookup_elem(&cpu_stealers, &key);
-	if (!v)
-		argus_count_error(ARGUS_ERR_STEALER_MAP_FULL);
-	return v;
-}
-
-/* A tracked thread preempted: `next` took its CPU. Its entry is made now, while
- * its task is at hand; the wait is added at the switch-in. Returns its tgid,
- * 0 when the CPU goes idle or to the same process. */
-static __always_inline __u32 argus_note_taker(__u32 victim, struct task_struct *next)
-{
-	__u32 taker = BPF_CORE_READ(next, tgid);
-	if (BPF_CORE_READ(next, pid) == 0 || taker == victim)
-		return 0;
-	__u64 cgid = BPF_CORE_READ(next, cgroups, dfl_cgrp, kn, id);
-	return argus_stealer_entry(victim, next, taker, cgid) ? taker : 0;
-}
-
-/* A runqueue wait ends: charged to the task that preempted the thread, else to
- * the one switched out now (current here), unless the CPU was idle or the task
- * belongs to the same process. */
-static __always_inline void argus_charge_stealer(__u32 victim, __u32 taker, struct task_struct *prev, __u64 wait)
-{
-	if (taker) {
-		struct argus_stealer_key key = { .victim_tgid = victim, .stealer_tgid = taker };
-		struct argus_stealer_val *v = bpf_map_lookup_elem(&cpu_stealers, &key);
-		if (v) {
-			argus_stealer_add(v, wait);
-			return;
-		}
-	}
-	__u32 stealer = BPF_CORE_READ(prev, tgid);
-	if (BPF_CORE_READ(prev, pid) == 0 || stealer == victim)
+	struct argus_cpu_slot *slot = bpf_map_lookup_elem(&sched_cpu_slots, &cpu);
+	if (!slot)
 		return;
-	struct argus_stealer_val *v = argus_stealer_entry(victim, prev, stealer, bpf_get_current_cgroup_id());
-	if (v)
-		argus_stealer_add(v, wait);
+	slot->waiter_tgid = tgid;
+	slot->waiter_since = now;
 }
 
 static __always_inline void argus_switch_out(__u64 now, bool preempt, struct task_struct *prev,
-					     struct task_struct *next, unsigned int prev_state, __u32 tgid)
+					     unsigned int prev_state, __u32 tgid, __u32 cpu, struct argus_cpu_slot *slot)
 {
 	__u32 tid = BPF_CORE_READ(prev, pid);
 	if (prev_state & ARGUS_TASK_DEAD) {
@@ -149,30 +143,32 @@ static __always_inline void argus_switch_out(__u64 now, bool preempt, struct tas
 	}
 	struct argus_sched_thread *st = bpf_map_lookup_elem(&sched_threads, &tid);
 	__u8 reason = argus_offcpu_reason_of(preempt, prev, prev_state);
-	__u32 taker = reason == ARGUS_OFFCPU_RUNQUEUE ? argus_note_taker(tgid, next) : 0;
+	if (reason == ARGUS_OFFCPU_RUNQUEUE && slot) { /* it waits for this CPU from now */
+		slot->waiter_tgid = tgid;
+		slot->waiter_since = now;
+	}
 	if (st) {
 		if (st->on && now > st->ts)
 			argus_stat_add(tgid, ARGUS_STAT_ONCPU, 0, 0, 1, now - st->ts);
 		st->ts = now;
 		st->wake_ts = 0;
-		st->taker = taker;
+		st->wait_cpu = cpu;
 		st->on = 0;
 		st->reason = reason;
 		return;
 	}
 	/* First seen going off: its slice began before we looked, not timed. */
-	struct argus_sched_thread init = { .ts = now, .taker = taker, .reason = reason };
+	struct argus_sched_thread init = { .ts = now, .wait_cpu = cpu, .reason = reason };
 	if (bpf_map_update_elem(&sched_threads, &tid, &init, BPF_ANY))
 		argus_count_error(ARGUS_ERR_SCHED_MAP_FULL);
 }
 
-static __always_inline void argus_switch_in(__u64 now, struct task_struct *prev, struct task_struct *next,
-					    __u32 tgid)
+static __always_inline void argus_switch_in(__u64 now, struct task_struct *next, __u32 tgid, __u32 cpu)
 {
 	__u32 tid = BPF_CORE_READ(next, pid);
 	struct argus_sched_thread *st = bpf_map_lookup_elem(&sched_threads, &tid);
 	if (!st) {
-		struct argus_sched_thread init = { .ts = now, .on = 1 };
+		struct argus_sched_thread init = { .ts = now, .wait_cpu = cpu, .on = 1 };
 		if (bpf_map_update_elem(&sched_threads, &tid, &init, BPF_ANY))
 			argus_count_error(ARGUS_ERR_SCHED_MAP_FULL);
 		return;
@@ -191,29 +187,47 @@ static __always_inline void argus_switch_in(__u64 now, struct task_struct *prev,
 		__u64 wait = now - runq_from;
 		if (wait > 0) {
 			argus_stat_add(tgid, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 0, 1, wait);
-			argus_charge_stealer(tgid, st->taker, prev, wait);
 		}
+	}
+	if (st->wait_cpu != cpu) { /* it waited on another CPU and was moved here */
+		__u32 wc = st->wait_cpu;
+		struct argus_cpu_slot *old = bpf_map_lookup_elem(&sched_cpu_slots, &wc);
+		if (old && old->waiter_tgid == tgid)
+			old->waiter_tgid = 0;
 	}
 	st->ts = now;
 	st->wake_ts = 0;
-	st->taker = 0;
+	st->wait_cpu = cpu;
 	st->on = 1;
 }
 
 static __always_inline int argus_on_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 					   unsigned int prev_state)
 {
+	__u64 now = bpf_ktime_get_ns();
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct argus_cpu_slot *slot = bpf_map_lookup_elem(&sched_cpu_slots, &cpu);
 	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
+	if (slot) {
+		/* prev's slice ends: charged to it if a rank waited for this CPU meanwhile. */
+		__u32 victim = slot->waiter_tgid;
+		if (victim) {
+			__u64 from = slot->slice_ts > slot->waiter_since ? slot->slice_ts : slot->waiter_since;
+			if (now > from)
+				argus_charge_stealer(victim, prev, now - from);
+		}
+		slot->slice_ts = now;
+	}
 	__u32 next_tgid = BPF_CORE_READ(next, tgid);
 	bool prev_f = prev_tgid != 0 && argus_sched_followed(prev_tgid);
 	bool next_f = next_tgid != 0 && argus_sched_followed(next_tgid);
-	if (!prev_f && !next_f)
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
 	if (prev_f)
-		argus_switch_out(now, preempt, prev, next, prev_state, prev_tgid);
-	if (next_f)
-		argus_switch_in(now, prev, next, next_tgid);
+		argus_switch_out(now, preempt, prev, prev_state, prev_tgid, cpu, slot);
+	if (next_f) {
+		argus_switch_in(now, next, next_tgid, cpu);
+		if (slot && slot->waiter_tgid == next_tgid)
+			slot->waiter_tgid = 0; /* its wait here is over */
+	}
 	return 0;
 }
 
@@ -225,8 +239,11 @@ static __always_inline int argus_on_wakeup(struct task_struct *p)
 		return 0;
 	__u32 tid = BPF_CORE_READ(p, pid);
 	struct argus_sched_thread *st = bpf_map_lookup_elem(&sched_threads, &tid);
-	if (st && !st->on && st->reason != ARGUS_OFFCPU_RUNQUEUE && st->wake_ts == 0)
+	if (st && !st->on && st->reason != ARGUS_OFFCPU_RUNQUEUE && st->wake_ts == 0) {
 		st->wake_ts = bpf_ktime_get_ns();
+		st->wait_cpu = BPF_CORE_READ(p, thread_info.cpu);
+		argus_wait_on(st->wait_cpu, tgid, st->wake_ts);
+	}
 	return 0;
 }
 
@@ -237,9 +254,12 @@ static __always_inline int argus_on_wakeup_new(struct task_struct *p)
 	if (!argus_sched_followed(tgid))
 		return 0;
 	__u32 tid = BPF_CORE_READ(p, pid);
-	struct argus_sched_thread init = { .ts = bpf_ktime_get_ns(), .reason = ARGUS_OFFCPU_RUNQUEUE };
+	struct argus_sched_thread init = {
+		.ts = bpf_ktime_get_ns(), .wait_cpu = BPF_CORE_READ(p, thread_info.cpu), .reason = ARGUS_OFFCPU_RUNQUEUE,
+	};
 	if (bpf_map_update_elem(&sched_threads, &tid, &init, BPF_ANY))
 		argus_count_error(ARGUS_ERR_SCHED_MAP_FULL);
+	argus_wait_on(init.wait_cpu, tgid, init.ts);
 	return 0;
 }
 
