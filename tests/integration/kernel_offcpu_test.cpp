@@ -42,17 +42,18 @@ elif mode == "fsync":
     os.unlink(path)
 elif mode == "lock":
     lock = threading.Lock()
-    def holder():  # holds the lock 50 ms at a time, asleep
+    def holder():  # holds the lock 100 ms at a time, asleep
         while running():
             with lock:
-                time.sleep(0.05)
-            time.sleep(0.0005)
+                time.sleep(0.1)
+            time.sleep(0.001)
     threading.Thread(target=holder, daemon=True).start()
     with open(stop + ".tid", "w") as f:
         f.write(str(threading.get_native_id()))
     while running():  # blocked in futex nearly all the time
         lock.acquire()
         lock.release()
+        time.sleep(0.002)  # the holder takes it back meanwhile
 )PY";
 
 // The noisy neighbour: not a rank (no RANK in its environment), named, and
