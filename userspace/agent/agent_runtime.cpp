@@ -354,7 +354,7 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
   registry_.apply_totals(pid, records);
-  refresh_kernel_cpu(pid);  // its last stealers (its cgroup may be gone: then none)
+  refresh_kernel_cpu(pid, /*cgroup=*/false);  // its last stealers; its cgroup figures stay as last read
   loader_->delete_stealers(static_cast<uint32_t>(pid));
   cpu_stat_bad_.erase(pid);
   take_python_gc(pid);  // the probes' last counters: the process can no longer be polled
@@ -732,7 +732,7 @@ std::string AgentRuntime::stealer_cgroup(int pid, uint64_t cgroup_id) {
 }
 
 // A rank's CPU stealers (BPF totals, named) and its cgroup's CPU throttling.
-void AgentRuntime::refresh_kernel_cpu(int pid) {
+void AgentRuntime::refresh_kernel_cpu(int pid, bool cgroup) {
   std::vector<CpuStealer> stealers;
   for (const auto& e : loader_->read_stealers(static_cast<uint32_t>(pid))) {
     CpuStealer s;
@@ -744,6 +744,7 @@ void AgentRuntime::refresh_kernel_cpu(int pid) {
     stealers.push_back(std::move(s));
   }
   registry_.set_cpu_stealers(pid, std::move(stealers));
+  if (!cgroup) return;
 
   // Resolved each pass: a rank may be moved (systemd, a job scheduler) after it starts.
   std::optional<procfs::CgroupDir> found;
