@@ -29,12 +29,12 @@ void append_sched_metrics(const std::vector<RankGroup>& groups, std::vector<prom
                               MetricType::Counter);
   auto cpu = metric_family("argus_cpu_seconds_total", "Thread-seconds the rank's threads ran on a CPU (sched_switch).",
                            MetricType::Counter);
-  auto throttled = metric_family("argus_cpu_throttled_seconds_total",
-                                 "Seconds the rank's cgroup was throttled by its CPU quota (cpu.stat).",
-                                 MetricType::Counter);
-  auto throttled_periods = metric_family("argus_cpu_throttled_periods_total",
-                                         "CPU quota periods in which the rank's cgroup was throttled (cpu.stat).",
-                                         MetricType::Counter);
+  auto throttled =
+      metric_family("argus_cpu_throttled_seconds_total",
+                    "Seconds the rank's cgroup was throttled by its CPU quota (cpu.stat).", MetricType::Counter);
+  auto throttled_periods =
+      metric_family("argus_cpu_throttled_periods_total",
+                    "CPU quota periods in which the rank's cgroup was throttled (cpu.stat).", MetricType::Counter);
   auto periods = metric_family("argus_cpu_periods_total",
                                "CPU quota periods that elapsed for the rank's cgroup (cpu.stat).", MetricType::Counter);
   for (const auto& g : groups) {

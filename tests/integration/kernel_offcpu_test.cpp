@@ -158,9 +158,11 @@ TEST(KernelOffCpu, ReasonsStealersCpuTimeAndThrottling) {
   QuotaCgroup cgroup("argus-offcpu-" + std::to_string(getpid()));
 
   // Ranks first (the agent finds them running), the quota rank moved into its cgroup.
-  const std::vector<std::vector<std::string>> modes = {
-      {"sleep"}, {"spin", "1"}, {"fsync", "/var/tmp/argus-offcpu-" + std::to_string(getpid())}, {"lock"},
-      {"spin", "0"}};
+  const std::vector<std::vector<std::string>> modes = {{"sleep"},
+                                                       {"spin", "1"},
+                                                       {"fsync", "/var/tmp/argus-offcpu-" + std::to_string(getpid())},
+                                                       {"lock"},
+                                                       {"spin", "0"}};
   std::vector<Rank> ranks;
   for (size_t i = 0; i < modes.size(); ++i) {
     std::vector<std::string> argv = {py, script.string(), modes[i][0], stop.string()};
@@ -241,7 +243,8 @@ TEST(KernelOffCpu, ReasonsStealersCpuTimeAndThrottling) {
   // (a) sleep dominates the sleeper: one thread, asleep nearly all the time
   // (its wakeups may wait for a CPU on a busy machine: that is runqueue).
   EXPECT_GT(share(r0, "sleep"), 0.6) << r0.dump();
-  for (const char* other : {"runqueue", "io", "lock", "other"}) EXPECT_LT(share(r0, other), share(r0, "sleep")) << r0.dump();
+  for (const char* other : {"runqueue", "io", "lock", "other"})
+    EXPECT_LT(share(r0, other), share(r0, "sleep")) << r0.dump();
 
   // (b) the spinner waits for its CPU about half the time, behind the hog.
   EXPECT_GE(share(r1, "runqueue"), 0.3) << r1.dump();

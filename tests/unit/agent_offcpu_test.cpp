@@ -49,7 +49,9 @@ class SchedBackend : public BpfBackend {
       if (s.key.victim_tgid == victim) out.push_back(s);
     return out;
   }
-  void delete_stealers(uint32_t victim) override { std::erase_if(stealers, [&](auto& s) { return s.key.victim_tgid == victim; }); }
+  void delete_stealers(uint32_t victim) override {
+    std::erase_if(stealers, [&](auto& s) { return s.key.victim_tgid == victim; });
+  }
 
   void set_stat(uint32_t tgid, uint16_t kind, uint16_t sub, uint64_t count, uint64_t sum) {
     for (auto& s : stats)
@@ -126,7 +128,8 @@ TEST(AgentOffCpu, SharesStealersAndCgroupCpuFromTheKernelPass) {
   b->set_stat(301, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 10, 2'000'000'000);
   b->set_stat(301, ARGUS_STAT_ONCPU, 0, 10, 1'000'000'000);
   b->set_stealer(301, 900, "stress-ng", 1'800'000'000);
-  put(sys.path / "fs/cgroup/cpu,cpuacct/job/r0/cpu.stat", "nr_periods 50\nnr_throttled 24\nthrottled_time 3000000000\n");
+  put(sys.path / "fs/cgroup/cpu,cpuacct/job/r0/cpu.stat",
+      "nr_periods 50\nnr_throttled 24\nthrottled_time 3000000000\n");
   rt->run_once(0);
 
   const Snapshot snap = rt->snapshot();
