@@ -42,7 +42,7 @@ class SchedBackend : public BpfBackend {
     for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
     return n;
   }
-  std::map<std::string, std::string> kernel_probes() const override { return {{"sched_switch", "tp_btf"}}; }
+  std::map<std::string, std::string> kernel_probes() const override { return {{"sched_switch", sched_state}}; }
   std::vector<StealerEntry> read_stealers(uint32_t victim) const override {
     std::vector<StealerEntry> out;
     for (const auto& s : stealers)
@@ -90,6 +90,7 @@ class SchedBackend : public BpfBackend {
   std::deque<std::string> records;
   std::vector<StatEntry> stats;
   std::vector<StealerEntry> stealers;
+  std::string sched_state = "tp_btf";  // "off": --offcpu off
 };
 
 void put(const fs::path& p, const std::string& content) {
@@ -161,6 +162,27 @@ TEST(AgentOffCpu, SharesStealersAndCgroupCpuFromTheKernelPass) {
   clock.advance(2);
   rt->run_once(0);
   EXPECT_EQ(rt->snapshot().agent.discovery_skips.at("cgroup_cpu_stat_malformed"), 1u);
+}
+
+// --offcpu off (the probe not attached): no off-CPU view, whatever the map holds.
+TEST(AgentOffCpu, NoViewWhenTheSchedProbeIsOff) {
+  ManualClock clock{1'000'000'000'000, 1'790'000'000};
+  FakeProc proc;
+  proc.add(301, "", environ_of({"RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=k"}));
+  AgentOptions opts;
+  opts.proc_root = proc.root().string();
+  opts.sysfs_root = proc.root().string();  // no cgroup tree there
+  auto owned = std::make_unique<SchedBackend>();
+  owned->sched_state = "off";
+  SchedBackend* b = owned.get();
+  auto rt = AgentRuntime::with_backend(opts, clock, std::move(owned));
+  b->seen(301, clock.ns);
+  b->set_stat(301, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_SLEEP, 1, 5);
+  rt->run_once(0);
+  const Snapshot snap = rt->snapshot();
+  ASSERT_EQ(snap.ranks.size(), 1u);
+  EXPECT_FALSE(snap.ranks[0].offcpu.present);
+  EXPECT_FALSE(snap.ranks[0].cgroup_cpu.present);
 }
 
 }  // namespace
