@@ -236,7 +236,6 @@ int main(int argc, char** argv) {
   opts.only_env = only_env;
   opts.python_gc_probes = python_gc_probes == "on";
   opts.offcpu = offcpu == "on";
-  opts.sysfs_root = sysfs_root;
   opts.python_sample_hz = python_sample_hz;
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 

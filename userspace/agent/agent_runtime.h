@@ -36,7 +36,6 @@ namespace argus {
 struct AgentOptions {
   std::string node;
   std::string proc_root = "/proc";
-  std::string sysfs_root = "/sys";  // cgroups under <sysfs_root>/fs/cgroup
   bool offcpu = true;               // the scheduler probes (off-CPU time, CPU stealers)
   std::string btf_path = "/sys/kernel/btf/vmlinux";
   ProbeSet probes = ProbeSet::Default;
