@@ -5,6 +5,7 @@
 // uprobes on those files see exactly the calls counted here.
 #include "worker.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -205,6 +206,29 @@ bool sleep_until(long long t)
 	}
 }
 
+long long thread_cpu_ns()
+{
+	timespec ts{};
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// Burns `ns` of this thread's CPU time (not wall time: a thread that gets half
+// a CPU takes twice as long, as a real rank's Python dispatch does); false if a
+// stop was requested meanwhile.
+bool burn_cpu(long long ns)
+{
+	const long long end = thread_cpu_ns() + ns;
+	volatile std::uint64_t sink = 0;
+	while (thread_cpu_ns() < end) {
+		if (g_stop)
+			return false;
+		for (int j = 0; j < 2000; j++)
+			sink = sink + static_cast<std::uint64_t>(j);
+	}
+	return !g_stop;
+}
+
 bool env_int(const char *name, int &out)
 {
 	const char *v = std::getenv(name);
@@ -305,6 +329,7 @@ private:
 	StepResult step_start(std::int64_t s);
 	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
 	void set_kernel_durations(double factor);
+	bool host_compute(long long ns);
 	bool launch(int i);
 	void teardown(bool abort_comm);
 	bool stopped_by_launcher() const;
@@ -518,6 +543,16 @@ bool Rank::setup_cuda()
 	return true;
 }
 
+// `ns` of host compute: --host-cpu of it burnt on CPU, the rest slept.
+bool Rank::host_compute(long long ns)
+{
+	const long long burn = static_cast<long long>(static_cast<double>(ns) * cfg_.host_cpu);
+	const long long before = thread_cpu_ns();
+	const bool ok = burn_cpu(burn);
+	truth_.host_cpu_burnt_ns += static_cast<std::uint64_t>(std::max(0LL, thread_cpu_ns() - before));
+	return ok && sleep_until(now_ns() + (ns - burn));
+}
+
 // The emulated duration of every kernel: nominal x factor (--gpu-slow).
 void Rank::set_kernel_durations(double factor)
 {
@@ -642,14 +677,25 @@ StepResult Rank::step(std::int64_t s)
 			return StepResult::Exit;
 		return StepResult::Ok;
 	};
+	// --host-cpu 0: paced by absolute deadlines (pure sleep). Otherwise each
+	// chunk is burnt and slept in turn, relative, so that a rank short of CPU
+	// falls behind.
+	long long host_done = 0;
+	auto compute_until = [&](long long until) {
+		if (cfg_.host_cpu <= 0)
+			return sleep_until(t0 + until);
+		const long long chunk = until - host_done;
+		host_done = until;
+		return host_compute(chunk);
+	};
 	if (k == 0) {
-		if (!sleep_until(t0 + host_ns))
+		if (!compute_until(host_ns))
 			return StepResult::Stopped;
 	}
 	const int backward = k / 2; // launches from here on are the backward pass
 	int bucket = 0;
 	for (int i = 0; i < k; i++) {
-		if (!sleep_until(t0 + host_ns * (i + 1) / k))
+		if (!compute_until(host_ns * (i + 1) / k))
 			return StepResult::Stopped;
 		launch(i);
 		// --buckets: DDP all-reduces a gradient bucket as soon as backward filled it.
@@ -783,6 +829,7 @@ void Rank::write_truth()
 		return;
 	truth_.has_gpu = cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&truth_.gpu, sizeof truth_.gpu) == 0;
 	truth_.nccl_mode = cfg_.nccl_async ? "async" : "blocking";
+	truth_.host_cpu = cfg_.host_cpu;
 	if (cu_.argus_sim_coll_log) {
 		truth_.collectives.resize(ARGUS_SIM_COLL_LOG_MAX);
 		int n = cu_.argus_sim_coll_log(truth_.collectives.data(), ARGUS_SIM_COLL_LOG_MAX);
