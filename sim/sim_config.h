@@ -21,7 +21,7 @@ inline constexpr int kMaxRanks = 1024;
 // --host-cpu default: enough CPU work per step that a rank sharing its CPU with
 // a hog is late by more than the detectors' margin, cheap enough for 8 ranks on
 // 2 cores.
-inline constexpr double kDefaultHostCpu = 0.15;
+inline constexpr double kDefaultHostCpu = 0.1;
 inline constexpr const char *kWorkerFlag = "--worker";
 inline constexpr const char *kWorkerConfigEnv = "ARGUS_SIM_WORKER_CONFIG";
 inline constexpr const char *kNcclIdEnv = "ARGUS_SIM_NCCL_ID";

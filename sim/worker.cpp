@@ -329,7 +329,7 @@ private:
 	StepResult step_start(std::int64_t s);
 	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
 	void set_kernel_durations(double factor);
-	bool host_compute(long long ns);
+	bool host_burn(long long ns, long long &took);
 	bool launch(int i);
 	void teardown(bool abort_comm);
 	bool stopped_by_launcher() const;
@@ -543,14 +543,14 @@ bool Rank::setup_cuda()
 	return true;
 }
 
-// `ns` of host compute: --host-cpu of it burnt on CPU, the rest slept.
-bool Rank::host_compute(long long ns)
+// Burns `ns` of this thread's CPU time (--host-cpu); `took` = the wall time it took.
+bool Rank::host_burn(long long ns, long long &took)
 {
-	const long long burn = static_cast<long long>(static_cast<double>(ns) * cfg_.host_cpu);
-	const long long before = thread_cpu_ns();
-	const bool ok = burn_cpu(burn);
-	truth_.host_cpu_burnt_ns += static_cast<std::uint64_t>(std::max(0LL, thread_cpu_ns() - before));
-	return ok && sleep_until(now_ns() + (ns - burn));
+	const long long wall0 = now_ns(), cpu0 = thread_cpu_ns();
+	const bool ok = burn_cpu(ns);
+	took = now_ns() - wall0;
+	truth_.host_cpu_burnt_ns += static_cast<std::uint64_t>(std::max(0LL, thread_cpu_ns() - cpu0));
+	return ok;
 }
 
 // The emulated duration of every kernel: nominal x factor (--gpu-slow).
@@ -677,16 +677,23 @@ StepResult Rank::step(std::int64_t s)
 			return StepResult::Exit;
 		return StepResult::Ok;
 	};
-	// --host-cpu 0: paced by absolute deadlines (pure sleep). Otherwise each
-	// chunk is burnt and slept in turn, relative, so that a rank short of CPU
-	// falls behind.
+	// Paced by absolute deadlines, so that timer and wake-up jitter never add
+	// up over a step's chunks. --host-cpu: each chunk first burns its share on
+	// CPU (thread CPU time); the wall time that burn lost to other tasks (a
+	// noisy neighbour, a CPU quota) moves every later deadline, so a rank
+	// short of CPU falls behind, as a real rank's Python dispatch does.
 	long long host_done = 0;
+	long long starved_ns = 0;
 	auto compute_until = [&](long long until) {
-		if (cfg_.host_cpu <= 0)
-			return sleep_until(t0 + until);
-		const long long chunk = until - host_done;
-		host_done = until;
-		return host_compute(chunk);
+		if (cfg_.host_cpu > 0) {
+			const long long burn = static_cast<long long>(static_cast<double>(until - host_done) * cfg_.host_cpu);
+			host_done = until;
+			long long took = 0;
+			if (!host_burn(burn, took))
+				return false;
+			starved_ns += std::max(0LL, took - burn);
+		}
+		return sleep_until(t0 + starved_ns + until);
 	};
 	if (k == 0) {
 		if (!compute_until(host_ns))
