@@ -678,20 +678,28 @@ StepResult Rank::step(std::int64_t s)
 		return StepResult::Ok;
 	};
 	// Paced by absolute deadlines, so that timer and wake-up jitter never add
-	// up over a step's chunks. --host-cpu: each chunk first burns its share on
-	// CPU (thread CPU time); the wall time that burn lost to other tasks (a
-	// noisy neighbour, a CPU quota) moves every later deadline, so a rank
-	// short of CPU falls behind, as a real rank's Python dispatch does.
-	long long host_done = 0;
+	// up over a step's chunks. --host-cpu: a stretch of that share of the host
+	// compute is CPU work (thread CPU time), one busy stretch as a real rank's
+	// Python dispatch is (short bursts would slip between a hog's time
+	// slices). The wall time it loses to other tasks (a noisy neighbour, a
+	// CPU quota) moves every later deadline, so a rank short of CPU falls
+	// behind. Ranks place their stretch at different points of the step, so
+	// that many ranks on few cores do not queue behind one another (on a real
+	// node each rank has cores of its own).
+	const long long cpu_ns = static_cast<long long>(static_cast<double>(host_ns) * cfg_.host_cpu);
+	const long long busy_from = world_ > 1 ? (host_ns - cpu_ns) * (rank_ % world_) / (world_ - 1) : 0;
+	const long long busy_to = busy_from + cpu_ns;
+	long long host_pos = 0;
 	long long starved_ns = 0;
 	auto compute_until = [&](long long until) {
-		if (cfg_.host_cpu > 0) {
-			const long long burn = static_cast<long long>(static_cast<double>(until - host_done) * cfg_.host_cpu);
-			host_done = until;
+		const long long b0 = std::clamp(busy_from, host_pos, until);
+		const long long b1 = std::clamp(busy_to, host_pos, until);
+		host_pos = until;
+		if (b1 > b0) {
 			long long took = 0;
-			if (!host_burn(burn, took))
+			if (!sleep_until(t0 + starved_ns + b0) || !host_burn(b1 - b0, took))
 				return false;
-			starved_ns += std::max(0LL, took - burn);
+			starved_ns += std::max(0LL, took - (b1 - b0));
 		}
 		return sleep_until(t0 + starved_ns + until);
 	};
