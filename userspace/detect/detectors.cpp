@@ -132,6 +132,7 @@ struct StragglerDetector::Verdict {
   double throttled_excess_s = 0, runqueue_excess_s = 0, io_excess_s = 0;
   double throttled_explained = 0, runqueue_explained = 0, io_explained = 0;
   std::string decided_by;
+  double peers_lag_s = 0, lag_behind_peers_s = 0;  // the peers' median lag; its lag behind it
   double lag_margin_s = 0;
   double wait_median = 0, wait_threshold = 0;
   double gpu_median = 0, gpu_threshold = 0;
@@ -214,7 +215,16 @@ std::string StragglerDetector::host_reason(const RankSignal& r, const std::vecto
   }
   v.own = shares_of(r);
   v.peers = peer_medians(r, members);
-  const double step = r.lag.step_seconds, lag = r.lag.median_lag_s;
+  // The lag to explain is the one behind the median peer (the shares are
+  // compared with the peers' median too): on a busy node the median rank is
+  // itself behind the earliest one.
+  std::vector<double> peer_lags;
+  for (const auto* p : members)
+    if (p->pid != r.pid) peer_lags.push_back(p->lag.median_lag_s);
+  v.peers_lag_s = median_of(peer_lags);
+  const double step = r.lag.step_seconds;
+  const double lag = r.lag.median_lag_s > v.peers_lag_s ? r.lag.median_lag_s - v.peers_lag_s : r.lag.median_lag_s;
+  v.lag_behind_peers_s = lag;
   auto explained = [&](double own, double peer, double& excess) {
     excess = std::max(0.0, own - peer) * step;
     return lag > 0 ? excess / lag : 0.0;
@@ -461,6 +471,8 @@ nlohmann::json StragglerDetector::host_cause_evidence(const RankSignal& r, const
                       {"throttle_read", r.throttle_valid},
                       {"min_explained_share", opts_.min_host_cause_share},
                       {"lag_per_step_seconds", r.lag.median_lag_s},
+                      {"peers_median_lag_seconds", v.peers_lag_s},
+                      {"lag_behind_peers_seconds", v.lag_behind_peers_s},
                       {"step_seconds", r.lag.step_seconds}};
   if (!r.offcpu_valid) return j;
   j["shares"] = shares(v.own);
