@@ -318,10 +318,7 @@ TEST(Detection, NoisyNeighbourMakesACpuContentionStragglerNamingTheHog) {
   ASSERT_EQ(pids.size(), 4u) << read_text(dir / "sim.log");
   const int rank2 = pids[2];
   ASSERT_GT(rank2, 0);
-  // The hog shares a CPU with rank 2 alone: the other ranks keep to the other CPUs.
-  auto pin_all = [&] {
-    for (int r = 0; r < 4; ++r) pin_all_threads(pids[r], r == 2 ? cpu : 0);
-  };
+  auto pin_all = [&] { pin_all_threads(rank2, cpu); };
   pin_all();
   ASSERT_TRUE(pin_all_threads(rank2, cpu));
   CpuHog hog(cpu);
