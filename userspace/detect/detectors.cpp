@@ -223,7 +223,10 @@ std::string StragglerDetector::host_reason(const RankSignal& r, const std::vecto
     if (p->pid != r.pid) peer_lags.push_back(p->lag.median_lag_s);
   v.peers_lag_s = median_of(peer_lags);
   const double step = r.lag.step_seconds;
-  const double lag = r.lag.median_lag_s > v.peers_lag_s ? r.lag.median_lag_s - v.peers_lag_s : r.lag.median_lag_s;
+  // (At least the lateness margin: a sliver behind peers that are late too
+  // is not explained by a sliver of excess.)
+  const double behind = r.lag.median_lag_s > v.peers_lag_s ? r.lag.median_lag_s - v.peers_lag_s : r.lag.median_lag_s;
+  const double lag = std::min(r.lag.median_lag_s, std::max(behind, v.lag_margin_s));
   v.lag_behind_peers_s = lag;
   auto explained = [&](double own, double peer, double& excess) {
     excess = std::max(0.0, own - peer) * step;
