@@ -9,6 +9,7 @@
 
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/integration/harness.h"
@@ -301,6 +302,15 @@ TEST(Detection, NoisyNeighbourMakesACpuContentionStragglerNamingTheHog) {
   const auto dir = make_temp_dir("noisy");
   Agent agent(dir, {"--window", "5"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  // The reason comes from the kernel layer: its scheduler probe must be up.
+  bool sched_up = false;
+  std::istringstream metrics(agent.get_text("/metrics"));
+  for (std::string line; std::getline(metrics, line);)
+    if (line.rfind("argus_agent_kernel_probe_up{", 0) == 0 && line.find("probe=\"sched_switch\"") != std::string::npos &&
+        line.size() > 2 && line.compare(line.size() - 2, 2, " 1") == 0)
+      sched_up = true;
+  ASSERT_TRUE(sched_up) << "the sched_switch probe is not attached (the kernel layer, --offcpu): "
+                        << agent.log();
   const std::string job = "noisy-" + std::to_string(getpid());
   const fs::path truth = dir / "truth";
   Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--job-id", job, "--out", truth.string(), "--quiet"},
