@@ -20,7 +20,7 @@ inline constexpr const char* kJsonContentType = "application/json";
 //             rank_exit event's evidence, docs/metrics.md "Rank deaths"),
 //             "identity_source" (null if none),
 //             "first_seen", "collective_wait_ratio", "sync_wait_ratio", "straggler",
-//             "straggler_reason" ("host"|"sync"|"gpu"|null),
+//             "straggler_reason" ("host"|"compute"|"cpu_contention"|"throttled"|"io"|"gc_pause"|"sync"|"gpu"|null),
 //             "pipeline_bubble", "gpu": null | {"busy_ratio", "nccl_kernel_ratio", "bubble_ratio",
 //                     "records", "kernels", "kernel_seconds", "nccl_kernel_seconds", "idle_seconds",
 //                     "bubble_seconds", "records_lost", "memcpy_bytes", "step_summary_bytes", ...},

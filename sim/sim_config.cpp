@@ -128,6 +128,7 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"ranks", cfg.ranks},
 		{"steps", cfg.steps},
 		{"step_ms", cfg.step_ms},
+		{"host_cpu", cfg.host_cpu},
 		{"job_id", cfg.job_id},
 		{"stragglers", stragglers},
 		{"gpu_slow", gpu_slow},
@@ -162,6 +163,9 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.ranks = j.at("ranks").get<int>();
 	c.steps = j.at("steps").get<std::int64_t>();
 	c.step_ms = j.at("step_ms").get<int>();
+	c.host_cpu = j.value("host_cpu", kDefaultHostCpu);
+	if (!std::isfinite(c.host_cpu) || c.host_cpu < 0 || c.host_cpu > 1)
+		throw std::runtime_error("host_cpu must be within 0..1");
 	c.job_id = j.at("job_id").get<std::string>();
 	for (const auto &s : j.at("stragglers")) {
 		c.stragglers[s.at("rank").get<int>()] = s.at("factor").get<double>();
@@ -352,6 +356,11 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(static_cast<std::int64_t>(0), static_cast<std::int64_t>(1) << 40));
 	app.add_option("--step-ms", cfg.step_ms, "host compute per step in milliseconds")
 		->check(CLI::Range(0, 3600 * 1000));
+	app.add_option("--host-cpu", cfg.host_cpu,
+		       "SHARE (0..1) of each step's host compute burnt on CPU (thread CPU time), the rest "
+		       "slept, so that a rank that gets less CPU (a noisy neighbour, a quota) is late; 0 = "
+		       "pure sleep pacing (default " + std::to_string(kDefaultHostCpu).substr(0, 4) + ")")
+		->check(CLI::Range(0.0, 1.0));
 	app.add_option("--job-id", cfg.job_id, "job id (TORCHELASTIC_RUN_ID); default sim-<pid>");
 	app.add_option("--straggler", straggler_specs,
 		       "RANK:FACTOR[@STEP]: multiply that rank's host compute time by FACTOR >= 1, "

@@ -18,6 +18,10 @@
 namespace argus::sim {
 
 inline constexpr int kMaxRanks = 1024;
+// --host-cpu default: enough CPU work per step that a rank sharing its CPU with
+// a hog is late by more than the detectors' margin, cheap enough for 8 ranks on
+// 2 cores.
+inline constexpr double kDefaultHostCpu = 0.1;
 inline constexpr const char *kWorkerFlag = "--worker";
 inline constexpr const char *kWorkerConfigEnv = "ARGUS_SIM_WORKER_CONFIG";
 inline constexpr const char *kNcclIdEnv = "ARGUS_SIM_NCCL_ID";
@@ -31,6 +35,10 @@ struct SimConfig {
 	int ranks = 8;
 	std::int64_t steps = 100; // 0 = until SIGINT/SIGTERM
 	int step_ms = 100;        // host compute per step
+	// Share of the host compute burnt on CPU (thread CPU time), the rest slept:
+	// like a real rank's Python dispatch, a rank that gets less CPU (a noisy
+	// neighbour, a CPU quota) takes longer. 0 = pure sleep pacing.
+	double host_cpu = kDefaultHostCpu;
 	std::string job_id;       // default "sim-<launcher pid>"
 	std::map<int, double> stragglers; // rank -> host compute factor (>= 1)
 	std::map<int, std::int64_t> straggler_from; // rank -> first slow step (absent: 0)

@@ -21,6 +21,8 @@ nlohmann::json Truth::to_json() const
 	j["status"] = status;
 	j["faults"] = faults;
 	j["nccl_mode"] = nccl_mode;
+	j["host_cpu"] = host_cpu;
+	j["host_cpu_seconds"] = static_cast<double>(host_cpu_burnt_ns) / 1e9;
 	nlohmann::json colls = nlohmann::json::array();
 	for (const auto &c : collectives)
 		colls.push_back({c.seq, c.call_ns, c.gpu_start_ns, c.gpu_end_ns});

@@ -61,6 +61,10 @@ struct Truth {
 	// (CLOCK_MONOTONIC, GPU times 0 when never resolved), the newest
 	// ARGUS_SIM_COLL_LOG_MAX; present with the simulator's libcuda.
 	std::string nccl_mode = "async";
+	// --host-cpu: the share of the host compute burnt on CPU ("host_cpu"), and
+	// the thread CPU time the burning took ("host_cpu_seconds").
+	double host_cpu = 0;
+	std::uint64_t host_cpu_burnt_ns = 0;
 	std::vector<argus_sim_coll_rec> collectives;
 	int pp_stage = -1;               // --pp: this rank's stage ("pp_stage", also in "gpu")
 	std::int64_t recv_delay_us = -1; // --pp: delay of each eager receive's kernel ("gpu")

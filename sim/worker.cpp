@@ -5,6 +5,7 @@
 // uprobes on those files see exactly the calls counted here.
 #include "worker.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -205,6 +206,29 @@ bool sleep_until(long long t)
 	}
 }
 
+long long thread_cpu_ns()
+{
+	timespec ts{};
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// Burns `ns` of this thread's CPU time (not wall time: a thread that gets half
+// a CPU takes twice as long, as a real rank's Python dispatch does); false if a
+// stop was requested meanwhile.
+bool burn_cpu(long long ns)
+{
+	const long long end = thread_cpu_ns() + ns;
+	volatile std::uint64_t sink = 0;
+	while (thread_cpu_ns() < end) {
+		if (g_stop)
+			return false;
+		for (int j = 0; j < 2000; j++)
+			sink = sink + static_cast<std::uint64_t>(j);
+	}
+	return !g_stop;
+}
+
 bool env_int(const char *name, int &out)
 {
 	const char *v = std::getenv(name);
@@ -305,6 +329,7 @@ private:
 	StepResult step_start(std::int64_t s);
 	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
 	void set_kernel_durations(double factor);
+	bool host_burn(long long ns, long long &took);
 	bool launch(int i);
 	void teardown(bool abort_comm);
 	bool stopped_by_launcher() const;
@@ -518,6 +543,16 @@ bool Rank::setup_cuda()
 	return true;
 }
 
+// Burns `ns` of this thread's CPU time (--host-cpu); `took` = the wall time it took.
+bool Rank::host_burn(long long ns, long long &took)
+{
+	const long long wall0 = now_ns(), cpu0 = thread_cpu_ns();
+	const bool ok = burn_cpu(ns);
+	took = now_ns() - wall0;
+	truth_.host_cpu_burnt_ns += static_cast<std::uint64_t>(std::max(0LL, thread_cpu_ns() - cpu0));
+	return ok;
+}
+
 // The emulated duration of every kernel: nominal x factor (--gpu-slow).
 void Rank::set_kernel_durations(double factor)
 {
@@ -642,14 +677,40 @@ StepResult Rank::step(std::int64_t s)
 			return StepResult::Exit;
 		return StepResult::Ok;
 	};
+	// Paced by absolute deadlines, so that timer and wake-up jitter never add
+	// up over a step's chunks. --host-cpu: a stretch of that share of the host
+	// compute is CPU work (thread CPU time), one busy stretch as a real rank's
+	// Python dispatch is (short bursts would slip between a hog's time
+	// slices). The wall time it loses to other tasks (a noisy neighbour, a
+	// CPU quota) moves every later deadline, so a rank short of CPU falls
+	// behind. Ranks place their stretch at different points of the step, so
+	// that many ranks on few cores do not queue behind one another (on a real
+	// node each rank has cores of its own).
+	const long long cpu_ns = static_cast<long long>(static_cast<double>(host_ns) * cfg_.host_cpu);
+	const long long busy_from = world_ > 1 ? (host_ns - cpu_ns) * (rank_ % world_) / (world_ - 1) : 0;
+	const long long busy_to = busy_from + cpu_ns;
+	long long host_pos = 0;
+	long long starved_ns = 0;
+	auto compute_until = [&](long long until) {
+		const long long b0 = std::clamp(busy_from, host_pos, until);
+		const long long b1 = std::clamp(busy_to, host_pos, until);
+		host_pos = until;
+		if (b1 > b0) {
+			long long took = 0;
+			if (!sleep_until(t0 + starved_ns + b0) || !host_burn(b1 - b0, took))
+				return false;
+			starved_ns += std::max(0LL, took - (b1 - b0));
+		}
+		return sleep_until(t0 + starved_ns + until);
+	};
 	if (k == 0) {
-		if (!sleep_until(t0 + host_ns))
+		if (!compute_until(host_ns))
 			return StepResult::Stopped;
 	}
 	const int backward = k / 2; // launches from here on are the backward pass
 	int bucket = 0;
 	for (int i = 0; i < k; i++) {
-		if (!sleep_until(t0 + host_ns * (i + 1) / k))
+		if (!compute_until(host_ns * (i + 1) / k))
 			return StepResult::Stopped;
 		launch(i);
 		// --buckets: DDP all-reduces a gradient bucket as soon as backward filled it.
@@ -783,6 +844,7 @@ void Rank::write_truth()
 		return;
 	truth_.has_gpu = cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&truth_.gpu, sizeof truth_.gpu) == 0;
 	truth_.nccl_mode = cfg_.nccl_async ? "async" : "blocking";
+	truth_.host_cpu = cfg_.host_cpu;
 	if (cu_.argus_sim_coll_log) {
 		truth_.collectives.resize(ARGUS_SIM_COLL_LOG_MAX);
 		int n = cu_.argus_sim_coll_log(truth_.collectives.data(), ARGUS_SIM_COLL_LOG_MAX);

@@ -150,7 +150,7 @@ struct RankSnapshot {
   double late_fraction = 0;          // share of collectives it arrived last (and late)
   double step_seconds = 0;           // period of its collective pattern; 0 when unknown
   bool straggler = false;
-  std::string straggler_reason;      // "host", "sync" or "gpu" while a straggler
+  std::string straggler_reason;      // "host", "compute", "cpu_contention", "throttled", "io", "gc_pause", "sync" or "gpu" while a straggler
   double straggler_score = 0;        // how much slower than the median rank (0 = on time)
   bool pipeline_bubble = false;      // its GPU idles on pipeline receives far more than its peers
   GpuRankView gpu;

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
+#include <set>
 
 #include "userspace/detect/collective_tracker.h"
 #include "userspace/detect/event_log.h"
@@ -49,6 +51,19 @@ struct Replay {
   bool with_gc = false;  // the ranks' collectors are probed
   std::map<int, double> gc_ns;
   std::map<int, uint64_t> gc_pauses;
+  // Kernel layer (sched_switch, cgroup cpu.stat): pid -> ms per step its host
+  // spends runnable but off CPU, blocked in block I/O, or with its cgroup
+  // throttled (a throttled task is runnable too: count it in runqueue_ms as
+  // well). Runqueue and I/O time delay its host by that much; of the rest of
+  // its host time oncpu_share is on CPU, the remainder asleep.
+  bool with_kernel = false;
+  bool with_throttle = true;  // its cgroup's cpu.stat was read
+  std::map<int, double> runqueue_ms, io_ms, throttled_ms;
+  std::map<int, std::vector<CpuStealer>> stealers;
+  double oncpu_share = 0.4;
+  std::set<int> noisy;  // these ranks' runqueue and I/O time vary each step (0..2x, seeded)
+  std::mt19937 noise_rng{7};
+  std::map<int, double> oncpu_ns, runqueue_ns, io_ns, throttled_ns;
 
   int pid(int r) const { return 100 + r; }
   double f(const std::map<int, double>& m, int p) const { return m.count(p) ? m.at(p) : 1.0; }
@@ -67,7 +82,14 @@ struct Replay {
     for (int r = 0; r < ranks; ++r) {
       const int p = pid(r);
       const double gc = gc_ms.count(p) ? gc_ms.at(p) : 0.0;
-      const uint64_t host_end = t0 + static_cast<uint64_t>((step_ms * f(host, p) + gc) * kMs);
+      const double k = noisy.count(p) ? std::uniform_real_distribution<double>(0.0, 2.0)(noise_rng) : 1.0;
+      const double rq = (runqueue_ms.count(p) ? runqueue_ms.at(p) : 0.0) * k;
+      const double io = (io_ms.count(p) ? io_ms.at(p) : 0.0) * k;
+      oncpu_ns[p] += (step_ms * f(host, p) * oncpu_share + gc) * kMs;
+      runqueue_ns[p] += rq * kMs;
+      io_ns[p] += io * kMs;
+      throttled_ns[p] += (throttled_ms.count(p) ? throttled_ms.at(p) : 0.0) * kMs;
+      const uint64_t host_end = t0 + static_cast<uint64_t>((step_ms * f(host, p) + gc + rq + io) * kMs);
       if (gc > 0) {
         gc_ns[p] += gc * kMs;
         gc_pauses[p] += 1;
@@ -137,8 +159,23 @@ struct Replay {
       s.gc_span_s = span / 1e9;
       s.gc_pauses = gc_pauses[p];
       s.gc_max_pause_s = (gc_ms.count(p) ? gc_ms.at(p) : 0.0) / 1e3;
+      s.offcpu_valid = with_kernel;
+      if (with_kernel) {
+        s.runqueue_share = runqueue_ns[p] / span;
+        s.io_share = io_ns[p] / span;
+        s.oncpu_share = oncpu_ns[p] / span;
+        s.sleep_share = std::max(0.0, 1.0 - s.runqueue_share - s.io_share - s.oncpu_share);
+        s.throttle_valid = with_throttle;
+        s.throttled_share = with_throttle ? throttled_ns[p] / span : 0.0;
+        s.cgroup = "/job/rank" + std::to_string(r);
+        if (stealers.count(p)) s.stealers = stealers.at(p);
+      }
       out.push_back(s);
     }
+    oncpu_ns.clear();
+    runqueue_ns.clear();
+    io_ns.clear();
+    throttled_ns.clear();
     gc_ns.clear();
     gc_pauses.clear();
     coll_ns.clear();
@@ -329,6 +366,254 @@ INSTANTIATE_TEST_SUITE_P(
         // Collectors not probed (GC seconds unknown): the lag is host time.
         GcCase{"async_gc_unprobed", Mode::Async, 2, 45, 1.0, false, "host"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// What on its host makes a host straggler late, from the kernel layer: each
+// cause's time above the peers' median, per step, against the lag per step.
+struct KernelCase {
+  const char* name;
+  int ranks;
+  Mode mode;
+  double host_slow;  // the slow rank's host factor besides the causes below
+  // ms per step: the slow rank's peers, the slow rank
+  double rq_others, rq_slow, io_others, io_slow, thr_others, thr_slow, gc_others, gc_slow;
+  bool kernel;        // the kernel layer follows the ranks
+  bool noisy_peers;   // peers' runqueue and I/O vary each step (0..2x the given, seeded)
+  const char* reason;  // "" = nobody
+  const char* decided_by = "";
+};
+inline void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.name; }
+class HostCause : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(HostCause, SaysWhatOnTheHostMakesItLate) {
+  const KernelCase c = GetParam();
+  Replay r;
+  r.ranks = c.ranks;
+  r.mode = c.mode;
+  r.with_kernel = c.kernel;
+  r.with_gc = c.gc_others > 0 || c.gc_slow > 0;
+  const int slow = r.pid(c.ranks - 1);
+  for (int i = 0; i < c.ranks; ++i) {
+    const int p = r.pid(i);
+    const bool me = p == slow;
+    if (c.noisy_peers && !me) r.noisy.insert(p);
+    r.runqueue_ms[p] = me ? c.rq_slow : c.rq_others;
+    r.io_ms[p] = me ? c.io_slow : c.io_others;
+    r.throttled_ms[p] = me ? c.thr_slow : c.thr_others;
+    r.gc_ms[p] = me ? c.gc_slow : c.gc_others;
+  }
+  if (c.host_slow != 1.0) r.host[slow] = c.host_slow;
+  r.stealers[slow] = {{812, "stress-ng", "/noisy", 1.5, 40}, {9, "kworker/0:1", "/", 0.01, 2}};
+  r.join();
+  StragglerDetector d;
+  auto events = r.run(d, 4);
+  if (*c.reason == '\0') {
+    EXPECT_TRUE(events.empty()) << events.front().summary;
+    for (int i = 0; i < c.ranks; ++i) EXPECT_FALSE(d.state(r.pid(i)).straggler) << i;
+    return;
+  }
+  ASSERT_GE(events.size(), 1u);
+  const DetectedEvent& ev = events[0];
+  EXPECT_EQ(ev.kind, "straggler");
+  EXPECT_EQ(ev.rank, c.ranks - 1);
+  EXPECT_EQ(ev.evidence["reason"], c.reason) << ev.summary;
+  EXPECT_EQ(d.state(slow).reason, c.reason);
+  EXPECT_EQ(events.size(), std::string(c.reason) == "gc_pause" ? 2u : 1u);
+  for (int i = 0; i < c.ranks - 1; ++i) EXPECT_FALSE(d.state(r.pid(i)).straggler) << i;
+  const auto& hc = ev.evidence["host_cause"];
+  EXPECT_EQ(hc["decided_by"], c.decided_by) << hc.dump();
+  EXPECT_EQ(hc["kernel_layer"], c.kernel);
+  if (!c.kernel) {
+    EXPECT_FALSE(hc.contains("shares"));
+    EXPECT_NE(ev.summary.find("its host is slow"), std::string::npos) << ev.summary;
+    return;
+  }
+  // The rank's shares and its peers' medians, for every cause, and what each explains.
+  for (const char* k : {"runqueue", "io", "lock", "sleep", "oncpu", "throttled"}) {
+    EXPECT_TRUE(hc["shares"].contains(k)) << k;
+    EXPECT_TRUE(hc["peers_median_shares"].contains(k)) << k;
+  }
+  for (const char* k : {"throttled", "cpu_contention", "io", "gc_pause"}) EXPECT_TRUE(hc["explained_share"].contains(k)) << k;
+  const double step = ev.evidence["step_seconds"].get<double>();
+  const double lag = hc["lag_behind_peers_seconds"].get<double>();
+  EXPECT_NEAR(lag,
+              std::max(ev.evidence["lag_margin_seconds"].get<double>(),
+                       ev.evidence["median_lag_seconds"].get<double>() - hc["peers_median_lag_seconds"].get<double>()),
+              1e-12);
+  const double rq_excess = hc["shares"]["runqueue"].get<double>() - hc["peers_median_shares"]["runqueue"].get<double>();
+  EXPECT_NEAR(hc["explained_share"]["cpu_contention"].get<double>(), std::max(0.0, rq_excess) * step / lag, 1e-9);
+  ASSERT_EQ(ev.evidence["stealers"].size(), 2u);
+  EXPECT_EQ(ev.evidence["stealers"][0]["pid"], 812);
+  EXPECT_EQ(ev.evidence["stealers"][0]["comm"], "stress-ng");
+  EXPECT_EQ(ev.evidence["stealers"][0]["cgroup"], "/noisy");
+  EXPECT_DOUBLE_EQ(ev.evidence["stealers"][0]["seconds"].get<double>(), 1.5);
+  const std::string head = "rank " + std::to_string(c.ranks - 1) + " of job llm-7 is late by ";
+  const std::string reason = c.reason;
+  if (reason == "gc_pause") {
+    EXPECT_NE(ev.summary.find("its Python garbage collector"), std::string::npos) << ev.summary;
+    return;
+  }
+  EXPECT_EQ(ev.summary.rfind(head, 0), 0u) << ev.summary;
+  EXPECT_EQ(ev.summary.find('\n'), std::string::npos);
+  if (reason == "cpu_contention") {
+    EXPECT_NE(ev.summary.find("of its time runnable but waiting for a CPU (pid 812 `stress-ng` took most of it), peers "),
+              std::string::npos)
+        << ev.summary;
+    EXPECT_GE(hc["explained_share"]["cpu_contention"].get<double>(), 0.5);
+  } else if (reason == "throttled") {
+    EXPECT_NE(ev.summary.find("its cgroup /job/rank" + std::to_string(c.ranks - 1) + " was throttled "), std::string::npos)
+        << ev.summary;
+    EXPECT_GE(hc["explained_share"]["throttled"].get<double>(), 0.5);
+  } else if (reason == "io") {
+    EXPECT_NE(ev.summary.find("of its time blocked in block I/O, peers "), std::string::npos) << ev.summary;
+    EXPECT_GE(hc["explained_share"]["io"].get<double>(), 0.5);
+  } else {
+    EXPECT_NE(ev.summary.find("it computes longer on its host: on CPU "), std::string::npos) << ev.summary;
+    EXPECT_NE(ev.summary.find("no contention, throttling or I/O explains it"), std::string::npos) << ev.summary;
+    for (const char* k : {"throttled", "cpu_contention", "io"}) EXPECT_LT(hc["explained_share"][k].get<double>(), 0.5) << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, HostCause,
+    ::testing::Values(
+        // name, ranks, mode, host factor, rq others/slow, io others/slow, throttled others/slow, gc others/slow
+        KernelCase{"contention_8_ranks", 8, Mode::Async, 1.0, 1, 40, 0, 0, 0, 0, 0, 0, true, false, "cpu_contention",
+                   "runqueue_excess"},
+        KernelCase{"contention_64_ranks", 64, Mode::Async, 1.0, 1, 40, 0, 0, 0, 0, 0, 0, true, false, "cpu_contention",
+                   "runqueue_excess"},
+        KernelCase{"contention_blocking", 8, Mode::Blocking, 1.0, 1, 40, 0, 0, 0, 0, 0, 0, true, false,
+                   "cpu_contention", "runqueue_excess"},
+        // Peers whose runqueue and I/O time vary each step (0..2x of 5 ms): the median holds.
+        KernelCase{"contention_noisy_peers", 8, Mode::Async, 1.0, 5, 45, 5, 5, 0, 0, 0, 0, true, true, "cpu_contention",
+                   "runqueue_excess"},
+        KernelCase{"noisy_peers_nobody_slow", 8, Mode::Async, 1.0, 5, 5, 5, 5, 0, 0, 0, 0, true, true, ""},
+        // Every rank waits 30 ms per step for a CPU: that is no reason for one of them to be late.
+        KernelCase{"contention_on_every_rank_slow_host", 8, Mode::Async, 1.5, 30, 30, 0, 0, 0, 0, 0, 0, true, false,
+                   "compute", "none_explains"},
+        KernelCase{"contention_on_every_rank_64", 64, Mode::Async, 1.5, 30, 30, 0, 0, 0, 0, 0, 0, true, false,
+                   "compute", "none_explains"},
+        // Throttled (its runqueue time grows as well): throttled, asked first.
+        KernelCase{"throttled", 8, Mode::Async, 1.0, 1, 40, 0, 0, 0, 40, 0, 0, true, false, "throttled",
+                   "throttled_excess"},
+        KernelCase{"throttled_everywhere_contention_here", 8, Mode::Async, 1.0, 20, 60, 0, 0, 20, 20, 0, 0, true,
+                   false, "cpu_contention", "runqueue_excess"},
+        KernelCase{"io", 8, Mode::Async, 1.0, 1, 1, 2, 42, 0, 0, 0, 0, true, false, "io", "io_excess"},
+        KernelCase{"io_64_ranks", 64, Mode::Blocking, 1.0, 1, 1, 2, 42, 0, 0, 0, 0, true, true, "io", "io_excess"},
+        KernelCase{"compute", 8, Mode::Async, 1.5, 1, 1, 1, 1, 0, 0, 0, 0, true, false, "compute", "none_explains"},
+        KernelCase{"small_contention_excess", 8, Mode::Async, 1.4, 0, 10, 0, 0, 0, 0, 0, 0, true, false, "compute",
+                   "none_explains"},
+        // No kernel layer: the lag is host time, no more is known.
+        KernelCase{"kernel_layer_absent", 8, Mode::Async, 1.5, 1, 1, 0, 0, 0, 0, 0, 0, false, false, "host",
+                   "no_kernel_layer"},
+        KernelCase{"kernel_layer_absent_contention", 8, Mode::Async, 1.0, 1, 40, 0, 0, 0, 0, 0, 0, false, false,
+                   "host", "no_kernel_layer"},
+        // GC explains the lag: gc_pause still, with the kernel layer too.
+        KernelCase{"gc_with_kernel_layer", 8, Mode::Async, 1.0, 1, 1, 0, 0, 0, 0, 2, 45, true, false, "gc_pause",
+                   "gc_excess"},
+        KernelCase{"gc_most_some_contention", 8, Mode::Async, 1.0, 1, 11, 0, 0, 0, 0, 0, 30, true, false, "gc_pause",
+                   "gc_excess"},
+        // Contention most of the lag, a little GC: contention.
+        KernelCase{"contention_most_some_gc", 8, Mode::Async, 1.0, 1, 41, 0, 0, 0, 0, 0, 5, true, false,
+                   "cpu_contention", "runqueue_excess"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Two ranks on a node (the tracker names nobody late there: no median rank to
+// be behind), from the signals a cross-node view would give: rank 1 issues 40
+// ms late each 145 ms step, rank 0 waits for it.
+TEST(Detectors, TwoRankJobSaysWhatFromItsSignals) {
+  auto judge = [](const std::function<void(RankSignal&, RankSignal&)>& shape) {
+    std::vector<RankSignal> sig(2);
+    for (int i = 0; i < 2; ++i) {
+      RankSignal& s = sig[i];
+      s.pid = 10 + i;
+      s.job_id = "pair";
+      s.rank = i;
+      s.coverage = 1;
+      s.lag.spread_samples = 10;
+      s.lag.step_seconds = 0.145;
+      s.lag.late_fraction = i == 1 ? 1.0 : 0.0;
+      s.lag.median_lag_s = i == 1 ? 0.040 : 0.0;
+      s.sync_wait_ratio = i == 1 ? 0.0 : 0.27;
+      s.offcpu_valid = true;
+      s.throttle_valid = true;
+      s.oncpu_share = 0.28;
+      s.runqueue_share = 0.01;
+    }
+    shape(sig[0], sig[1]);
+    StragglerDetector d;
+    std::vector<DetectedEvent> ev;
+    for (int e = 0; e < 2; ++e)
+      for (auto& x : d.evaluate(sig, 100 + e)) ev.push_back(std::move(x));
+    EXPECT_FALSE(d.state(10).straggler);
+    return ev.size() == 1 ? ev[0] : DetectedEvent{};
+  };
+  DetectedEvent ev = judge([](RankSignal&, RankSignal& slow) {
+    slow.runqueue_share = 0.29;  // 0.28 x 0.145 s = 41 ms of its 40 ms lag
+    slow.stealers = {{812, "stress-ng", "/noisy", 1.2, 30}};
+  });
+  EXPECT_EQ(ev.evidence["reason"], "cpu_contention") << ev.summary;
+  EXPECT_NEAR(ev.evidence["host_cause"]["explained_share"]["cpu_contention"].get<double>(), 0.28 * 0.145 / 0.040, 1e-9);
+  EXPECT_EQ(ev.summary,
+            "rank 1 of job pair is late by 40 ms per step (step 145 ms; it issues last at 100% of its collectives): 29% "
+            "of its time runnable but waiting for a CPU (pid 812 `stress-ng` took it), peers 1%");
+  ev = judge([](RankSignal&, RankSignal& slow) {
+    slow.runqueue_share = 0.29;
+    slow.throttled_share = 0.28;
+    slow.cgroup = "/kubepods/pod1";
+  });
+  EXPECT_EQ(ev.evidence["reason"], "throttled") << ev.summary;
+  EXPECT_NE(ev.summary.find("its cgroup /kubepods/pod1 was throttled 28% of the time (CPU quota), peers 0%"),
+            std::string::npos)
+      << ev.summary;
+  // Both throttled alike (one cgroup): throttling is no reason for one of them.
+  ev = judge([](RankSignal& fast, RankSignal& slow) {
+    fast.throttled_share = slow.throttled_share = 0.28;
+  });
+  EXPECT_EQ(ev.evidence["reason"], "compute") << ev.summary;
+  ev = judge([](RankSignal&, RankSignal& slow) { slow.io_share = 0.30; });
+  EXPECT_EQ(ev.evidence["reason"], "io") << ev.summary;
+  ev = judge([](RankSignal&, RankSignal& slow) { slow.oncpu_share = 0.56; });
+  EXPECT_EQ(ev.evidence["reason"], "compute") << ev.summary;
+  EXPECT_EQ(ev.evidence["host_cause"]["decided_by"], "none_explains");
+  ev = judge([](RankSignal& fast, RankSignal& slow) {
+    fast.offcpu_valid = slow.offcpu_valid = false;
+    slow.runqueue_share = 0.29;
+  });
+  EXPECT_EQ(ev.evidence["reason"], "host") << ev.summary;
+  EXPECT_EQ(ev.evidence["host_cause"]["decided_by"], "no_kernel_layer");
+}
+
+// The one line a person reads, exactly.
+TEST(Detectors, HostCauseSummariesAreOneHumanLine) {
+  auto summary = [](const std::function<void(Replay&)>& shape) {
+    Replay r;
+    r.with_kernel = true;
+    shape(r);
+    r.join();
+    StragglerDetector d;
+    auto ev = r.run(d, 3);
+    return ev.empty() ? std::string("(none)") : ev[0].summary;
+  };
+  EXPECT_EQ(summary([](Replay& r) {
+              r.runqueue_ms[103] = 40;
+              r.stealers[103] = {{812, "stress-ng", "/noisy", 1.2, 30}};
+            }),
+            "rank 3 of job llm-7 is late by 40 ms per step (step 145 ms; it issues last at 100% of its collectives): "
+            "28% of its time runnable but waiting for a CPU (pid 812 `stress-ng` took it), peers 0%");
+  EXPECT_EQ(summary([](Replay& r) {
+              r.runqueue_ms[103] = 30;
+              r.throttled_ms[103] = 30;
+            }),
+            "rank 3 of job llm-7 is late by 30 ms per step (step 135 ms; it issues last at 100% of its collectives): "
+            "its cgroup /job/rank3 was throttled 22% of the time (CPU quota), peers 0%");
+  EXPECT_EQ(summary([](Replay& r) { r.io_ms[103] = 40; }),
+            "rank 3 of job llm-7 is late by 40 ms per step (step 145 ms; it issues last at 100% of its collectives): "
+            "28% of its time blocked in block I/O, peers 0%");
+  EXPECT_EQ(summary([](Replay& r) { r.host[103] = 2.0; }),
+            "rank 3 of job llm-7 is late by 100 ms per step (step 205 ms; it issues last at 100% of its collectives): "
+            "it computes longer on its host: on CPU 39% vs peers 20%, no contention, throttling or I/O explains it "
+            "(runqueue 0% vs 0%)");
+}
 
 TEST(Detectors, StragglerNamedAloneAfterTwoEvaluationsWithEvidence) {
   Replay r;

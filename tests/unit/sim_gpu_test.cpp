@@ -202,8 +202,10 @@ TEST(SimGpuTest, PipelineStagesReceiveWithFillAndBubble)
 {
 	TempDir dir;
 	const fs::path out = dir.path / "truth";
+	// Hosts paced by sleep only (--host-cpu 0): 8 ranks on a loaded 2-core box
+	// would otherwise make a CPU-starved rank late by more than the bubble.
 	ASSERT_EQ(run_sim(with({"--ranks", "8", "--steps", "10", "--step-ms", "50", "--pp", "4", "--bubble",
-				"2:20"},
+				"2:20", "--host-cpu", "0"},
 			       out),
 			  dir.path),
 		  0)

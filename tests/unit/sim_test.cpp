@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/sim_config.h"
 #include "tests/unit/sim_test_util.h"
 
 namespace {
@@ -164,6 +165,7 @@ TEST(SimTest, TruthFilesMatchTheCallPattern)
 		EXPECT_EQ(t["world_size"], 3);
 		EXPECT_EQ(t["steps_completed"], 7);
 		EXPECT_EQ(t["status"], "completed");
+		EXPECT_DOUBLE_EQ(t["host_cpu"].get<double>(), argus::sim::kDefaultHostCpu);
 		EXPECT_EQ(t["pid"], job["ranks"][r]["pid"]);
 		pids.insert(t["pid"].get<int>());
 
@@ -227,6 +229,41 @@ TEST(SimTest, OneRankNeedsNoPeers)
 	EXPECT_EQ(t["nccl_group"]["start"], 0);
 }
 
+// --host-cpu: that share of the host compute is burnt on CPU, counted in the
+// thread's CPU time (so it is exact whatever the load), the rest slept; a
+// --straggler scales it too; 0 burns nothing.
+TEST(SimTest, HostCpuShareIsBurntOnCpuAndScaledByTheStraggler)
+{
+	TempDir dir;
+	const fs::path out = dir.path / "truth";
+	SimProcess p;
+	p.start({"--ranks", "2", "--steps", "10", "--step-ms", "20", "--init-ms", "0", "--kernels-per-step",
+		 "4", "--host-cpu", "0.5", "--straggler", "1:2", "--out", out.string(), "--quiet"},
+		dir.path);
+	ASSERT_EQ(p.wait(), 0) << slurp(p.err);
+	for (int r = 0; r < 2; r++) {
+		SCOPED_TRACE("rank " + std::to_string(r));
+		json t = json::parse(slurp(out / ("rank-" + std::to_string(r) + ".json")));
+		EXPECT_DOUBLE_EQ(t["host_cpu"].get<double>(), 0.5);
+		// 10 steps x 20 ms (x2 for the straggler) x 0.5: at least that, a burn
+		// loop's overshoot per chunk at most.
+		const double want = 10 * 0.020 * (r == 1 ? 2 : 1) * 0.5;
+		EXPECT_GE(t["host_cpu_seconds"].get<double>(), want);
+		EXPECT_LE(t["host_cpu_seconds"].get<double>(), want * 1.1 + 0.005);
+	}
+
+	const fs::path out0 = dir.path / "truth0";
+	SimProcess q;
+	q.start({"--ranks", "1", "--steps", "3", "--step-ms", "5", "--init-ms", "0", "--host-cpu", "0", "--out",
+		 out0.string(), "--quiet"},
+		dir.path);
+	ASSERT_EQ(q.wait(), 0) << slurp(q.err);
+	json t = json::parse(slurp(out0 / "rank-0.json"));
+	EXPECT_EQ(t["host_cpu"].get<double>(), 0.0);
+	EXPECT_EQ(t["host_cpu_seconds"].get<double>(), 0.0);
+	EXPECT_EQ(t["steps_completed"], 3);
+}
+
 TEST(SimTest, BadFlagsExitNonZeroWithOneLine)
 {
 	const std::vector<std::vector<std::string>> cases = {
@@ -235,6 +272,9 @@ TEST(SimTest, BadFlagsExitNonZeroWithOneLine)
 		{"--ranks", "0"},
 		{"--straggler", "1:0.5"},
 		{"--cuda-errors", "x"},
+		{"--host-cpu", "1.5"},
+		{"--host-cpu", "-0.1"},
+		{"--host-cpu", "half"},
 		{"--nccl-lib", "/nonexistent/libnccl.so.2"},
 	};
 	for (const auto &args : cases) {

@@ -445,6 +445,7 @@ void AgentRuntime::evaluate_detectors() {
     sig.pid = r.pid;
     sig.job_id = r.job_id;
     sig.rank = r.rank;
+    sig.cgroup = r.cgroup_cpu.path;  // named in a throttled straggler's summary
     sig.coll_wait_ratio = r.collective_wait_ratio;
     sig.sync_wait_ratio = r.sync_wait_ratio;
     sig.coverage = std::min(1.0, (now_unix - r.first_seen_unix) / opts_.window_seconds);

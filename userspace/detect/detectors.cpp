@@ -113,12 +113,26 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
 
 }  // namespace
 
+namespace {
+struct HostShares {
+  double runqueue = 0, io = 0, lock = 0, sleep = 0, oncpu = 0, throttled = 0;
+};
+}  // namespace
+
 struct StragglerDetector::Verdict {
-  std::string reason;  // "host", "sync", "gpu", "gc_pause" or "" (on time)
+  std::string reason;  // "host", "compute", "cpu_contention", "throttled", "io", "gc_pause", "sync", "gpu" or "" (on time)
   bool late = false;   // arrives last at most collectives, by the margin
   double gc_peer_median_s = 0;  // the peers' GC seconds in the window (median)
   double gc_excess_per_step_s = 0;  // this rank's GC above it, per step
   double gc_explained_share = 0;    // ... as a share of its lag
+  // Kernel layer: the rank's shares and its peers' medians (thread-seconds per
+  // wall second), each cause's excess per step and the share of the lag it
+  // explains, and which test decided the host reason.
+  HostShares own, peers;
+  double throttled_excess_s = 0, runqueue_excess_s = 0, io_excess_s = 0;
+  double throttled_explained = 0, runqueue_explained = 0, io_explained = 0;
+  std::string decided_by;
+  double peers_lag_s = 0, lag_behind_peers_s = 0;  // the peers' median lag; its lag behind it
   double lag_margin_s = 0;
   double wait_median = 0, wait_threshold = 0;
   double gpu_median = 0, gpu_threshold = 0;
@@ -161,6 +175,89 @@ bool StragglerDetector::gc_explains_lag(const RankSignal& r, const std::vector<c
   v.gc_excess_per_step_s = std::max(0.0, r.gc_seconds - v.gc_peer_median_s) / steps;
   v.gc_explained_share = v.gc_excess_per_step_s / r.lag.median_lag_s;
   return v.gc_explained_share >= opts_.min_gc_share;
+}
+
+namespace {
+
+HostShares shares_of(const RankSignal& r) {
+  return {r.runqueue_share, r.io_share, r.lock_share, r.sleep_share, r.oncpu_share, r.throttled_share};
+}
+
+// The peers' median of each share: off-CPU ones over the peers the kernel layer
+// follows, the throttled one over those whose cgroup was read (0 when none is).
+HostShares peer_medians(const RankSignal& r, const std::vector<const RankSignal*>& members) {
+  std::vector<double> rq, io, lock, sleep, oncpu, thr;
+  for (const auto* p : members) {
+    if (p->pid == r.pid) continue;
+    if (p->offcpu_valid) {
+      rq.push_back(p->runqueue_share);
+      io.push_back(p->io_share);
+      lock.push_back(p->lock_share);
+      sleep.push_back(p->sleep_share);
+      oncpu.push_back(p->oncpu_share);
+    }
+    if (p->throttle_valid) thr.push_back(p->throttled_share);
+  }
+  return {median_of(rq), median_of(io), median_of(lock), median_of(sleep), median_of(oncpu), median_of(thr)};
+}
+
+std::string pct(double share) { return fmt("%.0f", share * 100) + "%"; }
+
+}  // namespace
+
+// What on its host makes a host straggler late (see StragglerOptions): each
+// kernel cause's time above the peers' median, per step, against the lag per step.
+std::string StragglerDetector::host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members,
+                                           bool gc_explains, Verdict& v) const {
+  if (!r.offcpu_valid) {
+    v.decided_by = gc_explains ? "gc_excess" : "no_kernel_layer";
+    return gc_explains ? "gc_pause" : "host";
+  }
+  v.own = shares_of(r);
+  v.peers = peer_medians(r, members);
+  // The lag to explain is the one behind the median peer (the shares are
+  // compared with the peers' median too): on a busy node the median rank is
+  // itself behind the earliest one.
+  std::vector<double> peer_lags;
+  for (const auto* p : members)
+    if (p->pid != r.pid) peer_lags.push_back(p->lag.median_lag_s);
+  v.peers_lag_s = median_of(peer_lags);
+  const double step = r.lag.step_seconds;
+  // (At least the lateness margin: a sliver behind peers that are late too
+  // is not explained by a sliver of excess.)
+  const double behind = r.lag.median_lag_s > v.peers_lag_s ? r.lag.median_lag_s - v.peers_lag_s : r.lag.median_lag_s;
+  const double lag = std::min(r.lag.median_lag_s, std::max(behind, v.lag_margin_s));
+  v.lag_behind_peers_s = lag;
+  auto explained = [&](double own, double peer, double& excess) {
+    excess = std::max(0.0, own - peer) * step;
+    return lag > 0 ? excess / lag : 0.0;
+  };
+  v.throttled_explained = r.throttle_valid ? explained(v.own.throttled, v.peers.throttled, v.throttled_excess_s) : 0;
+  v.runqueue_explained = explained(v.own.runqueue, v.peers.runqueue, v.runqueue_excess_s);
+  v.io_explained = explained(v.own.io, v.peers.io, v.io_excess_s);
+  const double min = opts_.min_host_cause_share;
+  std::string cause;
+  double cause_share = 0;
+  if (r.throttle_valid && v.throttled_explained >= min) {
+    cause = "throttled";
+    cause_share = v.throttled_explained;
+  } else if (v.runqueue_explained >= min) {
+    cause = "cpu_contention";
+    cause_share = v.runqueue_explained;
+  } else if (v.io_explained >= min) {
+    cause = "io";
+    cause_share = v.io_explained;
+  }
+  if (gc_explains && (cause.empty() || v.gc_explained_share >= cause_share)) {
+    v.decided_by = "gc_excess";
+    return "gc_pause";
+  }
+  if (!cause.empty()) {
+    v.decided_by = cause == "throttled" ? "throttled_excess" : cause == "io" ? "io_excess" : "runqueue_excess";
+    return cause;
+  }
+  v.decided_by = "none_explains";
+  return "compute";
 }
 
 std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& ranks, double now_unix) {
@@ -214,10 +311,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       // least about half of its lateness. A GC-bound rank is host time, so
       // this is asked before "host".
       const bool gc_explains = v.late && !sync_explains && gc_explains_lag(*r, members, v);
-      if (gc_explains)
-        v.reason = "gc_pause";
-      else if (host_slow)
-        v.reason = "host";
+      if (gc_explains || host_slow)
+        v.reason = host_reason(*r, members, gc_explains, v);
       else if (gpu_slow)
         v.reason = "gpu";
       else if (sync_explains && !in_bubble)
@@ -268,7 +363,9 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                                         " ms after the earliest rank at " + fmt("%.0f", r.lag.late_fraction * 100) +
                                         "% of them" + (r.lag.step_seconds > 0 ? " (step " + fmt("%.0f", r.lag.step_seconds * 1e3) + " ms)" : "")
                                   : "";
-  if (v.reason == "host")
+  if (!v.decided_by.empty() && v.decided_by != "no_kernel_layer" && v.decided_by != "gc_excess")
+    ev.summary = host_cause_summary(r, v);
+  else if (v.reason == "host")
     ev.summary = who + late + ": its host is slow — it spends only " + fmt("%.0f", total_wait(r) * 100) +
                  "% of its time waiting in collectives and synchronize, the median rank " + fmt("%.0f", v.wait_median * 100) +
                  "%, and its own synchronize calls explain " + fmt("%.0f", r.lag.late_sync_share * 100) + "% of its lag";
@@ -291,6 +388,12 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                            {"late_fraction", p->lag.late_fraction}};
     if (p->gpu_valid) peer["gpu_nccl_ratio"] = p->gpu_nccl_ratio;
     if (p->gc_valid) peer["gc_seconds"] = p->gc_seconds;
+    if (p->offcpu_valid) {
+      peer["runqueue_share"] = p->runqueue_share;
+      peer["io_share"] = p->io_share;
+      peer["oncpu_share"] = p->oncpu_share;
+    }
+    if (p->throttle_valid) peer["throttled_share"] = p->throttled_share;
     peers.push_back(std::move(peer));
   }
   ev.evidence = {{"source", v.reason},
@@ -325,7 +428,67 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     ev.evidence["gc_worst_pause_seconds"] = r.gc_max_pause_s;
     ev.evidence["gc_explained_share"] = v.gc_explained_share;
   }
+  if (!v.decided_by.empty()) {
+    ev.evidence["host_cause"] = host_cause_evidence(r, v);
+    nlohmann::json stealers = nlohmann::json::array();
+    for (const auto& s : r.stealers)
+      stealers.push_back({{"pid", s.pid}, {"comm", s.comm}, {"cgroup", s.cgroup}, {"seconds", s.seconds}, {"count", s.count}});
+    ev.evidence["stealers"] = stealers;
+  }
   return ev;
+}
+
+// "rank 3 of job J is late by 41 ms per step (...): 35% of its time runnable
+// but waiting for a CPU (pid 812 `stress-ng` took it), peers 1%".
+std::string StragglerDetector::host_cause_summary(const RankSignal& r, const Verdict& v) const {
+  std::string head = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " is late by " +
+                     fmt("%.0f", r.lag.median_lag_s * 1e3) + " ms per step (step " + fmt("%.0f", r.lag.step_seconds * 1e3) +
+                     " ms; it issues last at " + pct(r.lag.late_fraction) + " of its collectives): ";
+  if (v.reason == "cpu_contention") {
+    std::string who;
+    if (!r.stealers.empty()) {
+      const CpuStealer& top = r.stealers.front();
+      who = " (pid " + std::to_string(top.pid) + " `" + top.comm + "` took " + (r.stealers.size() > 1 ? "most of it" : "it") +
+            ")";
+    }
+    return head + pct(v.own.runqueue) + " of its time runnable but waiting for a CPU" + who + ", peers " +
+           pct(v.peers.runqueue);
+  }
+  if (v.reason == "throttled")
+    return head + "its cgroup " + (r.cgroup.empty() ? "" : r.cgroup + " ") + "was throttled " + pct(v.own.throttled) +
+           " of the time (CPU quota), peers " + pct(v.peers.throttled);
+  if (v.reason == "io")
+    return head + pct(v.own.io) + " of its time blocked in block I/O, peers " + pct(v.peers.io);
+  return head + "it computes longer on its host: on CPU " + pct(v.own.oncpu) + " vs peers " + pct(v.peers.oncpu) +
+         ", no contention, throttling or I/O explains it (runqueue " + pct(v.own.runqueue) + " vs " +
+         pct(v.peers.runqueue) + ")";
+}
+
+nlohmann::json StragglerDetector::host_cause_evidence(const RankSignal& r, const Verdict& v) const {
+  auto shares = [](const HostShares& s) {
+    return nlohmann::json{{"runqueue", s.runqueue}, {"io", s.io},       {"lock", s.lock},
+                          {"sleep", s.sleep},       {"oncpu", s.oncpu}, {"throttled", s.throttled}};
+  };
+  nlohmann::json j = {{"decided_by", v.decided_by},
+                      {"kernel_layer", r.offcpu_valid},
+                      {"throttle_read", r.throttle_valid},
+                      {"min_explained_share", opts_.min_host_cause_share},
+                      {"lag_per_step_seconds", r.lag.median_lag_s},
+                      {"peers_median_lag_seconds", v.peers_lag_s},
+                      {"lag_behind_peers_seconds", v.lag_behind_peers_s},
+                      {"step_seconds", r.lag.step_seconds}};
+  if (!r.offcpu_valid) return j;
+  j["shares"] = shares(v.own);
+  j["peers_median_shares"] = shares(v.peers);
+  j["throttled_share"] = r.throttled_share;
+  if (!r.cgroup.empty()) j["cgroup"] = r.cgroup;
+  j["excess_per_step_seconds"] = {
+      {"throttled", v.throttled_excess_s}, {"runqueue", v.runqueue_excess_s}, {"io", v.io_excess_s}};
+  j["explained_share"] = {{"throttled", v.throttled_explained},
+                          {"cpu_contention", v.runqueue_explained},
+                          {"io", v.io_explained},
+                          {"gc_pause", v.gc_explained_share}};
+  return j;
 }
 
 std::string StragglerDetector::gc_summary(const RankSignal& r, const Verdict& v) const {

@@ -59,6 +59,7 @@ struct RankSignal {
   bool throttle_valid = false;  // its cgroup's cpu.stat was read
   double throttled_share = 0;   // its cgroup throttled, seconds per wall second
   std::vector<CpuStealer> stealers;  // who took its CPU, most first
+  std::string cgroup;  // its cgroup (CgroupCpuView::path), named in a "throttled" summary
 };
 
 // The straggler is the rank the others wait for: on one node (one clock) the
@@ -70,6 +71,14 @@ struct RankSignal {
 // "gc_pause" (from the Python layer): its garbage collector ran longer than
 // its peers' median by at least half of its lateness; a gc_pause event then
 // goes with the straggler event.
+// With the kernel layer (offcpu_valid), a host straggler's reason says what:
+// "throttled" (its cgroup's throttled time above its peers' median explains at
+// least min_host_cause_share of its lag per step; asked first, as a throttled
+// task also shows as runnable), "cpu_contention" (its runqueue time above the
+// peers' median explains it), "io" (its block I/O wait does), "gc_pause" as
+// above (it wins unless a kernel cause explains more), else "compute" (it
+// computes longer: nothing on its host explains it). Without the kernel layer
+// the reason stays "host".
 struct StragglerOptions {
   double min_wait_gap = 0.03;  // host: it waits (collective + sync) at least this much less than the median
   double min_late_fraction = 0.5;  // on one node: late at most of the recent spread-out collectives
@@ -82,11 +91,12 @@ struct StragglerOptions {
   int clear_after = 3;  // ... and before it falls
   double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
   double min_gc_share = 0.5;  // GC time above the peers' median per step explains this share of the lag
+  double min_host_cause_share = 0.5;  // throttled / runqueue / I/O time above the peers' median, per step
 };
 
 struct StragglerState {
   bool straggler = false;
-  std::string reason;  // "host", "sync", "gpu" or "gc_pause" while flagged
+  std::string reason;  // "host", "compute", "cpu_contention", "throttled", "io", "gc_pause", "sync" or "gpu" while flagged
   double score = 0;  // how far behind its peers, in steps (lag / step), or by the GPU share (0 = on time)
 };
 
@@ -110,6 +120,10 @@ class StragglerDetector {
                                 const std::vector<const RankSignal*>& members, double now_unix) const;
   bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
   std::string gc_summary(const RankSignal& r, const Verdict& v) const;
+  std::string host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members, bool gc_explains,
+                          Verdict& v) const;
+  std::string host_cause_summary(const RankSignal& r, const Verdict& v) const;
+  nlohmann::json host_cause_evidence(const RankSignal& r, const Verdict& v) const;
   DetectedEvent gc_pause_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                const std::vector<const RankSignal*>& members, double now_unix) const;
   StragglerOptions opts_;
