@@ -160,6 +160,12 @@ int main(int argc, char** argv) {
                  "scheduler probes: the ranks' off-CPU time by reason, CPU time and who took their CPU")
       ->envname("ARGUS_OFFCPU")
       ->check(CLI::IsMember({"on", "off"}));
+  std::string tp_flavour = "auto";
+  app.add_option("--tp-flavour", tp_flavour,
+                 "kernel tracepoint programs: auto (tp_btf, else raw_tp) or raw_tp (as on a kernel that refuses "
+                 "tp_btf)")
+      ->envname("ARGUS_TP_FLAVOUR")
+      ->check(CLI::IsMember({"auto", "raw_tp"}));
   app.add_option("--btf", btf, "kernel BTF file")->envname("ARGUS_BTF");
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
@@ -236,6 +242,7 @@ int main(int argc, char** argv) {
   opts.only_env = only_env;
   opts.python_gc_probes = python_gc_probes == "on";
   opts.offcpu = offcpu == "on";
+  opts.force_raw_tp = tp_flavour == "raw_tp";
   opts.python_sample_hz = python_sample_hz;
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 

@@ -52,6 +52,7 @@ Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& o
   lopts.btf_path = opts.btf_path;
   lopts.ringbuf_bytes = opts.ringbuf_bytes;
   lopts.usdt_spec_slots = opts.usdt_spec_slots;
+  lopts.force_raw_tp = opts.force_raw_tp;
   if (!opts.offcpu) lopts.kernel_probes_off = {"sched_switch", "sched_wakeup", "sched_wakeup_new"};
   auto loader = BpfLoader::create(lopts);
   if (!loader.ok()) return make_error(loader.error());
@@ -739,6 +740,10 @@ void AgentRuntime::refresh_kernel_cpu(int pid, bool cgroup) {
     CpuStealer s;
     s.pid = static_cast<int>(e.key.stealer_tgid);
     s.comm.assign(e.value.comm, strnlen(e.value.comm, sizeof(e.value.comm)));
+    // BPF kept the name it had when it first took the CPU; a process that
+    // exec'd since (taskset, a shell wrapper) is named as it runs now.
+    if (auto now = procfs::read_file(procfs::pid_path(opts_.proc_root, s.pid, "comm"), 64); now.ok() && !now->empty())
+      s.comm = now->substr(0, now->find('\n'));
     s.cgroup = stealer_cgroup(s.pid, e.value.cgroup_id);
     s.seconds = static_cast<double>(e.value.ns) / 1e9;
     s.count = e.value.count;

@@ -53,6 +53,7 @@ struct AgentOptions {
   HangOptions hang;
   uint32_t python_sample_hz = kDefaultPythonSampleHz;  // 0: no Python stack sampling
   std::string sysfs_root = "/sys";  // where fs/cgroup is (a rank's memory cgroup, for OOM kills)
+  bool force_raw_tp = false;  // --tp-flavour raw_tp: every tracepoint program as raw_tp
 };
 
 class AgentRuntime : public ApiSource {

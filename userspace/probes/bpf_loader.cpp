@@ -148,9 +148,9 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
   auto* s = self->skel_;
   for (const auto& kp : kernel_programs(s)) bpf_program__set_autoload(kp.raw, false);
   self->tp_flavour_ = "tp_btf";
-  int err = argus_bpf__load(s);
+  int err = opts.force_raw_tp ? -EINVAL : argus_bpf__load(s);
   if (err != 0) {
-    spdlog::warn("tp_btf programs did not load ({}); retrying with raw_tp", errno_text(err));
+    if (!opts.force_raw_tp) spdlog::warn("tp_btf programs did not load ({}); retrying with raw_tp", errno_text(err));
     argus_bpf__destroy(s);
     self->skel_ = s = argus_bpf__open_opts(&open_opts);
     if (s == nullptr) return make_error("cannot reopen the BPF object: " + errno_text(errno));

@@ -28,6 +28,9 @@ struct LoaderOptions {
   // Optional kernel probes not to attach (their layer is off): names as in
   // kernel_probes(), e.g. "sched_switch".
   std::set<std::string> kernel_probes_off;
+  // Load every tracepoint program as raw_tp, as on a kernel that refuses
+  // tp_btf (--tp-flavour raw_tp: tests and old kernels).
+  bool force_raw_tp = false;
 };
 
 // The real backend: the loaded skeleton in the kernel.
