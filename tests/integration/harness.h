@@ -45,6 +45,22 @@ inline std::string lib(const std::string& name) { return std::string(ARGUS_BUILD
     }                                                                                     \
   } while (0)
 
+// True under CI=true, where a privileged test that would skip fails instead.
+inline bool ci() {
+  const char* c = std::getenv("CI");
+  return c != nullptr && std::string(c) == "true";
+}
+
+// Polls pred every 100 ms until it holds or the timeout passes; its last answer.
+inline bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return pred();
+}
+
 inline fs::path make_temp_dir(const std::string& tag) {
   std::string tmpl = (fs::temp_directory_path() / ("argus-" + tag + "-XXXXXX")).string();
   if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");

@@ -92,19 +92,7 @@ nft add rule inet argus_loss in tcp dport "$ARGUS_PORT" 'tcp flags & syn == 0' n
 exec env RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 TORCHELASTIC_RUN_ID="$ARGUS_JOB" "$@"
 )SH";
 
-bool ci() {
-  const char* c = std::getenv("CI");
-  return c != nullptr && std::string(c) == "true";
-}
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
 
 std::string find_tool(const std::string& name) {
   for (const std::string dir : {"/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"})

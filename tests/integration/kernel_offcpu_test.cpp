@@ -68,15 +68,6 @@ while True:
     pass
 )PY";
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(200ms);
-  }
-  return pred();
-}
-
 // Runqueue wait (ns) summed over a process's threads: schedstat's second field.
 double runqueue_seconds(int pid) {
   double total = 0;

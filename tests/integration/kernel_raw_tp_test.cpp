@@ -18,7 +18,7 @@ TEST(KernelRawTp, EveryTracepointProgramLoadsAndFeedsItsLayerAsRawTp) {
   ARGUS_REQUIRE_ROOT();
   const fs::path py = "/usr/bin/python3.11";
   if (!fs::exists(py)) {
-    if (std::getenv("CI") && std::string(std::getenv("CI")) == "true") FAIL() << "CI=true and no " << py;
+    if (ci()) FAIL() << "CI=true and no " << py;
     GTEST_SKIP() << "no " << py;
   }
   const fs::path dir = make_temp_dir("rawtp");

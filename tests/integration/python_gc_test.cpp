@@ -61,10 +61,6 @@ std::string pyenv_python(const std::string& minor) {
   return best.empty() ? "" : (versions / best / "bin" / "python3").string();
 }
 
-bool ci() {
-  const char* c = std::getenv("CI");
-  return c != nullptr && std::string(c) == "true";
-}
 
 struct Interp {
   std::string name;    // label in messages
@@ -106,14 +102,6 @@ std::vector<std::string> rank_env(const std::string& job, int rank, int world) {
 }
 
 // Waits until `pred` holds or `timeout` passes.
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
 
 using Labels = std::map<std::string, std::string>;
 

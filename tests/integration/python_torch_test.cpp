@@ -18,11 +18,6 @@ fs::path torch_venv() {
   return fs::path(cache && *cache ? cache : "/var/cache/argus") / "torch-venv";
 }
 
-bool ci() {
-  const char* v = std::getenv("CI");
-  return v && std::string(v) == "true";
-}
-
 // Every frame function of a thread, innermost first.
 std::vector<std::string> functions_of(const json& thread) {
   std::vector<std::string> out;

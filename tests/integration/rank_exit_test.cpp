@@ -8,19 +8,7 @@
 namespace argus::itest {
 namespace {
 
-bool ci() {
-  const char* c = std::getenv("CI");
-  return c != nullptr && std::string(c) == "true";
-}
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
 
 // The live process of (job, rank) in the agent's view, or -1.
 int pid_of(const Agent& agent, const std::string& job, int rank) {
