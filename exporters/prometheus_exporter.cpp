@@ -65,18 +65,7 @@ constexpr uint32_t kGcBucketLast = 34;
 // The log2 histogram as cumulative Prometheus buckets (+Inf last).
 void add_launch_histogram(MetricFamily& f, Labels labels, const LaunchTiming& t,
                           uint32_t first = kLaunchBucketFirst, uint32_t last = kLaunchBucketLast) {
-  ClientMetric m;
-  m.label = std::move(labels);
-  m.histogram.sample_count = t.count;
-  m.histogram.sample_sum = static_cast<double>(t.ns) / kNsPerSecond;
-  uint64_t cumulative = 0;
-  auto it = t.log2_buckets.begin();
-  for (uint32_t b = first; b <= last; ++b) {
-    for (; it != t.log2_buckets.end() && it->first <= b; ++it) cumulative += it->second;
-    m.histogram.bucket.push_back({cumulative, static_cast<double>(uint64_t{1} << b) / kNsPerSecond});
-  }
-  m.histogram.bucket.push_back({t.count, std::numeric_limits<double>::infinity()});
-  f.metric.push_back(std::move(m));
+  add_log2_histogram(f, std::move(labels), t, first, last);
 }
 
 }  // namespace
