@@ -44,8 +44,12 @@ fuzz: build
 	done
 
 # The unit tests built with ASan + UBSan (.ci/run runs this after `make test`).
+# -O1 with line tables only: the sanitizers need no more, and this build took
+# 11.5 min on 2 cores against ~17-20 min at the default -O2 -g.
+ASAN_OPT_FLAGS ?= -O1 -g1
 asan: deps
-	cmake -S . -B $(ASAN_DIR) -DARGUS_SANITIZE=ON -DARGUS_FUZZ=OFF $(CMAKE_FLAGS)
+	cmake -S . -B $(ASAN_DIR) -DARGUS_SANITIZE=ON -DARGUS_FUZZ=OFF -DCMAKE_BUILD_TYPE=None \
+	  -DCMAKE_C_FLAGS="$(ASAN_OPT_FLAGS)" -DCMAKE_CXX_FLAGS="$(ASAN_OPT_FLAGS)" $(CMAKE_FLAGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS) --target $(ASAN_TARGETS)
 	cd $(ASAN_DIR) && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
 	  ctest --output-on-failure --timeout 300 -L unit -E '$(ASAN_NO_LEAK_CHECK)'
