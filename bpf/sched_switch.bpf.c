@@ -204,23 +204,26 @@ static __always_inline void argus_switch_in(__u64 now, struct task_struct *next,
 static __always_inline int argus_on_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 					   unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct argus_cpu_slot *slot = bpf_map_lookup_elem(&sched_cpu_slots, &cpu);
+	__u32 victim = slot ? slot->waiter_tgid : 0;
 	__u32 prev_tgid = BPF_CORE_READ(prev, tgid);
-	if (slot) {
-		/* prev's slice ends: charged to it if a rank waited for this CPU meanwhile. */
-		__u32 victim = slot->waiter_tgid;
-		if (victim) {
-			__u64 from = slot->slice_ts > slot->waiter_since ? slot->slice_ts : slot->waiter_since;
-			if (now > from)
-				argus_charge_stealer(victim, prev, now - from);
-		}
-		slot->slice_ts = now;
-	}
 	__u32 next_tgid = BPF_CORE_READ(next, tgid);
 	bool prev_f = prev_tgid != 0 && argus_sched_followed(prev_tgid);
 	bool next_f = next_tgid != 0 && argus_sched_followed(next_tgid);
+	/* The common case on a node: no rank involved and none waiting here. A
+	 * slice start is needed only while a rank waits (the charge starts at the
+	 * later of the slice start and the wait), so nothing is written. */
+	if (!victim && !prev_f && !next_f)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (victim && slot) {
+		/* prev's slice ends: charged to it for the part the rank waited. */
+		__u64 from = slot->slice_ts > slot->waiter_since ? slot->slice_ts : slot->waiter_since;
+		if (now > from)
+			argus_charge_stealer(victim, prev, now - from);
+		slot->slice_ts = now;
+	}
 	if (prev_f)
 		argus_switch_out(now, preempt, prev, prev_state, prev_tgid, cpu, slot);
 	if (next_f) {

@@ -70,11 +70,15 @@ std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& c, bool
                             "Kernel log records overwritten before the agent read them (Xid lines may be among them).",
                             MetricType::Counter);
   add_sample(lost, {}, static_cast<double>(c.lost));
+  auto dropped = metric_family("argus_agent_kmsg_xid_dropped_total",
+                               "Xid lines not counted: argus_gpu_xid_errors_total was at its series cap (1024).",
+                               MetricType::Counter);
+  add_sample(dropped, {}, static_cast<double>(c.dropped));
   auto up = metric_family("argus_agent_kmsg_up", "1 while the agent follows the kernel log for GPU Xid lines.",
                           MetricType::Gauge);
   add_sample(up, {}, following ? 1 : 0);
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&xid, &malformed, &lost, &up}) out.push_back(std::move(*f));
+  for (auto* f : {&xid, &malformed, &lost, &dropped, &up}) out.push_back(std::move(*f));
   return out;
 }
 

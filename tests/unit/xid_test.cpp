@@ -131,5 +131,16 @@ TEST(XidTracker, NamesRanksByPidThenByGpuAndCounts) {
   EXPECT_EQ(c.errors.size(), 3u);
 }
 
+TEST(XidTracker, SeriesStopAtTheirCapAndTheRestIsCounted) {
+  XidTracker t;
+  for (size_t i = 0; i < kMaxXidSeries + 5; ++i)
+    t.on_message("NVRM: Xid (PCI:0000:3b:00): " + std::to_string(i + 1) + ", x", 0, {}, {});
+  t.on_message("NVRM: Xid (PCI:0000:3b:00): 1, x", 0, {}, {});  // an existing series still counts
+  const auto c = t.counts();
+  EXPECT_EQ(c.errors.size(), kMaxXidSeries);
+  EXPECT_EQ(c.dropped, 5u);
+  EXPECT_EQ((c.errors.at({"0000:3b:00", "1"})), 2u);
+}
+
 }  // namespace
 }  // namespace argus::kmsg

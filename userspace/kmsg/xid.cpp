@@ -155,7 +155,12 @@ std::vector<DetectedEvent> XidTracker::on_message(std::string_view message, doub
       ++counts_.malformed;
       return {};
     }
-    ++counts_.errors[{x.pci_bus_id, std::to_string(x.xid)}];
+    const std::pair<std::string, std::string> key{x.pci_bus_id, std::to_string(x.xid)};
+    if (counts_.errors.size() >= kMaxXidSeries && !counts_.errors.count(key)) {
+      ++counts_.dropped;
+      return {};
+    }
+    ++counts_.errors[key];
   }
   // The ranks it hits: the process the driver named, else every rank on that GPU.
   std::vector<const XidRank*> hit;

@@ -54,7 +54,12 @@ struct XidCounts {
   std::map<std::pair<std::string, std::string>, uint64_t> errors;  // (pci_bus_id, xid) -> lines
   uint64_t malformed = 0;  // lines with "NVRM: Xid" that did not parse
   uint64_t lost = 0;       // kernel log records overwritten before they were read
+  uint64_t dropped = 0;    // lines counted nowhere: the (GPU, code) series were at their cap
 };
+
+// (pci_bus_id, xid) series kept: a node has at most a few dozen GPUs and codes,
+// so only hostile lines reach it.
+inline constexpr size_t kMaxXidSeries = 1024;
 
 class XidTracker {
  public:
