@@ -10,7 +10,7 @@ FUZZ_SECONDS ?= 300
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test unit integration fuzz asan bench clean
+.PHONY: all deps build demo demo-build test unit integration fuzz asan bench clean
 
 all: build
 
@@ -23,7 +23,18 @@ $(BUILD_DIR)/CMakeCache.txt: CMakeLists.txt
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
+# `make demo` builds only what scripts/demo.sh runs: the agent, argusctl, the
+# simulator and its shim libraries, and libargus-cupti.so where CMake found the
+# CUPTI headers (the target exists only then). No tests, benches or fuzzers, and
+# no PyPI venvs (torch is ~5 GB; only the Python-layer tests use them).
+DEMO_TARGETS ?= argus-agent argusctl argus-sim nccl_shim cuda_shim
+demo-build: $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target $(DEMO_TARGETS) \
+	  $$(cmake --build $(BUILD_DIR) --target help | grep -qx '\.\.\. argus-cupti' && echo argus-cupti)
+
+demo:
+	ARGUS_SKIP_PYPI=1 ./scripts/install-deps.sh
+	$(MAKE) demo-build
 	./scripts/demo.sh
 
 test: build
