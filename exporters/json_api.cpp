@@ -57,6 +57,14 @@ json offcpu_json(const RankSnapshot& r) {
   return j;
 }
 
+// Its Kubernetes identity, null when its cgroup names no pod; a name not found is null.
+json pod_json(const PodIdentityView& p) {
+  if (!p.present()) return nullptr;
+  return {{"namespace", str_or_null(p.namespace_name)}, {"pod", str_or_null(p.pod)},
+          {"container", str_or_null(p.container)},      {"pod_uid", p.pod_uid},
+          {"container_id", str_or_null(p.container_id)}, {"source", p.source}};
+}
+
 json rank_json(const RankSnapshot& r) {
   json nccl = json::object();
   for (const auto& [op, c] : r.nccl) {
@@ -81,6 +89,8 @@ json rank_json(const RankSnapshot& r) {
   j["exited_at"] = r.exited ? json(r.exited_at_unix) : json(nullptr);
   j["exit_cause"] = r.exited ? exit_evidence(r) : json(nullptr);  // as in its rank_exit event
   j["identity_source"] = str_or_null(r.identity_source);
+  j["pod"] = pod_json(r.pod);
+  j["gpu_uuid"] = str_or_null(r.gpu_uuid);
   j["first_seen"] = r.first_seen_unix;
   j["collective_wait_ratio"] = r.collective_wait_ratio;
   j["sync_wait_ratio"] = r.sync_wait_ratio;

@@ -219,9 +219,18 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                                      {"world_size", int_or_empty(lead->world_size)},
                                      {"pid", std::to_string(lead->pid)},
                                      {"node", lead->node.empty() ? snap.agent.node : lead->node}});
-    // gpu_uuid only where the environment names the GPU by UUID (CONTRACT: "where known").
+    // gpu_uuid only where known (CONTRACT): as the agent resolved it (the environment's
+    // UUID, or the index's through the driver), else the environment's own UUID.
     const GpuRef gpu = rank_gpu_from_strings(lead->cuda_visible_devices, lead->nvidia_visible_devices, lead->local_rank);
-    if (gpu.form == GpuRef::Form::Uuid && !gpu.id.empty()) info_labels.push_back({"gpu_uuid", gpu.id});
+    if (!lead->gpu_uuid.empty())
+      info_labels.push_back({"gpu_uuid", lead->gpu_uuid});
+    else if (gpu.form == GpuRef::Form::Uuid && !gpu.id.empty())
+      info_labels.push_back({"gpu_uuid", gpu.id});
+    // The Kubernetes identity, on the info metric only (join on job_id, rank for it).
+    const PodIdentityView& pod = lead->pod;
+    if (!pod.namespace_name.empty()) info_labels.push_back({"namespace", pod.namespace_name});
+    if (!pod.pod.empty()) info_labels.push_back({"pod", pod.pod});
+    if (!pod.container.empty()) info_labels.push_back({"container", pod.container});
     add(info, std::move(info_labels), 1);
 
     std::map<std::string, OpCounters> nccl;
@@ -390,6 +399,28 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                                "Items a bound of the agent's memory dropped, refused or cut short, by structure.",
                                MetricType::Counter),
                         "structure", a.capped);
+  // Pod identity (--pod-info): every result present from the start, so a rate() sees the first one.
+  std::map<std::string, uint64_t> pod_lookups;
+  if (!a.pod_info.empty() && a.pod_info != "off")
+    for (const char* r : {"found", "container_unknown", "pod_unknown", "no_pod_logs", "not_pod", "cgroup_namespaced",
+                          "cgroup_malformed", "cgroup_unreadable"})
+      pod_lookups[r] = 0;
+  for (const auto& [k, v] : a.pod_lookups) pod_lookups[k] = v;
+  auto pod_lookup = per_key(family("argus_agent_pod_lookups_total",
+                                   "Lookups of a rank's Kubernetes pod and container (one per rank and try), by "
+                                   "result.",
+                                   MetricType::Counter),
+                            "result", pod_lookups);
+  auto pod_skips = per_key(family("argus_agent_pod_source_skips_total",
+                                  "Entries of the pod name source (log dir names, apiserver objects) skipped, by "
+                                  "reason.",
+                                  MetricType::Counter),
+                           "reason", a.pod_source_skips);
+  auto pod_watch = per_key(family("argus_agent_pod_watch_errors_total",
+                                  "Failed apiserver lists and watches of this node's pods (--pod-info apiserver), "
+                                  "by reason.",
+                                  MetricType::Counter),
+                           "reason", a.pod_watch_errors);
   auto poll_err = family("argus_agent_ringbuf_poll_errors_total",
                          "Ring-buffer polls that failed (the event loop goes on).", MetricType::Counter);
   add(poll_err, {}, static_cast<double>(a.ringbuf_poll_errors));
@@ -402,7 +433,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
                   &files, &released, &detaching, &caps, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
-                  &poll_err}) {
+                  &poll_err, &pod_lookup, &pod_skips, &pod_watch}) {
     out.push_back(std::move(*f));
   }
   const auto rank_group_list = rank_groups(snap);

@@ -178,6 +178,22 @@ int main(int argc, char** argv) {
       ->envname("ARGUS_PYTHON_SAMPLE_HZ")
       ->check(CLI::Range(0u, 1000u));
 
+  std::string pod_info = "logs", pod_logs_dir = "/var/log/pods", container_logs_dir = "/var/log/containers";
+  app.add_option("--pod-info", pod_info,
+                 "where ranks' namespace, pod and container names come from: logs (the kubelet's log dirs), "
+                 "apiserver (a watch of this node's pods; needs RBAC), or off")
+      ->envname("ARGUS_POD_INFO")
+      ->check(CLI::IsMember({"logs", "apiserver", "off"}));
+  app.add_option("--pod-logs-dir", pod_logs_dir, "the kubelet's pod log dir (<namespace>_<pod>_<uid>/<container>/)")
+      ->envname("ARGUS_POD_LOGS_DIR");
+  app.add_option("--container-logs-dir", container_logs_dir,
+                 "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log)")
+      ->envname("ARGUS_CONTAINER_LOGS_DIR");
+  bool list_capabilities = false;
+  app.add_flag("--list-capabilities", list_capabilities,
+               "print the capabilities the agent checks at start (name, what needs it, what goes blind without it) "
+               "and exit");
+
   std::string auth_token_file, tls_cert, tls_key;
   bool debug_routes = false;
   app.add_option("--auth-token-file", auth_token_file,
@@ -198,6 +214,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail(e.what(), 2);
+  }
+
+  if (list_capabilities) {
+    // The very list check_own_capabilities() checks at start: one source of truth.
+    for (const auto& c : argus::check_capabilities(0).checks) std::cout << c.name << '\t' << c.layer << '\t' << c.without << '\n';
+    return 0;
   }
 
   auto logger = spdlog::stderr_color_mt("argus");
@@ -244,6 +266,9 @@ int main(int argc, char** argv) {
   opts.offcpu = offcpu == "on";
   opts.force_raw_tp = tp_flavour == "raw_tp";
   opts.python_sample_hz = python_sample_hz;
+  opts.pod_info = *argus::pods::parse_pod_info_mode(pod_info);  // checked by IsMember
+  opts.pod_logs_dir = pod_logs_dir;
+  opts.container_logs_dir = container_logs_dir;
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 
   raise_open_file_limit(opts.capabilities["CAP_SYS_RESOURCE"]);

@@ -118,6 +118,19 @@ struct ExitCause {
   nlohmann::json last_python_stack = nullptr;  // the newest sampled stack, where the Python layer had one
 };
 
+// The rank's Kubernetes identity: the pod and container its cgroup names, and
+// the names the kubelet's log dirs (or the apiserver) give them. "" = unknown.
+struct PodIdentityView {
+  std::string namespace_name;
+  std::string pod;
+  std::string container;
+  std::string pod_uid;
+  std::string container_id;  // 64 hex, as the runtime names it
+  std::string source;        // "logs", "apiserver", or "cgroup" (the uid alone, no names found)
+  bool present() const { return !pod_uid.empty(); }
+  bool operator==(const PodIdentityView&) const = default;
+};
+
 struct RankSnapshot {
   int pid = 0;
   uint64_t start_time_ticks = 0;  // /proc/PID/stat starttime: tells a reused pid apart
@@ -170,6 +183,9 @@ struct RankSnapshot {
   // (rank_identity.h) turns them into the rank's GPU.
   std::string cuda_visible_devices;
   std::string nvidia_visible_devices;
+
+  PodIdentityView pod;   // present() once its cgroup named a pod
+  std::string gpu_uuid;  // "GPU-..." where the environment or the driver's files name it, else ""
 };
 
 // What the detectors concluded about one rank at the last evaluation. The
@@ -224,6 +240,10 @@ struct AgentSnapshot {
   uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
   std::map<std::string, std::string> kernel_probes;  // kernel probe -> "tp_btf", "raw_tp", "off", "failed"
   uint64_t tcp_retransmits_unattributed = 0;  // retransmits of sockets no rank was found to own
+  std::string pod_info;                              // --pod-info: "logs", "apiserver" or "off"
+  std::map<std::string, uint64_t> pod_lookups;       // result -> pod identity lookups (one per rank and try)
+  std::map<std::string, uint64_t> pod_source_skips;  // reason -> log dir entries / apiserver objects skipped
+  std::map<std::string, uint64_t> pod_watch_errors;  // reason -> apiserver list/watch failures
 };
 
 // One communicator as this node sees it.

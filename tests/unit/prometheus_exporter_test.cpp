@@ -208,6 +208,9 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_events_total", "counter"},
       {"argus_agent_events_lost_total", "counter"},
       {"argus_agent_tracked_processes", "gauge"},
+      {"argus_agent_pod_lookups_total", "counter"},
+      {"argus_agent_pod_source_skips_total", "counter"},
+      {"argus_agent_pod_watch_errors_total", "counter"},
       {"argus_agent_probe_attach_errors_total", "counter"},
       {"argus_agent_probes_attached", "gauge"},
       {"argus_agent_probed_files", "gauge"},
@@ -555,7 +558,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 67u);  // + probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 70u);  // + pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));

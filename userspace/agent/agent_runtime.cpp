@@ -14,6 +14,7 @@
 #include "userspace/common/comm_id.h"
 #include "userspace/detect/rank_exit.h"
 #include "userspace/procfs/cpu_stat.h"
+#include "userspace/procfs/pod_gpu_uuid.h"
 #include "userspace/python/stack_groups.h"
 
 namespace argus {
@@ -44,6 +45,18 @@ bool sched_probe_up(const BpfBackend& b) {
 }
 
 constexpr size_t kMaxStealerCgroups = 4096;  // cached stealer cgroup paths (cleared past it)
+// A rank whose pod is not fully named is looked up again a few times (the
+// kubelet may not have written its log dir yet), 2, 4, 8 and 16 s apart.
+constexpr int kMaxPodTries = 5;
+
+pods::PodResolverOptions pod_resolver_options(const AgentOptions& opts) {
+  pods::PodResolverOptions o;
+  o.mode = opts.pod_info;
+  o.proc_root = opts.proc_root;
+  o.logs.pod_logs_dir = opts.pod_logs_dir;
+  o.logs.container_logs_dir = opts.container_logs_dir;
+  return o;
+}
 
 }  // namespace
 
@@ -83,6 +96,7 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
                                     .caps = &caps_}),
       events_(kDefaultMaxDetectedEvents, &caps_),
       profiles_(python::ProfileOptions{.caps = &caps_}),
+      pods_(pod_resolver_options(opts)),
       py_locator_(opts.proc_root) {
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
@@ -189,7 +203,10 @@ void AgentRuntime::track_found(const FoundProcess& f) {
   }
   registry_.track(f.pid, f.start_ticks, f.comm, f.identity, f.libraries);
   loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_TRACKED);
-  if (!known) watch_memcg(f.pid);
+  if (!known) {
+    watch_memcg(f.pid);
+    resolve_kube_identity(f.pid, f.identity);
+  }
   probes_->attach_python_gc_for(f.pid);  // its interpreter's collector, once per file
   if (!known) {
     spdlog::info("tracking pid {} ({}) job_id={} rank={}", f.pid, f.comm,
@@ -229,6 +246,57 @@ void AgentRuntime::track_unmapped(int pid) {
   }
   registry_.track(pid, start_ticks, comm, identity, {});
   watch_memcg(pid);
+  resolve_kube_identity(pid, identity);
+}
+
+// The GPU's UUID where the environment names it, else by its host index
+// through the driver's files; "" when neither says.
+std::string AgentRuntime::gpu_uuid_of(const RankIdentity& identity) {
+  const GpuRef gpu = rank_gpu_from_strings(identity.cuda_visible_devices, identity.nvidia_visible_devices,
+                                           identity.local_rank);
+  if (gpu.form == GpuRef::Form::Uuid) return gpu.id;
+  if (gpu.form != GpuRef::Form::Index) return "";
+  if (!gpu_uuids_) gpu_uuids_ = procfs::gpu_uuids_by_index(opts_.proc_root);
+  return gpu.index >= 0 && static_cast<size_t>(gpu.index) < gpu_uuids_->size() ? (*gpu_uuids_)[gpu.index] : "";
+}
+
+void AgentRuntime::resolve_kube_identity(int pid, const RankIdentity& identity) {
+  registry_.set_gpu_uuid(pid, gpu_uuid_of(identity));
+  if (pods_.mode() == pods::PodInfoMode::kOff) return;
+  pod_tries_[pid] = PodTry{};
+  resolve_pod(pid);
+}
+
+void AgentRuntime::resolve_pod(int pid) {
+  auto it = pod_tries_.find(pid);
+  if (it == pod_tries_.end()) return;
+  const pods::PodResolver::Lookup l = pods_.resolve(pid);
+  registry_.set_pod_identity(pid, l.pod);
+  PodTry& t = it->second;
+  ++t.tries;
+  if (l.final || t.tries >= kMaxPodTries) {
+    if (l.pod.present())
+      spdlog::info("pid {}: pod {}/{} container {} (uid {}, {})", pid, l.pod.namespace_name.empty() ? "?" : l.pod.namespace_name,
+                   l.pod.pod.empty() ? "?" : l.pod.pod, l.pod.container.empty() ? "?" : l.pod.container, l.pod.pod_uid,
+                   l.result);
+    pod_tries_.erase(it);
+    return;
+  }
+  t.next_try = now_s() + static_cast<double>(1 << t.tries);
+}
+
+void AgentRuntime::retry_pod_identities() {
+  const double now = now_s();
+  std::vector<int> due;
+  for (const auto& [pid, t] : pod_tries_)
+    if (now >= t.next_try) due.push_back(pid);
+  for (int pid : due) {
+    if (!registry_.is_live(pid)) {
+      pod_tries_.erase(pid);
+      continue;
+    }
+    resolve_pod(pid);
+  }
 }
 
 // Where the rank's memory cgroup is, and its OOM kills so far: an OOM kill
@@ -629,6 +697,7 @@ void AgentRuntime::refresh_stats() {
     registry_.apply_totals(pid, records);
   }
   for (int pid : registry_.live_pids()) refresh_kernel_cpu(pid);
+  retry_pod_identities();
   refresh_python();
   refresh_tcp();
   auto errors = loader_->read_errors();
@@ -820,6 +889,11 @@ Snapshot AgentRuntime::snapshot() const {
   a.capabilities = opts_.capabilities;
   a.kernel_probes = loader_->kernel_probes();
   a.tcp_retransmits_unattributed = tcp_unattributed_.load();
+  a.pod_info = opts_.pod_info == pods::PodInfoMode::kLogs        ? "logs"
+               : opts_.pod_info == pods::PodInfoMode::kApiserver ? "apiserver"
+                                                                 : "off";
+  a.pod_lookups = pods_.lookups();
+  a.pod_source_skips = pods_.skips();
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();

@@ -21,6 +21,7 @@
 #include "exporters/api_routes.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/model.h"
+#include "userspace/pods/pod_resolver.h"
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
 #include "userspace/procfs/memcg.h"
@@ -54,6 +55,10 @@ struct AgentOptions {
   uint32_t python_sample_hz = kDefaultPythonSampleHz;  // 0: no Python stack sampling
   std::string sysfs_root = "/sys";  // where fs/cgroup is (a rank's memory cgroup, for OOM kills)
   bool force_raw_tp = false;  // --tp-flavour raw_tp: every tracepoint program as raw_tp
+  // --pod-info, --pod-logs-dir, --container-logs-dir: the ranks' Kubernetes identity.
+  pods::PodInfoMode pod_info = pods::PodInfoMode::kLogs;
+  std::string pod_logs_dir = "/var/log/pods";
+  std::string container_logs_dir = "/var/log/containers";
 };
 
 class AgentRuntime : public ApiSource {
@@ -81,6 +86,8 @@ class AgentRuntime : public ApiSource {
     std::lock_guard lock(counters_mu_);
     link_state_ = std::move(provider);
   }
+  // The apiserver watch's names (--pod-info apiserver); set before start().
+  void set_pod_name_source(std::shared_ptr<const pods::PodNameSource> source) { pods_.set_name_source(std::move(source)); }
   // Seconds since the event loop last went round: /healthz fails when stuck.
   double seconds_since_heartbeat() const override;
   // The node's timeline over the last `seconds` (GET /api/v1/trace), and the
@@ -109,6 +116,10 @@ class AgentRuntime : public ApiSource {
   std::string stealer_cgroup(int pid, uint64_t cgroup_id);
   void finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause = nullptr);
   void watch_memcg(int pid);
+  void resolve_kube_identity(int pid, const RankIdentity& identity);  // pod and GPU UUID, when first tracked
+  void retry_pod_identities();  // the ranks whose pod was not (fully) named, a few more times
+  void resolve_pod(int pid);
+  std::string gpu_uuid_of(const RankIdentity& identity);
   ExitCause exit_cause(int pid, int exit_code, const argus_exit_info* info);
   void on_collective(const argus_nccl_coll_event& e);
   void on_call_done(const argus_call_done_event& e);
@@ -169,6 +180,15 @@ class AgentRuntime : public ApiSource {
   // (counted once).
   std::map<int, std::pair<uint64_t, std::string>> stealer_cgroups_;
   std::set<int> cpu_stat_bad_;
+  // Kubernetes identity (event loop only): the ranks still being named, and the
+  // driver's GPU UUIDs by index (read once, at the first rank that needs them).
+  pods::PodResolver pods_;
+  struct PodTry {
+    int tries = 0;
+    double next_try = 0;
+  };
+  std::map<int, PodTry> pod_tries_;
+  std::optional<std::vector<std::string>> gpu_uuids_;
   std::function<nlohmann::json()> link_state_;  // guarded by counters_mu_  // the last evaluation's verdicts by pid; guarded by counters_mu_
 
   mutable python::PythonLocator py_locator_;  // thread-safe; interpreter files cached by inode

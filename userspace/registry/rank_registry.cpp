@@ -211,6 +211,20 @@ void RankRegistry::set_cpu_stealers(int pid, std::vector<CpuStealer> totals) {
   it->second.stealer_totals = std::move(totals);
 }
 
+void RankRegistry::set_pod_identity(int pid, const PodIdentityView& pod) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end() || !pod.present()) return;
+  it->second.snap.pod = pod;
+}
+
+void RankRegistry::set_gpu_uuid(int pid, const std::string& uuid) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end() || uuid.empty()) return;
+  it->second.snap.gpu_uuid = uuid;
+}
+
 void RankRegistry::set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);

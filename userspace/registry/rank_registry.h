@@ -83,6 +83,9 @@ class RankRegistry {
   // Its cgroup's CPU controller read now (totals; the window share at tick()),
   // or nullopt when it has none to read.
   void set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view);
+  // Its Kubernetes identity and GPU UUID as resolved now (each kept when the new one is unknown).
+  void set_pod_identity(int pid, const PodIdentityView& pod);
+  void set_gpu_uuid(int pid, const std::string& uuid);
   // exit_code as the kernel keeps it: (status << 8) | signal. The reason is
   // "oom" when the cause says so, else "signal" or "exit"; exit_code then holds
   // the signal or the exit status.
