@@ -32,6 +32,7 @@
 #include "rdma/topology.h"
 #include "userspace/kmsg/xid_monitor.h"
 #include "userspace/agent/agent_runtime.h"
+#include "userspace/pods/apiserver_pods.h"
 #include "userspace/procfs/procfs.h"
 
 namespace {
@@ -189,6 +190,16 @@ int main(int argc, char** argv) {
   app.add_option("--container-logs-dir", container_logs_dir,
                  "the kubelet's container log links (<pod>_<namespace>_<container>-<id>.log)")
       ->envname("ARGUS_CONTAINER_LOGS_DIR");
+  std::string kube_api, kube_token_file, kube_ca_file;
+  app.add_option("--kube-api", kube_api,
+                 "apiserver URL for --pod-info apiserver (default: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT)")
+      ->envname("ARGUS_KUBE_API");
+  app.add_option("--kube-token-file", kube_token_file,
+                 "bearer token file for the apiserver (default: the pod's service account token)")
+      ->envname("ARGUS_KUBE_TOKEN_FILE");
+  app.add_option("--kube-ca-file", kube_ca_file, "CA bundle the apiserver's certificate must chain to (default: the "
+                                                 "service account's ca.crt)")
+      ->envname("ARGUS_KUBE_CA_FILE");
   bool list_capabilities = false;
   app.add_flag("--list-capabilities", list_capabilities,
                "print the capabilities the agent checks at start (name, what needs it, what goes blind without it) "
@@ -272,10 +283,22 @@ int main(int argc, char** argv) {
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 
   raise_open_file_limit(opts.capabilities["CAP_SYS_RESOURCE"]);
+  // --pod-info apiserver: this node's pods listed and watched on their own thread.
+  std::shared_ptr<argus::pods::ApiserverPods> kube_pods;
+  if (opts.pod_info == argus::pods::PodInfoMode::kApiserver) {
+    auto kube = argus::pods::in_cluster_options(kube_api, kube_token_file, kube_ca_file, node);
+    if (!kube.ok()) return fail(kube.error());
+    kube_pods = std::make_shared<argus::pods::ApiserverPods>(*kube);
+  }
+
   argus::SystemClock clock;
   auto runtime = argus::AgentRuntime::create(opts, clock);
   if (!runtime.ok()) return fail(runtime.error());
   auto& rt = **runtime;
+  if (kube_pods) {
+    rt.set_pod_name_source(kube_pods);
+    kube_pods->start();
+  }
 
   // The RDMA layer: link health of every InfiniBand/RoCE port under --sysfs-root,
   // polled once a second on its own thread, mapped to the ranks next to each NIC.
@@ -377,5 +400,6 @@ int main(int argc, char** argv) {
   rdma_stop = true;
   rdma_thread.join();
   rt.stop();
+  if (kube_pods) kube_pods->stop();
   return 0;
 }

@@ -894,6 +894,7 @@ Snapshot AgentRuntime::snapshot() const {
                                                                  : "off";
   a.pod_lookups = pods_.lookups();
   a.pod_source_skips = pods_.skips();
+  a.pod_watch_errors = pods_.source_errors();
   a.discovery_skips = discovery_->skips();
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();

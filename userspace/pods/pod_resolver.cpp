@@ -92,8 +92,18 @@ std::map<std::string, uint64_t> PodResolver::lookups() const {
 }
 
 std::map<std::string, uint64_t> PodResolver::skips() const {
-  std::lock_guard lock(mu_);
-  return skips_;
+  std::map<std::string, uint64_t> out;
+  {
+    std::lock_guard lock(mu_);
+    out = skips_;
+  }
+  if (names_)
+    for (const auto& [k, v] : names_->skips()) out[k] += v;
+  return out;
+}
+
+std::map<std::string, uint64_t> PodResolver::source_errors() const {
+  return names_ ? names_->errors() : std::map<std::string, uint64_t>{};
 }
 
 }  // namespace argus::pods

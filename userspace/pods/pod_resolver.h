@@ -23,6 +23,8 @@ class PodNameSource {
     std::string namespace_name, pod, container;  // container "" when its id is not listed
   };
   virtual std::optional<Answer> lookup(const std::string& pod_uid, const std::string& container_id) const = 0;
+  virtual std::map<std::string, uint64_t> errors() const { return {}; }  // reason -> failed lists/watches
+  virtual std::map<std::string, uint64_t> skips() const { return {}; }   // reason -> objects skipped
 };
 
 enum class PodInfoMode { kLogs, kApiserver, kOff };
@@ -54,7 +56,8 @@ class PodResolver {
 
   PodInfoMode mode() const { return opts_.mode; }
   std::map<std::string, uint64_t> lookups() const;
-  std::map<std::string, uint64_t> skips() const;
+  std::map<std::string, uint64_t> skips() const;          // the log dirs' and the name source's
+  std::map<std::string, uint64_t> source_errors() const;  // the name source's (the apiserver watch)
 
  private:
   Lookup count(Lookup l);
