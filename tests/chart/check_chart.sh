@@ -78,6 +78,18 @@ print(len(a), "objects, equal")
   step "yamllint (rendered output)" "$YAMLLINT" --strict -c yamllint-rendered.yaml "$out"
 done
 
+echo "== a chart without dashboards/*.json"
+# The dashboards are files of their own; the chart must render without any.
+cp -r "$CHART" "$WORK/no-dashboards"
+rm -f "$WORK/no-dashboards"/dashboards/*.json
+step "helm lint --strict" "$HELM" lint --strict "$WORK/no-dashboards"
+step "helm template, no dashboard ConfigMap" sh -c \
+  '"$1" template argus "$2" --namespace "$3" > "$4" && ! grep -q "^kind: ConfigMap" "$4"' \
+  _ "$HELM" "$WORK/no-dashboards" "$NS" "$WORK/no-dashboards.yaml"
+step "schemas and values" "$PY" ./check_rendered.py --chart "$WORK/no-dashboards" \
+  --values "$CHART/ci/default-values.yaml" --rendered "$WORK/no-dashboards.yaml" --namespace "$NS" \
+  --rules-out "$WORK/no-dashboards.rules.yaml" --kube-version 1.37.0
+
 echo "== chart files"
 step "yamllint values.yaml, Chart.yaml, examples/" "$YAMLLINT" --strict -c yamllint.yaml \
   "$CHART/values.yaml" "$CHART/Chart.yaml" "$CHART/examples"
