@@ -182,6 +182,22 @@ TEST(PodIdentity, RankInfoCarriesThePodTheCgroupAndLogDirsName) {
   if (!::testing::Test::HasFailure()) fs::remove_all(dir, ec);  // kept for a failed test's logs
 }
 
+// Opt-in apiserver mode with nowhere to connect: one line, exit 1 (not a silent blind agent).
+TEST(AgentCli, PodInfoApiserverWithoutAnApiserver) {
+  ARGUS_REQUIRE_ROOT();  // checked after the privilege check
+  const auto dir = make_temp_dir("kubeapi");
+  auto r = run_command({"/usr/bin/env", "-u", "KUBERNETES_SERVICE_HOST", bin("argus-agent"), "--pod-info", "apiserver",
+                        "--listen", "127.0.0.1:" + std::to_string(free_port())},
+                       dir, 30s);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--pod-info apiserver needs --kube-api URL or KUBERNETES_SERVICE_HOST"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  auto bad = run_command({bin("argus-agent"), "--pod-info", "sometimes"}, dir, 30s);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--pod-info"), std::string::npos) << bad.output;
+}
+
 // The list the chart's capabilities mode must grant: the one the agent checks at start.
 TEST(AgentCli, ListCapabilitiesPrintsTheCheckedList) {
   const auto dir = make_temp_dir("caps");

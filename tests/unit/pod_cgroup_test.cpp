@@ -42,6 +42,8 @@ TEST(PodCgroup, CgroupfsDriverV1ManyControllersPrefersOneWithTheContainer) {
   const auto m = match(text);
   ASSERT_EQ(m.result, PodCgroupResult::kFound);
   EXPECT_EQ(m.ref, (PodCgroupRef{kUid, kId, ""}));
+  // CRI-O under the cgroupfs driver names the container "crio-<id>" (no scope).
+  EXPECT_EQ(match("0::/kubepods/besteffort/pod" + kUid + "/crio-" + kId + "\n").ref, (PodCgroupRef{kUid, kId, "crio"}));
   // Guaranteed QoS under cgroupfs: kubepods/pod<uid>/<id>.
   EXPECT_EQ(match("3:cpu:/kubepods/pod" + kUid + "/" + kId + "\n").ref, (PodCgroupRef{kUid, kId, ""}));
 }
