@@ -5,8 +5,12 @@
 // container the fixture lays out on argus_rank_info, and on no other series.
 #include "tests/integration/harness.h"
 
+#include <httplib.h>
+
 #include <fstream>
 #include <set>
+
+#include "tests/support/tls_cert.h"
 
 #include "userspace/common/capabilities.h"
 
@@ -180,6 +184,107 @@ TEST(PodIdentity, RankInfoCarriesThePodTheCgroupAndLogDirsName) {
   EXPECT_GE(metric_value(text, "argus_agent_pod_source_skips_total", {{"reason", "pod_dir_malformed"}}), 1);
   std::error_code ec;
   if (!::testing::Test::HasFailure()) fs::remove_all(dir, ec);  // kept for a failed test's logs
+}
+
+// A fake apiserver for one pod: a PodList naming its container by id, then a
+// watch that stays open (quiet) until the test ends.
+class OnePodApiserver {
+ public:
+  OnePodApiserver(const testing_support::TlsFiles& tls, json pod) : svr_(tls.cert.c_str(), tls.key.c_str()) {
+    svr_.Get("/api/v1/pods", [this, pod](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard lock(mu_);
+        selectors_.insert(req.get_param_value("fieldSelector"));
+      }
+      if (req.get_param_value("watch") != "1") {
+        res.set_content(json{{"kind", "PodList"}, {"metadata", {{"resourceVersion", "7"}}}, {"items", {pod}}}.dump(),
+                        "application/json");
+        return;
+      }
+      res.set_chunked_content_provider("application/json", [this](size_t, httplib::DataSink& sink) {
+        while (!done_) std::this_thread::sleep_for(50ms);
+        sink.done();
+        return true;
+      });
+    });
+    port_ = svr_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+  }
+  ~OnePodApiserver() {
+    done_ = true;
+    svr_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "https://127.0.0.1:" + std::to_string(port_); }
+  std::set<std::string> selectors() {
+    std::lock_guard lock(mu_);
+    return selectors_;
+  }
+
+ private:
+  httplib::SSLServer svr_;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::set<std::string> selectors_;
+};
+
+// --pod-info apiserver end to end: the ranks' pod named from a list+watch over
+// HTTPS with a bearer token and a CA (a local fake apiserver, not a real one).
+TEST(PodIdentity, ApiserverModeNamesRanksFromTheWatch) {
+  ARGUS_REQUIRE_ROOT();
+  const fs::path v1 = "/sys/fs/cgroup/pids";
+  if (!fs::exists(v1 / "cgroup.procs")) {
+    if (ci()) FAIL() << "CI=true and no v1 pids hierarchy at " << v1;
+    GTEST_SKIP() << "needs a v1 pids hierarchy at " << v1;
+  }
+  const fs::path dir = make_temp_dir("podapi");
+  testing_support::TlsFiles tls;
+  ASSERT_TRUE(testing_support::make_self_signed(dir.string(), tls)) << "openssl failed";
+  std::ofstream(dir / "token") << "sa-token\n";
+  const std::string tag = std::to_string(getpid());
+  char uid[37];
+  std::snprintf(uid, sizeof(uid), "%08x-7777-4888-8999-aaaabbbbcccc", static_cast<unsigned>(getpid()));
+  const json pod = {{"kind", "Pod"},
+                    {"metadata", {{"uid", uid}, {"namespace", "ml"}, {"name", "llama-0"}, {"resourceVersion", "6"}}},
+                    {"status",
+                     {{"containerStatuses",
+                       {{{"name", "sidecar"}, {"containerID", "containerd://" + kIdSidecar}},
+                        {{"name", "pytorch"}, {"containerID", "containerd://" + kIdTrainer}}}}}}};
+  OnePodApiserver api(tls, pod);
+  KubeCgroup cg(v1, fs::path("kubepods") / ("pod" + std::string(uid)) / kIdTrainer);
+  const std::string job = "podapi-" + tag;
+  auto sim = sim_in(cg.dir(), sim_args(dir / "truth", job, 1, 0), dir / "sim.log", tag);
+  Agent agent(dir, {"--only-env", "ARGUS_POD_TEST=" + tag, "--node", "gpu-node-9", "--pod-info", "apiserver",
+                    "--kube-api", api.url(), "--kube-token-file", (dir / "token").string(), "--kube-ca-file", tls.cert});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  std::string line;
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::istringstream in(agent.get_text("/metrics"));
+        for (std::string l; std::getline(in, l);)
+          if (l.rfind("argus_rank_info{", 0) == 0 && label_of(l, "job_id") == job && !label_of(l, "container").empty())
+            line = l;
+        return !line.empty();
+      },
+      60s))
+      << agent.log();
+  EXPECT_EQ(label_of(line, "namespace"), "ml") << line;
+  EXPECT_EQ(label_of(line, "pod"), "llama-0") << line;
+  EXPECT_EQ(label_of(line, "container"), "pytorch") << line;
+  const auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc);
+  size_t named = 0;
+  for (const auto& r : (*doc)["ranks"]) {
+    if (r["job_id"] != job) continue;
+    EXPECT_EQ(r["pod"]["source"], "apiserver") << r.dump();
+    ++named;
+  }
+  EXPECT_EQ(named, 1u);
+  EXPECT_EQ(api.selectors(), (std::set<std::string>{"spec.nodeName=gpu-node-9"}));
+  std::error_code ec;
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir, ec);
 }
 
 // Opt-in apiserver mode with nowhere to connect: one line, exit 1 (not a silent blind agent).
