@@ -56,6 +56,9 @@ for values in "${values_files[@]}"; do
   step "helm lint --strict" "$HELM" lint --strict "$CHART" -f "$values"
   step "helm3 lint --strict" "$HELM3" lint --strict "$CHART" -f "$values"
   step "helm template" sh -c '"$1" template argus "$2" --namespace "$3" -f "$4" > "$5"' _ "$HELM" "$CHART" "$NS" "$values" "$out"
+  step "NOTES.txt renders (helm install --dry-run=client)" sh -c \
+    '"$1" install argus "$2" --namespace "$3" -f "$4" --dry-run=client > "$5.install" && grep -q "^NOTES:" "$5.install"' \
+    _ "$HELM" "$CHART" "$NS" "$values" "$out"
   # Helm 3 and 4 differ only in blank lines between documents: compare the objects.
   step "helm3 template renders the same objects" sh -c \
     '"$1" template argus "$2" --namespace "$3" -f "$4" > "$5.helm3" && "$6" -c "$7" "$5" "$5.helm3"' \
@@ -95,6 +98,7 @@ step "yamllint values.yaml, Chart.yaml, examples/" "$YAMLLINT" --strict -c yamll
   "$CHART/values.yaml" "$CHART/Chart.yaml" "$CHART/examples"
 step "examples/ pass kubernetes-validate --strict" "$CHART_VENV/bin/kubernetes-validate" --strict --quiet \
   -k 1.30.0 "$CHART"/examples/*.yaml
+step "values.yaml: a comment above every key; README.md lists every key" "$PY" ./check_values_docs.py "$CHART"
 step "values.schema.json is JSON" "$PY" -c 'import json, sys; json.load(open(sys.argv[1]))' "$CHART/values.schema.json"
 
 # Bad values: helm must refuse each, naming the problem.

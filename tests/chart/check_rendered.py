@@ -276,6 +276,13 @@ def check_monitor(mon, values, key, namespace, target_labels, port_names, docs):
     rl = ep.get("relabelings", [])
     expect(rl and rl[0].get("sourceLabels") == ["__meta_kubernetes_pod_node_name"] and rl[0].get("targetLabel") == "node",
            f"{name}: first relabeling does not set node")
+    rename = [{"sourceLabels": [x], "targetLabel": f"agent_{x}", "action": "replace"}
+              for x in ("namespace", "pod", "container")] + [{"regex": "namespace|pod|container", "action": "labeldrop"}]
+    if v["renameAgentLabels"]:
+        expect(rl[1:5] == rename, f"{name}: renameAgentLabels: the agent's labels are not moved to agent_*")
+        rl = rl[4:]
+    else:
+        expect(not any(r.get("targetLabel", "").startswith("agent_") for r in rl), f"{name}: agent_* without renameAgentLabels")
     expect(rl[1:] == (v["relabelings"] or []), f"{name}: user relabelings not kept")
     expect(ep.get("metricRelabelings", []) == (v["metricRelabelings"] or []), f"{name}: metricRelabelings")
     if values["tls"]["enabled"] and v["tlsConfig"]:

@@ -120,6 +120,22 @@ relabelings:
   - sourceLabels: [__meta_kubernetes_pod_node_name]
     targetLabel: node
     action: replace
+  {{- if $m.renameAgentLabels }}
+  # The agent pod's own namespace, pod and container move to agent_*: the
+  # namespace, pod and container labels then come from the agent only, on
+  # argus_rank_info, where absent means unknown.
+  - sourceLabels: [namespace]
+    targetLabel: agent_namespace
+    action: replace
+  - sourceLabels: [pod]
+    targetLabel: agent_pod
+    action: replace
+  - sourceLabels: [container]
+    targetLabel: agent_container
+    action: replace
+  - regex: namespace|pod|container
+    action: labeldrop
+  {{- end }}
   {{- with $m.relabelings }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
