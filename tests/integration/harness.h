@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -329,5 +331,148 @@ inline std::vector<std::string> sim_args(const fs::path& out, const std::string&
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
+
+// ---- A real Prometheus (the Debian package's /usr/bin/prometheus, or
+// ARGUS_PROMETHEUS) on a private loopback port: cross_node_prometheus_test.cpp,
+// dashboards_test.cpp.
+
+inline std::string prometheus_binary() {
+  const char* env = std::getenv("ARGUS_PROMETHEUS");
+  return env != nullptr && *env != '\0' ? env : "/usr/bin/prometheus";
+}
+
+// Skips without the binary, except under CI=true, where it fails.
+inline void require_prometheus() {
+  if (access(prometheus_binary().c_str(), X_OK) == 0) return;
+  if (ci()) FAIL() << "CI=true and no " << prometheus_binary();
+  GTEST_SKIP() << "no " << prometheus_binary() << " (Debian package prometheus)";
+}
+
+inline std::string url_encode(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+// "127.0.0.1:PORT" of an agent.
+inline std::string address_of(const Agent& a) { return a.url("").substr(std::string("http://").size()); }
+
+// A Prometheus server on a private loopback port with its own TSDB, scraping
+// `targets` and evaluating `rules` every second; killed (TERM, then KILL) with
+// its data removed on destruction. `target_labels` are added to every scraped
+// series with honor_labels (as the chart's ServiceMonitor adds `node`: a label
+// the agent exports itself keeps its value).
+class Prometheus {
+ public:
+  Prometheus(const fs::path& dir, const std::vector<std::string>& targets, const fs::path& rules,
+             const std::map<std::string, std::string>& target_labels = {})
+      : port_(free_port()), data_(dir / "prometheus-data") {
+    std::ofstream cfg(dir / "prometheus.yml");
+    cfg << "global:\n"
+           "  scrape_interval: 1s\n"
+           "  scrape_timeout: 1s\n"
+           "  evaluation_interval: 1s\n"
+           "rule_files:\n"
+           "  - '"
+        << rules.string()
+        << "'\n"
+           "scrape_configs:\n"
+           "  - job_name: argus\n";
+    if (!target_labels.empty()) cfg << "    honor_labels: true\n";
+    cfg << "    static_configs:\n"
+           "      - targets: [";
+    for (size_t i = 0; i < targets.size(); ++i) cfg << (i ? ", " : "") << "'" << targets[i] << "'";
+    cfg << "]\n";
+    if (!target_labels.empty()) {
+      cfg << "        labels:\n";
+      for (const auto& [k, v] : target_labels) cfg << "          " << k << ": '" << v << "'\n";
+    }
+    cfg.close();
+    log_ = dir / "prometheus.log";
+    child_ = std::make_unique<Child>(
+        std::vector<std::string>{prometheus_binary(), "--config.file=" + (dir / "prometheus.yml").string(),
+                                 "--storage.tsdb.path=" + data_.string(),
+                                 "--web.listen-address=127.0.0.1:" + std::to_string(port_),
+                                 "--storage.tsdb.retention.time=1h", "--log.level=warn"},
+        log_);
+  }
+  ~Prometheus() {
+    child_->terminate();
+    std::error_code ec;
+    fs::remove_all(data_, ec);
+  }
+  Prometheus(const Prometheus&) = delete;
+  Prometheus& operator=(const Prometheus&) = delete;
+
+  bool wait_ready(std::chrono::milliseconds timeout = 30s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (!child_->running()) return false;
+      auto r = cli::http_get(url("/-/ready"), 1s);
+      if (r.ok() && r->status == 200) return true;
+      std::this_thread::sleep_for(100ms);
+    }
+    return false;
+  }
+  std::string url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string log() const { return read_text(log_); }
+
+  // GET /api/v1/<path>: the "data" member, or null on any failure.
+  json api(const std::string& path) const {
+    auto r = cli::http_get(url("/api/v1/" + path), 5s);
+    if (!r.ok() || r->status != 200) return json();
+    json doc = json::parse(r->body, nullptr, false);
+    if (doc.is_discarded() || doc.value("status", "") != "success") return json();
+    return doc.value("data", json());
+  }
+  // An instant query's whole answer, errors included (Prometheus answers a
+  // query it cannot parse with 400 and {"status":"error","error":...}); a
+  // transport failure reads {"status":"error","error":"<why>"}.
+  json query_answer(const std::string& promql) const {
+    auto r = cli::http_get(url("/api/v1/query?query=" + url_encode(promql)), 10s);
+    if (!r.ok()) return json{{"status", "error"}, {"error", r.error()}};
+    json doc = json::parse(r->body, nullptr, false);
+    if (doc.is_discarded() || !doc.is_object())
+      return json{{"status", "error"}, {"error", "HTTP " + std::to_string(r->status) + ", not JSON"}};
+    return doc;
+  }
+  // An instant query's vector, [] when empty or on failure.
+  json query(const std::string& promql) const {
+    json d = api("query?query=" + url_encode(promql));
+    if (!d.is_object() || !d.contains("result") || !d["result"].is_array()) return json::array();
+    return d["result"];
+  }
+  // The values of `label` among the series an instant query returns.
+  std::set<std::string> label_values(const std::string& promql, const std::string& label) const {
+    std::set<std::string> out;
+    for (const auto& s : query(promql)) out.insert(s.at("metric").value(label, ""));
+    return out;
+  }
+  // Rule evaluation errors (a broken rule would silently record nothing).
+  std::string rule_health() const {
+    std::string bad;
+    json d = api("rules");
+    if (!d.is_object()) return "no /api/v1/rules answer";
+    for (const auto& g : d.value("groups", json::array()))
+      for (const auto& r : g.value("rules", json::array()))
+        if (r.value("health", "") == "err") bad += r.value("name", "") + ": " + r.value("lastError", "") + "\n";
+    return bad;
+  }
+
+ private:
+  uint16_t port_;
+  fs::path data_;
+  fs::path log_;
+  std::unique_ptr<Child> child_;
+};
 
 }  // namespace argus::itest
