@@ -60,7 +60,8 @@ void pod_fixture(const fs::path& logs, const std::string& ns, const std::string&
   for (const auto& [name, id] : containers) {
     fs::create_directories(pod_dir / name);
     std::ofstream(pod_dir / name / "0.log") << "started\n";
-    fs::create_symlink(pod_dir / name / "0.log", logs / "containers" / (pod + "_" + ns + "_" + name + "-" + id + ".log"));
+    fs::create_symlink(pod_dir / name / "0.log",
+                       logs / "containers" / (pod + "_" + ns + "_" + name + "-" + id + ".log"));
   }
 }
 
@@ -175,10 +176,10 @@ TEST(PodIdentity, RankInfoCarriesThePodTheCgroupAndLogDirsName) {
     EXPECT_EQ(label_of(line, "container"), "") << line;
   }
   EXPECT_GT(rank_series, 10u);  // the ranks' other series are there, without the labels
-  EXPECT_EQ(info, (std::map<std::pair<std::string, std::string>, std::string>{
-                      {{job_a, "0"}, "team-a/trainer-0/trainer"},
-                      {{job_a, "1"}, "team-a/trainer-0/trainer"},
-                      {{job_b, "0"}, "team-b/worker-7/worker"}}))
+  EXPECT_EQ(info,
+            (std::map<std::pair<std::string, std::string>, std::string>{{{job_a, "0"}, "team-a/trainer-0/trainer"},
+                                                                        {{job_a, "1"}, "team-a/trainer-0/trainer"},
+                                                                        {{job_b, "0"}, "team-b/worker-7/worker"}}))
       << text;
   EXPECT_GE(metric_value(text, "argus_agent_pod_lookups_total", {{"result", "found"}}), 3);
   EXPECT_GE(metric_value(text, "argus_agent_pod_source_skips_total", {{"reason", "pod_dir_malformed"}}), 1);
@@ -256,8 +257,9 @@ TEST(PodIdentity, ApiserverModeNamesRanksFromTheWatch) {
   KubeCgroup cg(v1, fs::path("kubepods") / ("pod" + std::string(uid)) / kIdTrainer);
   const std::string job = "podapi-" + tag;
   auto sim = sim_in(cg.dir(), sim_args(dir / "truth", job, 1, 0), dir / "sim.log", tag);
-  Agent agent(dir, {"--only-env", "ARGUS_POD_TEST=" + tag, "--node", "gpu-node-9", "--pod-info", "apiserver",
-                    "--kube-api", api.url(), "--kube-token-file", (dir / "token").string(), "--kube-ca-file", tls.cert});
+  Agent agent(dir,
+              {"--only-env", "ARGUS_POD_TEST=" + tag, "--node", "gpu-node-9", "--pod-info", "apiserver", "--kube-api",
+               api.url(), "--kube-token-file", (dir / "token").string(), "--kube-ca-file", tls.cert});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   std::string line;
   ASSERT_TRUE(eventually(

@@ -109,14 +109,20 @@ class FakeApiserver {
     const int w = ++watches_;
     if (w == 1) {
       std::string body;
-      auto line = [&](const std::string& type, const json& obj) { body += json{{"type", type}, {"object", obj}}.dump() + "\n"; };
+      auto line = [&](const std::string& type, const json& obj) {
+        body += json{{"type", type}, {"object", obj}}.dump() + "\n";
+      };
       line("ADDED", pod(kUidB, "team-b", "worker-7", "101", {{"worker", "cri-o://" + kIdB}}));
       line("MODIFIED", pod(kUidA, "team-a", "trainer-0", "102",
                            {{"trainer", "containerd://" + kIdA}, {"sidecar", "containerd://" + kIdSidecar}}));
       line("DELETED", pod(kUidC, "team-c", "old-pod", "103", {}));
       body += "{not json\n";  // counted, skipped
-      line("ERROR", json{{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"}, {"reason", "Expired"},
-                         {"message", "too old resource version: 100 (150)"}, {"code", 410}});
+      line("ERROR", json{{"kind", "Status"},
+                         {"apiVersion", "v1"},
+                         {"status", "Failure"},
+                         {"reason", "Expired"},
+                         {"message", "too old resource version: 100 (150)"},
+                         {"code", 410}});
       res.set_chunked_content_provider("application/json", [body](size_t, httplib::DataSink& sink) {
         sink.write(body.data(), body.size());
         sink.done();
@@ -185,8 +191,8 @@ TEST(PodApiserver, ListWatchEventsAndRelistAfterGone) {
   EXPECT_EQ(a->container, "trainer");
   auto d = pods.lookup(kUidD, kIdB);
   EXPECT_EQ(d->container, "main");
-  EXPECT_FALSE(pods.lookup(kUidC, ""));  // deleted by the watch, and not in the relist
-  EXPECT_FALSE(pods.lookup(kUidB, kIdB));  // added by the first watch, gone by the relist
+  EXPECT_FALSE(pods.lookup(kUidC, ""));                                // deleted by the watch, and not in the relist
+  EXPECT_FALSE(pods.lookup(kUidB, kIdB));                              // added by the first watch, gone by the relist
   EXPECT_EQ(pods.lookup(kUidA, std::string(64, 'e'))->container, "");  // an id it does not list
   EXPECT_GE(pods.events(), 3u);
   const auto errors = pods.errors();
@@ -211,8 +217,12 @@ TEST(PodApiserver, ListWatchEventsAndRelistAfterGone) {
 
 TEST(PodApiserver, PodObjectsAsTheWatchCarriesThem) {
   // pod_from_json on the shapes the watch carries: ids by runtime, bad names and ids.
-  auto p = pod_from_json(pod(kUidA, "ns", "p", "1", {{"c1", "containerd://" + kIdA}, {"c2", "docker://" + kIdB},
-                                                     {"c3", "cri-o://short"}, {"c4", ""}, {"C_bad", "containerd://" + kIdSidecar}}));
+  auto p = pod_from_json(pod(kUidA, "ns", "p", "1",
+                             {{"c1", "containerd://" + kIdA},
+                              {"c2", "docker://" + kIdB},
+                              {"c3", "cri-o://short"},
+                              {"c4", ""},
+                              {"C_bad", "containerd://" + kIdSidecar}}));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->first, kUidA);
   EXPECT_EQ(p->second.containers, (std::map<std::string, std::string>{{kIdA, "c1"}, {kIdB, "c2"}}));

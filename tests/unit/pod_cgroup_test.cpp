@@ -34,11 +34,14 @@ TEST(PodCgroup, CgroupfsDriverV1ManyControllersPrefersOneWithTheContainer) {
   // cgroup v1 as containerd (cgroupfs driver) writes it; the pids line stops at the pod.
   const std::string text = "12:pids:/kubepods/burstable/pod" + kUid +
                            "\n"
-                           "11:memory:/kubepods/burstable/pod" + kUid + "/" + kId +
+                           "11:memory:/kubepods/burstable/pod" +
+                           kUid + "/" + kId +
                            "\n"
-                           "4:cpu,cpuacct:/kubepods/burstable/pod" + kUid + "/" + kId +
+                           "4:cpu,cpuacct:/kubepods/burstable/pod" +
+                           kUid + "/" + kId +
                            "\n"
-                           "1:name=systemd:/kubepods/burstable/pod" + kUid + "/" + kId + "\n";
+                           "1:name=systemd:/kubepods/burstable/pod" +
+                           kUid + "/" + kId + "\n";
   const auto m = match(text);
   ASSERT_EQ(m.result, PodCgroupResult::kFound);
   EXPECT_EQ(m.ref, (PodCgroupRef{kUid, kId, ""}));
@@ -58,9 +61,10 @@ TEST(PodCgroup, V1SystemdDriverHybridWithEmptyV2Line) {
 
 TEST(PodCgroup, NestedPrefixesKindK3sAndNodeInAContainer) {
   // kind: the node is a container; the kubelet's --cgroup-root adds a prefix to each slice.
-  auto m = match("0::/system.slice/docker-" + kId + ".scope/kubelet.slice/kubelet-kubepods.slice/"
-                 "kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod" + kUidSlice +
-                 ".slice/cri-containerd-" + kId + ".scope\n");
+  auto m = match("0::/system.slice/docker-" + kId +
+                 ".scope/kubelet.slice/kubelet-kubepods.slice/"
+                 "kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod" +
+                 kUidSlice + ".slice/cri-containerd-" + kId + ".scope\n");
   EXPECT_EQ(m.ref, (PodCgroupRef{kUid, kId, "containerd"}));
   // k3s in docker, cgroupfs driver.
   m = match("0::/docker/" + kId + "/kubepods/besteffort/pod" + kUid + "/" + kId + "\n");

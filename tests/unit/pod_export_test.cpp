@@ -59,8 +59,7 @@ TEST(PodExport, LabelsOnRankInfoOnly) {
   EXPECT_EQ(info[1].find("namespace="), std::string::npos);
   // No other series carries them (the info-metric pattern).
   for (const std::string label : {"namespace=", "pod=\"", "container=", "gpu_uuid="})
-    for (const auto& line : lines_with(text, label))
-      EXPECT_EQ(line.rfind("argus_rank_info{", 0), 0u) << line;
+    for (const auto& line : lines_with(text, label)) EXPECT_EQ(line.rfind("argus_rank_info{", 0), 0u) << line;
 }
 
 TEST(PodExport, SelfMetricsCountEveryResult) {

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 std::string information(const std::string& uuid, const std::string& bus) {
   return "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\nGPU UUID: \t " + uuid +
          "\nVideo BIOS: \t 96.00.74.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\n"
-         "Bus Location: \t " + bus + "\nDevice Minor: \t 3\nGPU Firmware: \t 535.129.03\nGPU Excluded:\t No\n";
+         "Bus Location: \t " +
+         bus + "\nDevice Minor: \t 3\nGPU Firmware: \t 535.129.03\nGPU Excluded:\t No\n";
 }
 
 void gpu(const fs::path& root, const std::string& bus, const std::string& text) {

@@ -61,10 +61,12 @@ TEST(PodLogs, ParsesDirAndLinkNames) {
   EXPECT_EQ(c->namespace_name, "team-a");
   EXPECT_EQ(c->container, "pytorch");
   EXPECT_EQ(c->container_id, kId);
-  for (const std::string& bad : std::vector<std::string>{"", "_", "a_b", "a_b_c_d", "A_b_" + kUid, "a_b_" + kUid + "x", "a__" + kUid,
+  for (const std::string& bad :
+       std::vector<std::string>{"", "_", "a_b", "a_b_c_d", "A_b_" + kUid, "a_b_" + kUid + "x", "a__" + kUid,
                                 "-a_b_" + kUid, "a_b-_" + kUid, std::string(64, 'a') + "_b_" + kUid})
     EXPECT_FALSE(parse_pod_dir_name(bad)) << bad;
-  for (const std::string& bad : std::vector<std::string>{"", ".log", "p_n_c-" + kId, "p_n_c-" + kId.substr(1) + ".log", "p_n-" + kId + ".log",
+  for (const std::string& bad :
+       std::vector<std::string>{"", ".log", "p_n_c-" + kId, "p_n_c-" + kId.substr(1) + ".log", "p_n-" + kId + ".log",
                                 "p_n_c_d-" + kId + ".log", "p_n_c" + kId + "x.log", "P_n_c-" + kId + ".log"})
     EXPECT_FALSE(parse_container_log_name(bad)) << bad;
   EXPECT_TRUE(is_dns_subdomain("a.b-c.d"));
@@ -129,7 +131,7 @@ TEST(PodLogs, RereadsOnAMissOnlyAndBoundsTheCache) {
   EXPECT_FALSE(names.pod(kUid2));  // a miss rescans
   EXPECT_EQ(names.rescans(), 2u);
   tree.pod("ns1", "b", kUid2, {"y"});  // a pod that came later, past the cap of 1
-  names.pod(kUid2);  // a miss: the rescan meets two pods and keeps one
+  names.pod(kUid2);                    // a miss: the rescan meets two pods and keeps one
   EXPECT_EQ(names.rescans(), 3u);
   EXPECT_GE(names.skips().at("pods_over_cap"), 1u);
   // Whichever was kept is a hit; the other a miss that rescans again (bounded by the caller's tries).
@@ -174,7 +176,8 @@ TEST(PodResolver, JoinsCgroupAndLogDirsAndCountsEachResult) {
   EXPECT_EQ(r.resolve_cgroups(cgroups("0::/user.slice\n")).result, "not_pod");
   EXPECT_EQ(r.resolve(-5).result, "cgroup_unreadable");
   const auto counts = r.lookups();
-  for (const char* k : {"found", "container_unknown", "pod_unknown", "cgroup_namespaced", "not_pod", "cgroup_unreadable"})
+  for (const char* k :
+       {"found", "container_unknown", "pod_unknown", "cgroup_namespaced", "not_pod", "cgroup_unreadable"})
     EXPECT_EQ(counts.at(k), 1u) << k;
 }
 

@@ -40,8 +40,8 @@ class QuietBackend : public BpfBackend {
     return n;
   }
   void seen(int pid, uint64_t ts) {
-    argus_tgid_seen_event e{{ARGUS_EV_TGID_SEEN, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts},
-                            ARGUS_SRC_NCCL, 0};
+    argus_tgid_seen_event e{
+        {ARGUS_EV_TGID_SEEN, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts}, ARGUS_SRC_NCCL, 0};
     std::string bytes(sizeof(e), '\0');
     std::memcpy(bytes.data(), &e, sizeof(e));
     records.push_back(std::move(bytes));
@@ -64,11 +64,12 @@ TEST(PodRuntime, PodNamedOnALaterTryAndGpuUuidByIndex) {
     fs::create_directories(proc.root() / "driver/nvidia/gpus" / bus);
     std::ofstream(proc.root() / "driver/nvidia/gpus" / bus / "information") << "Model: x\nGPU UUID: " << uuid << "\n";
   }
-  proc.add(401, "", environ_of({"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=pods",
-                                "CUDA_VISIBLE_DEVICES=1"}));
-  std::ofstream(proc.root() / "401/cgroup") << "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
-                                            << "8dbf5d69_3a1e_4c2b_9f0e_1a2b3c4d5e6f.slice/cri-containerd-" << kId
-                                            << ".scope\n";
+  proc.add(
+      401, "",
+      environ_of({"RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0", "TORCHELASTIC_RUN_ID=pods", "CUDA_VISIBLE_DEVICES=1"}));
+  std::ofstream(proc.root() / "401/cgroup")
+      << "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+      << "8dbf5d69_3a1e_4c2b_9f0e_1a2b3c4d5e6f.slice/cri-containerd-" << kId << ".scope\n";
   proc.add(402, "", environ_of({"RANK=1", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=pods"}));
   std::ofstream(proc.root() / "402/cgroup") << "0::/user.slice/user-1000.slice\n";  // not a pod: tried once
   fs::create_directories(logs.path / "pods");

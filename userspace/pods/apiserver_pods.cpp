@@ -325,24 +325,25 @@ bool ApiserverPods::watch_pods() {
   std::string buf;
   bool too_large = false;
   int status = 0;
-  auto res = client->http->Get(pods_path(true), httplib::Headers{{"Accept", "application/json"}},
-                               [&](const httplib::Response& r) {
-                                 status = r.status;
-                                 return true;
-                               },
-                               [&](const char* data, size_t len) {
-                                 if (status != 200) return true;  // a Status body, not events
-                                 buf.append(data, len);
-                                 for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
-                                   if (nl > 0) apply_event(buf.substr(0, nl));
-                                   buf.erase(0, nl + 1);
-                                 }
-                                 if (buf.size() > opts_.max_event_bytes) {
-                                   too_large = true;
-                                   return false;
-                                 }
-                                 return running_.load() && !relist_;
-                               });
+  auto res = client->http->Get(
+      pods_path(true), httplib::Headers{{"Accept", "application/json"}},
+      [&](const httplib::Response& r) {
+        status = r.status;
+        return true;
+      },
+      [&](const char* data, size_t len) {
+        if (status != 200) return true;  // a Status body, not events
+        buf.append(data, len);
+        for (size_t nl; (nl = buf.find('\n')) != std::string::npos;) {
+          if (nl > 0) apply_event(buf.substr(0, nl));
+          buf.erase(0, nl + 1);
+        }
+        if (buf.size() > opts_.max_event_bytes) {
+          too_large = true;
+          return false;
+        }
+        return running_.load() && !relist_;
+      });
   {
     std::lock_guard lock(client_mu_);
     client_ = nullptr;

@@ -58,7 +58,8 @@ bool is_dns_subdomain(std::string_view s) {
   size_t start = 0;
   while (true) {
     const size_t dot = s.find('.', start);
-    const std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    const std::string_view label =
+        s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     if (!is_dns_label(label)) return false;
     if (dot == std::string_view::npos) return true;
     start = dot + 1;
@@ -76,7 +77,8 @@ std::optional<std::pair<PodNames, std::string>> parse_pod_dir_name(std::string_v
 std::optional<ContainerLogName> parse_container_log_name(std::string_view name) {
   constexpr std::string_view kSuffix = ".log";
   constexpr size_t kIdPart = 65;  // "-" and 64 hex
-  if (name.size() <= kSuffix.size() + kIdPart || name.substr(name.size() - kSuffix.size()) != kSuffix) return std::nullopt;
+  if (name.size() <= kSuffix.size() + kIdPart || name.substr(name.size() - kSuffix.size()) != kSuffix)
+    return std::nullopt;
   name.remove_suffix(kSuffix.size());
   const std::string_view id = name.substr(name.size() - 64);
   if (name[name.size() - kIdPart] != '-' || !procfs::is_container_id(id)) return std::nullopt;
@@ -139,7 +141,8 @@ std::optional<std::string> LogDirNames::container_by_link(const PodNames& pod, c
       return;
     }
     // Only a link for this very pod names the container (a reused id cannot mislead).
-    if (parsed->container_id == container_id && (parsed->pod != pod.pod || parsed->namespace_name != pod.namespace_name))
+    if (parsed->container_id == container_id &&
+        (parsed->pod != pod.pod || parsed->namespace_name != pod.namespace_name))
       return;
     if (fresh.size() < keep)
       fresh[parsed->container_id] = parsed->container;

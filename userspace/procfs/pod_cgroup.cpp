@@ -90,17 +90,19 @@ int line_preference(const CgroupLine& l) {
 
 const char* pod_cgroup_result_label(PodCgroupResult r) {
   switch (r) {
-    case PodCgroupResult::kFound: return "found";
-    case PodCgroupResult::kNotPod: return "not_pod";
-    case PodCgroupResult::kNamespaced: return "cgroup_namespaced";
-    case PodCgroupResult::kMalformed: return "cgroup_malformed";
+    case PodCgroupResult::kFound:
+      return "found";
+    case PodCgroupResult::kNotPod:
+      return "not_pod";
+    case PodCgroupResult::kNamespaced:
+      return "cgroup_namespaced";
+    case PodCgroupResult::kMalformed:
+      return "cgroup_malformed";
   }
   return "unknown";
 }
 
-bool is_container_id(std::string_view s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), is_hex);
-}
+bool is_container_id(std::string_view s) { return s.size() == 64 && std::all_of(s.begin(), s.end(), is_hex); }
 
 std::optional<std::string> normalize_pod_uid(std::string_view uid) {
   if (uid.size() == 32) {

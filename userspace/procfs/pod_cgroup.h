@@ -27,10 +27,10 @@ struct PodCgroupRef {
 };
 
 enum class PodCgroupResult {
-  kFound,          // a pod (and maybe a container) was named
-  kNotPod,         // cgroup paths that are not a pod's (a systemd service, a user session)
-  kNamespaced,     // every path is "/": a cgroup namespace hides where the process is
-  kMalformed,      // a path looks like a pod's but its uid does not parse
+  kFound,       // a pod (and maybe a container) was named
+  kNotPod,      // cgroup paths that are not a pod's (a systemd service, a user session)
+  kNamespaced,  // every path is "/": a cgroup namespace hides where the process is
+  kMalformed,   // a path looks like a pod's but its uid does not parse
 };
 const char* pod_cgroup_result_label(PodCgroupResult r);  // "found", "not_pod", "cgroup_namespaced", "cgroup_malformed"
 

@@ -30,7 +30,8 @@ bool is_uuid_body(std::string_view s) {
 }
 
 bool is_lower_hex(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 // "0000:3b:00.0": a PCI address as the driver names its directories (the
