@@ -132,7 +132,11 @@ ApiserverPods::~ApiserverPods() { stop(); }
 
 void ApiserverPods::start() {
   if (running_.exchange(true)) return;
-  thread_ = std::thread([this] { run(); });
+  finished_ = false;
+  thread_ = std::thread([this] {
+    run();
+    finished_ = true;
+  });
 }
 
 void ApiserverPods::stop() {
@@ -141,9 +145,15 @@ void ApiserverPods::stop() {
     std::lock_guard lock(wake_mu_);
     wake_.notify_all();
   }
-  {
-    std::lock_guard lock(client_mu_);
-    if (client_ && client_->http) client_->http->stop();  // ends a read in flight
+  // Shut the request in flight until the thread is out: a request registered
+  // just before its socket opened would miss one shutdown and block for its
+  // whole read timeout.
+  while (!finished_) {
+    {
+      std::lock_guard lock(client_mu_);
+      if (client_ && client_->http) client_->http->stop();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (thread_.joinable()) thread_.join();
 }

@@ -85,6 +85,7 @@ class ApiserverPods : public PodNameSource {
   KubeApiOptions opts_;
   std::thread thread_;
   std::atomic<bool> running_{false};
+  std::atomic<bool> finished_{true};  // the thread has left run()
   std::mutex wake_mu_;
   std::condition_variable wake_;
   std::mutex client_mu_;
