@@ -33,9 +33,9 @@ struct KubeApiOptions {
   int watch_timeout_seconds = 300;  // the apiserver closes a watch after this; we rewatch
   std::chrono::milliseconds backoff_initial{1000};
   std::chrono::milliseconds backoff_max{30000};
-  size_t max_pods = 4096;                // past it a new pod is refused (counted)
-  size_t max_event_bytes = 4 << 20;      // one watch event line at most
-  size_t max_list_bytes = 256ull << 20;  // one PodList at most
+  size_t max_pods = 4096;               // past it a new pod is refused (counted)
+  size_t max_event_bytes = 4 << 20;     // one watch event line at most
+  size_t max_list_bytes = 64ull << 20;  // one PodList at most (a node's few hundred pods: a few MiB)
 };
 
 // In-cluster defaults (KUBERNETES_SERVICE_HOST/_PORT and the service account's
