@@ -153,5 +153,41 @@ TEST(PythonStacks, RouteArgusctlGroupingAndPySpyAgree) {
   EXPECT_EQ(our_loader, spy_loader);
 }
 
+// A pod without hostPID: the agent in a PID namespace of its own, reading the
+// node's /proc. The pids it tracks are the node's, which process_vm_readv would
+// take for pids of its own namespace (there: none, or the wrong process); the
+// stacks must still be the rank's.
+TEST(PythonStacks, AgentInItsOwnPidNamespaceDumpsTheRightProcess) {
+  ARGUS_REQUIRE_ROOT();
+  const std::string py312 = find_python("3.12");
+  if (!fs::exists(kRealNccl) || py312.empty()) {
+    if (const char* ci = std::getenv("CI"); ci && std::string(ci) == "true")
+      FAIL() << "CI=true but NCCL or pyenv 3.12 is missing";
+    GTEST_SKIP() << "needs " << kRealNccl << " and pyenv 3.12";
+  }
+  const auto dir = make_temp_dir("pystacks-pidns");
+  const fs::path script = dir / "rank.py";
+  std::ofstream(script) << kRankScript;
+  Agent agent(dir, {"--debug-routes"}, {"unshare", "--pid", "--fork", "--kill-child"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  Child r0({py312, "-u", script.string(), kRealNccl, "train"}, dir / "r0.log",
+           {"RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=nsjob"});
+  std::optional<json> doc;
+  for (int i = 0; i < 150; ++i) {
+    if (read_text(dir / "r0.log").find("ready") != std::string::npos) {
+      doc = agent.get_json("/api/v1/ranks/nsjob/0/python-stacks");
+      if (doc && doc->contains("threads")) break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(doc.has_value() && doc->contains("threads"))
+      << agent.get_text("/api/v1/ranks/nsjob/0/python-stacks") << agent.log();
+  EXPECT_EQ((*doc)["pid"], r0.pid());
+  long tid = 0;
+  auto ours = names_of((*doc)["threads"], "qualname", "inner", &tid, "native_thread_id");
+  ASSERT_EQ(ours.size(), 4u) << doc->dump();  // inner, middle, outer, <module>
+  EXPECT_EQ(tid, r0.pid());
+}
+
 }  // namespace
 }  // namespace argus::itest

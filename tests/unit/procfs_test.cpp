@@ -2,12 +2,14 @@
 #include "userspace/procfs/procfs.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -290,6 +292,42 @@ TEST(ProcfsPaths, RootPath) {
   EXPECT_EQ(root_path("/proc", 1, "rel"), "/proc/1/root/rel");
   EXPECT_EQ(pid_path("/proc", 7, "maps"), "/proc/7/maps");
   EXPECT_EQ(pid_path("/", 7, "maps"), "/7/maps");
+}
+
+TEST_F(ProcfsFake, SharesPidNamespaceOnlyWhenSelfIsThisProcess) {
+  EXPECT_TRUE(proc_root_shares_pid_namespace("/proc"));
+  EXPECT_TRUE(proc_root_shares_pid_namespace("/proc/"));
+  EXPECT_FALSE(proc_root_shares_pid_namespace(root_));  // no "self" at all
+  fs::create_symlink(std::to_string(::getpid()), root_ + "/self");
+  EXPECT_TRUE(proc_root_shares_pid_namespace(root_ + "/"));
+  fs::remove(root_ + "/self");
+  fs::create_symlink(std::to_string(::getpid() + 1), root_ + "/self");  // the host's pid of a pod's agent
+  EXPECT_FALSE(proc_root_shares_pid_namespace(root_));
+  EXPECT_FALSE(proc_root_shares_pid_namespace(root_ + "/nonexistent"));
+}
+
+// The real case: a child in a new PID namespace (a pod without hostPID) that
+// still sees the node's /proc. There its own pid is 1, /proc/self is its node pid.
+TEST(ProcfsNamespaces, NodeProcFromAChildPidNamespaceIsNotShared) {
+  if (::geteuid() != 0) {
+    if (std::getenv("CI") != nullptr && std::string(std::getenv("CI")) == "true") FAIL() << "needs root under CI";
+    GTEST_SKIP() << "needs root (unshare CLONE_NEWPID)";
+  }
+  pid_t outer = ::fork();
+  ASSERT_GE(outer, 0);
+  if (outer == 0) {
+    if (::unshare(CLONE_NEWPID) != 0) ::_exit(10);
+    pid_t inner = ::fork();
+    if (inner < 0) ::_exit(11);
+    if (inner == 0) ::_exit(::getpid() == 1 && !proc_root_shares_pid_namespace("/proc") ? 0 : 12);
+    int st = 0;
+    ::waitpid(inner, &st, 0);
+    ::_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 13);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(outer, &status, 0), outer);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: unshare failed, 11: fork failed, 12: judged shared";
 }
 
 TEST(ProcfsErrors, Kinds) {

@@ -222,6 +222,18 @@ std::vector<int> list_pids(const std::string& proc_root) {
   return pids;
 }
 
+bool proc_root_shares_pid_namespace(const std::string& proc_root) {
+  // procfs resolves "self" in the pid namespace of the mount, not the reader's:
+  // the reader's pid there equals getpid() only when the namespaces are one.
+  std::string self = proc_root;
+  while (self.size() > 1 && self.back() == '/') self.pop_back();
+  self += self == "/" ? "self" : "/self";
+  char target[32] = {};
+  const ssize_t n = ::readlink(self.c_str(), target, sizeof target - 1);
+  if (n <= 0) return false;
+  return std::string(target, static_cast<size_t>(n)) == std::to_string(::getpid());
+}
+
 std::string pid_path(const std::string& proc_root, int pid, std::string_view leaf) {
   std::string root = proc_root;
   while (root.size() > 1 && root.back() == '/') root.pop_back();

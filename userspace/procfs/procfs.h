@@ -81,6 +81,12 @@ Result<ProcStat> read_stat(const std::string& proc_root, int pid);
 
 // "<proc_root>/<pid>/<leaf>"
 std::string pid_path(const std::string& proc_root, int pid, std::string_view leaf);
+// True when the pids under proc_root are this process's own pids: its
+// "<proc_root>/self" names getpid(). A node's /proc mounted into a container
+// with its own PID namespace (no hostPID) shows the host's pids, which the
+// pid-taking syscalls (process_vm_readv) would read as another, local process.
+bool proc_root_shares_pid_namespace(const std::string& proc_root);
+
 // "<proc_root>/<pid>/root<path>": the path as seen in the process's mount
 // namespace (a container's /usr/lib/... is not the node's).
 std::string root_path(const std::string& proc_root, int pid, const std::string& path_in_ns);

@@ -409,7 +409,11 @@ namespace {
 
 class ProcessMemory : public RemoteMemory {
  public:
-  ProcessMemory(int pid, std::string proc_root) : pid_(pid), proc_root_(std::move(proc_root)) {}
+  // process_vm_readv takes a pid of the agent's own namespace: with a node's
+  // /proc from another namespace (a pod without hostPID), /proc/PID/mem is the
+  // only way to reach the very process that proc_root names.
+  ProcessMemory(int pid, std::string proc_root)
+      : pid_(pid), proc_root_(std::move(proc_root)), use_vm_(procfs::proc_root_shares_pid_namespace(proc_root_)) {}
 
   bool read(uint64_t addr, void* out, size_t len) override {
     if (len == 0) return true;
@@ -438,7 +442,7 @@ class ProcessMemory : public RemoteMemory {
  private:
   int pid_;
   std::string proc_root_;
-  bool use_vm_ = true;
+  bool use_vm_;
   UniqueFd mem_;
 };
 
