@@ -62,6 +62,7 @@ struct Query {
   std::string ref_id;  // the target's refId (panels)
   std::string expr;    // PromQL as stored, Grafana variables not substituted
   std::string label;   // variables: the label whose values label_values() lists
+  bool range = false;  // Grafana runs it over the time range too (/api/v1/query_range): graphs, annotations
 };
 
 inline std::string describe(const Query& q) {
@@ -125,12 +126,13 @@ inline std::vector<Query> queries(const json& d) {
   }
   for (const auto& a : d.value("annotations", json::object()).value("list", json::array())) {
     if (a.value("builtIn", 0) == 1) continue;
-    out.push_back({Kind::Annotation, a.value("name", ""), "", a.value("expr", ""), ""});
+    out.push_back({Kind::Annotation, a.value("name", ""), "", a.value("expr", ""), "", true});
   }
   for (const json* p : all_panels(d)) {
     if (is_row(*p)) continue;
     for (const auto& t : p->value("targets", json::array()))
-      out.push_back({Kind::Panel, p->value("title", ""), t.value("refId", ""), t.value("expr", ""), ""});
+      out.push_back({Kind::Panel, p->value("title", ""), t.value("refId", ""), t.value("expr", ""), "",
+                     t.value("range", false)});
   }
   return out;
 }
@@ -140,6 +142,38 @@ inline const std::set<std::string>& grafana_macros() {
   static const std::set<std::string> m = {"__rate_interval", "__interval", "__interval_ms", "__range",
                                           "__range_s", "__range_ms"};
   return m;
+}
+
+// The names in an expression that contain "argus" (metrics and recording
+// rules: argus_straggler, argus:straggler, job_id:argus_..., outside quoted
+// strings), to hold against what the agent exports and the rules record.
+inline std::set<std::string> argus_names(const std::string& expr) {
+  std::set<std::string> out;
+  auto ident = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == ':'; };
+  for (size_t i = 0; i < expr.size();) {
+    const char c = expr[i];
+    if (c == '"' || c == '\'' || c == '`') {  // a string: a label value, a regex
+      size_t j = i + 1;
+      while (j < expr.size() && expr[j] != c) j += expr[j] == '\\' ? 2 : 1;
+      i = j + 1;
+      continue;
+    }
+    if (c == '$') {  // a variable's name is not a metric
+      ++i;
+      while (i < expr.size() && (ident(expr[i]) || expr[i] == '{')) ++i;
+      continue;
+    }
+    if (!ident(c) || std::isdigit(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < expr.size() && ident(expr[j])) ++j;
+    const std::string tok = expr.substr(i, j - i);
+    if (tok.find("argus") != std::string::npos) out.insert(tok);
+    i = j;
+  }
+  return out;
 }
 
 // The variables an expression names: $name, ${name} and ${name:format}.

@@ -211,6 +211,43 @@ std::string read_job_truth(const fs::path& out, Truth& t) {
   return t.stragglers.empty() ? "no straggler fault fired yet" : "";
 }
 
+// The metric families the agent exports (its TYPE lines) and the names the
+// shipped rules record: every argus name a dashboard uses must be one of them
+// (a misspelt name parses, and shows nothing, forever).
+std::set<std::string> known_names(const std::string& metrics_text) {
+  std::set<std::string> out;
+  std::istringstream in(metrics_text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream w(line);
+    std::string hash, type, name;
+    if (w >> hash >> type >> name && hash == "#" && type == "TYPE") out.insert(name);
+  }
+  std::istringstream rules(read_text(kRules));
+  for (std::string line; std::getline(rules, line);) {
+    const auto at = line.find("- record:");
+    if (at == std::string::npos || line.find_first_not_of(' ') != at) continue;
+    std::istringstream w(line.substr(at + 9));
+    std::string name;
+    if (w >> name) out.insert(name);
+  }
+  return out;
+}
+
+// A range query's whole answer over the last `seconds` (as a graph panel or an
+// annotation runs it), errors included.
+json query_range_answer(const Prometheus& prom, const std::string& promql, int seconds, int step) {
+  const long long now = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  auto r = cli::http_get(prom.url("/api/v1/query_range?query=" + url_encode(promql) + "&start=" +
+                                  std::to_string(now - seconds) + "&end=" + std::to_string(now) +
+                                  "&step=" + std::to_string(step)),
+                         10s);
+  if (!r.ok()) return json{{"status", "error"}, {"error", r.error()}};
+  json doc = json::parse(r->body, nullptr, false);
+  return doc.is_discarded() ? json{{"status", "error"}, {"error", "not JSON"}} : doc;
+}
+
 // The series of an instant query's answer.
 json result_of(const json& answer) {
   if (answer.value("status", "") != "success") return json::array();
@@ -523,8 +560,20 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
                           << dir.string() << ")\nrule errors: " << prom.rule_health() << "\nsim log:\n"
                           << read_text(dir / "sim.log");
 
+  // Every argus name is one the agent really exports or the rules record.
+  const std::set<std::string> known = known_names(agent.get_text("/metrics"));
+  EXPECT_GE(known.size(), 80u) << "the agent's /metrics has too few families";
+  std::set<std::string> used;
+  for (const auto& d : dashboards)
+    for (const auto& q : d.queries)
+      for (const auto& name : dash::argus_names(q.expr)) {
+        used.insert(name);
+        EXPECT_TRUE(known.count(name)) << d.uid << ": " << dash::describe(q) << " uses " << name
+                                       << ", which the agent does not export and no rule records";
+      }
+
   // Every query of every dashboard parses and runs.
-  size_t total = 0, with_data = 0, panels = 0;
+  size_t total = 0, with_data = 0, panels = 0, ranged = 0;
   std::string empty_list;
   for (const auto& d : dashboards) {
     size_t n = 0, data = 0;
@@ -537,6 +586,13 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
       EXPECT_EQ(answer.value("status", ""), "success")
           << d.uid << ": " << dash::describe(q) << " does not run: " << answer.value("errorType", "") << " "
           << answer.value("error", "") << "\n  " << promql;
+      if (q.range) {
+        ++ranged;
+        const json over_time = query_range_answer(prom, promql, 30, 2);
+        EXPECT_EQ(over_time.value("status", ""), "success")
+            << d.uid << ": " << dash::describe(q) << " does not run over a range: " << over_time.value("error", "")
+            << "\n  " << promql;
+      }
       ++n;
       if (!result_of(answer).empty()) {
         ++data;
@@ -549,11 +605,11 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
     with_data += data;
     panels += d.panels;
   }
-  std::printf("[ dashboards ] %zu panels, %zu queries, %zu with data; %zu core checks %s %.1f s after the job "
-              "started (agent and Prometheus ready at %.1f s; ranks in pod '%s'); empty now (no such fault, layer "
+  std::printf("[ dashboards ] %zu panels, %zu queries (%zu also over a range), %zu with data; %zu core checks %s %.1f s after the job "
+              "started (agent and Prometheus ready at %.1f s; ranks in pod '%s'); %zu argus names, all exported or recorded; empty now (no such fault, layer "
               "or exporter here):\n%s",
-              panels, total, with_data, core.size(), failures.empty() ? "all true" : "NOT all true", core_at,
-              job_started, truth.pod.c_str(), empty_list.c_str());
+              panels, total, ranged, with_data, core.size(), failures.empty() ? "all true" : "NOT all true", core_at,
+              job_started, truth.pod.c_str(), used.size(), empty_list.c_str());
   EXPECT_EQ(prom.rule_health(), "");
 
   sim.terminate();

@@ -181,6 +181,11 @@ TEST(DashboardsJson, LabelValuesAndSubstitution) {
   EXPECT_EQ(substitute("${job_id} ${job_id:regex} $__range", values), "(j1|j2) (j1|j2) 1m");
   // Unknown variables stay for the caller to report; a lone $ is kept.
   EXPECT_EQ(substitute("$nope $ $job_idx", values), "$nope $ $job_idx");
+  EXPECT_EQ(argus_names(R"q(sum by (rank) (rate(argus_cpu_seconds_total{job_id=~"$job_id", x="argus_not_a_name"}[1m]))
+             / on (job_id) group_left job_id:argus_collective_wait_ratio:median or argus:straggler
+             or ALERTS{alertname=~"Argus.*"} or container_cpu_usage_seconds_total{image=~'.*argus_x.*'})q"),
+            (std::set<std::string>{"argus_cpu_seconds_total", "job_id:argus_collective_wait_ratio:median",
+                                   "argus:straggler"}));
   EXPECT_EQ(referenced_variables("a $x ${y} ${z:csv} $ $__range"),
             (std::set<std::string>{"x", "y", "z", "__range"}));
 }
