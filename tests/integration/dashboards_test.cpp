@@ -31,6 +31,9 @@ namespace dash = argus::dashboards;
 
 const fs::path kRules = fs::path(ARGUS_SOURCE_DIR) / "helm/argus/rules/argus-rules.yaml";
 
+// A Python rank (its interpreter and launcher environment make it one) that collects garbage.
+constexpr const char* kGcLoop = "import gc, time\nwhile True:\n    gc.collect(0)\n    time.sleep(0.05)\n";
+
 // Removes a tree at the end: the fixture (on tmpfs) always, the test's folder
 // (logs, Prometheus' config) unless the test failed.
 struct RemoveTree {
@@ -144,6 +147,9 @@ struct Truth {
   std::map<std::string, std::set<std::string>> rails;      // rank -> "device:port" next to its GPU
   std::string xid_bus, xid_code = "13";                    // the Xid line the test wrote
   std::string pod;  // "namespace/pod/container" of every rank ("" where no cgroup v2 tree lets the test make one)
+  // A second job whose rank exits (its peers then hang), and a Python rank.
+  std::string exit_job, py_job;
+  std::set<std::string> exit_ranks, exited;  // exited: an "exit" fault fired
 };
 
 std::string pod_of(const json& m) {
@@ -156,6 +162,7 @@ std::string pods_named(const json& r, const Truth& t, bool with_container) {
   if (t.pod.empty()) return "";
   std::string bad;
   for (const auto& s : r) {
+    if (s.at("metric").value("job_id", "") != t.job) continue;
     std::string got = pod_of(s.at("metric")), want = t.pod;
     if (!with_container) {
       got.resize(got.rfind('/'));
@@ -248,6 +255,22 @@ json query_range_answer(const Prometheus& prom, const std::string& promql, int s
   return doc.is_discarded() ? json{{"status", "error"}, {"error", "not JSON"}} : doc;
 }
 
+// The exit job's ranks (job.json) and the ranks whose exit fired (rank-N.json
+// faults: a rank writes its file when a fault fires or when it ends).
+std::string read_exit_truth(const fs::path& out, Truth& t) {
+  t.exit_ranks.clear();
+  t.exited.clear();
+  if (!fs::exists(out / "job.json")) return "no job.json yet";
+  const json j = json::parse(read_text(out / "job.json"), nullptr, false);
+  if (j.is_discarded()) return "job.json unreadable";
+  for (const auto& r : j.at("ranks")) t.exit_ranks.insert(std::to_string(r.at("rank").get<int>()));
+  for (const auto& [rank, rj] : read_truth(out)) {
+    for (const auto& f : rj.value("faults", json::array()))
+      if (f.value("kind", "") == "exit") t.exited.insert(std::to_string(rank));
+  }
+  return t.exited.empty() ? "no exit fired yet" : "";
+}
+
 // The series of an instant query's answer.
 json result_of(const json& answer) {
   if (answer.value("status", "") != "success") return json::array();
@@ -258,6 +281,14 @@ json result_of(const json& answer) {
 std::set<std::string> label_set(const json& result, const std::string& label) {
   std::set<std::string> out;
   for (const auto& s : result) out.insert(s.at("metric").value(label, ""));
+  return out;
+}
+
+// The ranks of one job among the series.
+std::set<std::string> ranks_of(const json& result, const std::string& job) {
+  std::set<std::string> out;
+  for (const auto& s : result)
+    if (s.at("metric").value("job_id", "") == job) out.insert(s.at("metric").value("rank", ""));
   return out;
 }
 
@@ -288,11 +319,16 @@ std::string expect_eq(const std::string& what, const std::set<std::string>& got,
 
 // A core panel (or annotation, or variable): it must return data, and
 // `check` ("" = fine) compares it with the truth.
+// Which job a check picks in $job_id (the cluster dashboard: the straggler
+// job and the exit job together, as a multi-value selection).
+enum class Pick { Main, Exit, Python };
+
 struct Core {
   std::string uid;
   dash::Kind kind;
   std::string title, ref_id;
   std::function<std::string(const json& result, const Truth& t)> check;
+  Pick pick = Pick::Main;
 };
 
 std::vector<Core> core_checks() {
@@ -309,14 +345,56 @@ std::vector<Core> core_checks() {
                         : "job has " + std::to_string(value_of(s)) + " ranks, want " + std::to_string(t.ranks.size());
          return std::string("no row for the job");
        }},
+      {"argus-cluster", K::Panel, "Ranks per job", "A",
+       [](const json& r, const Truth& t) {
+         for (const auto& s : r)
+           if (s.at("metric").value("job_id", "") == t.exit_job)
+             return value_of(s) == static_cast<double>(t.exit_ranks.size()) ? std::string() : "exit job: wrong count";
+         return std::string("no row for the exit job");
+       }},
       {"argus-cluster", K::Panel, "Ranks per job", "B",
-       [](const json& r, const Truth&) { return r.size() == 1 && value_of(r[0]) == 1 ? "" : std::string("not 1 node"); }},
+       [](const json& r, const Truth& t) {
+         std::string bad;
+         for (const auto& job : {t.job, t.exit_job}) {
+           bool one = false;
+           for (const auto& s : r) one = one || (s.at("metric").value("job_id", "") == job && value_of(s) == 1);
+           if (!one) bad += " job " + job + " not on 1 node";
+         }
+         return bad;
+       }},
       {"argus-cluster", K::Panel, "Stragglers (across nodes)", "A",
        [](const json& r, const Truth& t) {
-         return expect_eq("stragglers", label_set(r, "rank"), t.stragglers) + pods_named(r, t, false);
+         return expect_eq("stragglers", ranks_of(r, t.job), t.stragglers) +
+                expect_eq(" exit job's stragglers", ranks_of(r, t.exit_job), {}) + pods_named(r, t, false);
        }},
       {"argus-cluster", K::Panel, "Stragglers (node-local verdict)", "A",
-       [](const json& r, const Truth& t) { return expect_eq("stragglers", label_set(r, "rank"), t.stragglers); }},
+       [](const json& r, const Truth& t) { return expect_eq("stragglers", ranks_of(r, t.job), t.stragglers); }},
+      {"argus-cluster", K::Panel, "Rank deaths", "A",
+       [](const json& r, const Truth& t) {
+         std::string bad = expect_eq("dead", ranks_of(r, t.exit_job), t.exited) +
+                           expect_eq(" dead in the straggler job", ranks_of(r, t.job), {});
+         for (const auto& s : r)
+           if (s.at("metric").value("reason", "") != "exit") bad += " reason " + s.at("metric").value("reason", "");
+         return bad;
+       }},
+      {"argus-cluster", K::Panel, "Missing ranks", "A",
+       [](const json& r, const Truth& t) {
+         return expect_eq("missing", ranks_of(r, t.exit_job), t.exited) +
+                expect_eq(" missing in the straggler job", ranks_of(r, t.job), {});
+       }},
+      {"argus-job", K::Annotation, "Rank exits", "",
+       [](const json& r, const Truth& t) { return expect_eq("annotated", label_set(r, "rank"), t.exited); },
+       Pick::Exit},
+      {"argus-job", K::Annotation, "Hang: missing ranks", "",
+       [](const json& r, const Truth& t) { return expect_eq("annotated", label_set(r, "rank"), t.exited); },
+       Pick::Exit},
+      {"argus-job", K::Panel, "Exited ranks", "A",
+       [](const json& r, const Truth& t) {
+         return value_of(r.at(0)) == static_cast<double>(t.exited.size()) ? "" : std::string("wrong count");
+       },
+       Pick::Exit},
+      {"argus-job", K::Panel, "GC collections", "A",
+       [](const json& r, const Truth&) { return expect_eq("ranks", label_set(r, "rank"), {"0"}); }, Pick::Python},
       {"argus-cluster", K::Panel, "Sick links", "A",
        [](const json& r, const Truth& t) { return expect_eq("sick links", port_set(r, true), t.degraded); }},
       {"argus-cluster", K::Panel, "GPU Xid errors", "A",
@@ -467,7 +545,7 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
 
   const std::vector<Dashboard> dashboards = load_dashboards();
   ASSERT_EQ(dashboards.size(), dash::shipped().size()) << "a dashboard is not valid JSON";
-  const std::vector<Core> core = core_checks();
+  std::vector<Core> core = core_checks();
   for (const auto& c : core) ASSERT_NE(find_query(dashboards, c), nullptr) << c.uid << ": no " << c.title << " " << c.ref_id;
 
   const fs::path dir = make_temp_dir("dashboards");
@@ -509,12 +587,31 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
   const auto job_argv = sim_args(dir / "truth", truth.job, 4, 0, {"--straggler", "2:3"});
   Child sim(pod ? pod->run_inside(job_argv) : job_argv, dir / "sim.log", {only});
   const double job_started = since();
+  // A job whose rank 1 exits at step 20 (its peers then hang in the next
+  // collective), and a Python rank that collects garbage.
+  truth.exit_job = "dash-exit-" + tag;
+  truth.py_job = "dash-py-" + tag;
+  Child exits(sim_args(dir / "truth-exit", truth.exit_job, 3, 0, {"--exit", "1:20"}), dir / "exit.log", {only});
+  std::unique_ptr<Child> python;
+  const std::string py = "/usr/bin/python3.11";
+  if (fs::exists(py)) {
+    python = std::make_unique<Child>(std::vector<std::string>{py, "-c", kGcLoop}, dir / "python.log",
+                                     std::vector<std::string>{only, "RANK=0", "WORLD_SIZE=1", "LOCAL_RANK=0",
+                                                              "TORCHELASTIC_RUN_ID=" + truth.py_job});
+  } else {
+    if (ci()) FAIL() << "CI=true and " << py << " missing";
+    std::printf("[ dashboards ] no %s: the GC panels are not checked for data\n", py.c_str());
+    core.erase(std::remove_if(core.begin(), core.end(), [](const Core& c) { return c.pick == Pick::Python; }),
+               core.end());
+  }
 
   std::map<int, std::set<std::string>> gpu_rails;
   std::string why;
   ASSERT_TRUE(eventually([&] { return (why = read_fixture_truth(sys, truth, gpu_rails)).empty(); }, 15s)) << why;
   ASSERT_TRUE(eventually([&] { return (why = read_job_truth(dir / "truth", truth)).empty(); }, 20s))
       << why << "\n" << read_text(dir / "sim.log");
+  ASSERT_TRUE(eventually([&] { return (why = read_exit_truth(dir / "truth-exit", truth)).empty(); }, 20s))
+      << why << "\n" << read_text(dir / "exit.log");
   for (const auto& [rank, local] : truth.local_rank) truth.rails[rank] = gpu_rails[local];
 
   // An Xid on GPU 1, as the driver writes it (the agent counts lines after its start).
@@ -522,18 +619,31 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
                          ", pid=" + std::to_string(truth.pid["1"]) +
                          ", name=argus-sim, Graphics SM Warp Exception (dashboards test " + tag + ")"));
 
-  const std::string ranks_regex = [&] {
+  auto regex_of = [](const std::set<std::string>& vs) {
     std::string s;
-    for (const auto& r : truth.ranks) s += (s.empty() ? "" : "|") + r;
+    for (const auto& v : vs) s += (s.empty() ? "" : "|") + v;
     return "(" + s + ")";
-  }();
-  // As Grafana fills them in: one job and one node picked, every rank of the
-  // job picked (a multi-value regex); $__rate_interval at 10 s (4 scrapes of
-  // 1 s, as Grafana's 4 x scrape interval floor, with room).
-  const std::map<std::string, std::string> values = {
-      {"job_id", truth.job},  {"node", truth.node},       {"rank", ranks_regex},      {"datasource", "prometheus"},
-      {"__rate_interval", "10s"}, {"__interval", "2s"}, {"__interval_ms", "2000"}, {"__range", "1m"},
-      {"__range_s", "60"},    {"__range_ms", "60000"}};
+  };
+  // As Grafana fills them in: the job picked (on the cluster dashboard, both
+  // jobs: a multi-value regex), its node, every rank of it; $__rate_interval
+  // at 10 s (Grafana's floor is 4 scrape intervals, here 4 s).
+  auto values_for = [&](const std::string& uid, Pick pick) {
+    std::map<std::string, std::string> v = {{"node", truth.node},        {"datasource", "prometheus"},
+                                            {"__rate_interval", "10s"},  {"__interval", "2s"},
+                                            {"__interval_ms", "2000"},   {"__range", "1m"},
+                                            {"__range_s", "60"},         {"__range_ms", "60000"}};
+    if (pick == Pick::Exit) {
+      v["job_id"] = truth.exit_job;
+      v["rank"] = regex_of(truth.exit_ranks);
+    } else if (pick == Pick::Python) {
+      v["job_id"] = truth.py_job;
+      v["rank"] = "(0)";
+    } else {
+      v["job_id"] = uid == "argus-cluster" ? regex_of({truth.job, truth.exit_job}) : truth.job;
+      v["rank"] = regex_of(truth.ranks);
+    }
+    return v;
+  };
 
   // The core panels, until each shows the truth (the agent's window is 5 s,
   // the rules evaluate every second).
@@ -541,6 +651,7 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
     std::string all;
     for (const auto& c : core) {
       const dash::Query* q = find_query(dashboards, c);
+      const auto values = values_for(c.uid, c.pick);
       const json r = result_of(prom.query_answer(promql_of(*q, values)));
       const std::string bad = r.empty() ? "no data" : c.check(r, truth);
       if (!bad.empty())
@@ -576,6 +687,7 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
   size_t total = 0, with_data = 0, panels = 0, ranged = 0;
   std::string empty_list;
   for (const auto& d : dashboards) {
+    const auto values = values_for(d.uid, Pick::Main);
     size_t n = 0, data = 0;
     for (const auto& q : d.queries) {
       const std::string promql = promql_of(q, values);
