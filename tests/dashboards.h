@@ -131,16 +131,16 @@ inline std::vector<Query> queries(const json& d) {
   for (const json* p : all_panels(d)) {
     if (is_row(*p)) continue;
     for (const auto& t : p->value("targets", json::array()))
-      out.push_back({Kind::Panel, p->value("title", ""), t.value("refId", ""), t.value("expr", ""), "",
-                     t.value("range", false)});
+      out.push_back(
+          {Kind::Panel, p->value("title", ""), t.value("refId", ""), t.value("expr", ""), "", t.value("range", false)});
   }
   return out;
 }
 
 // The macros Grafana's Prometheus data source fills in itself.
 inline const std::set<std::string>& grafana_macros() {
-  static const std::set<std::string> m = {"__rate_interval", "__interval", "__interval_ms", "__range",
-                                          "__range_s", "__range_ms"};
+  static const std::set<std::string> m = {"__rate_interval", "__interval", "__interval_ms",
+                                          "__range",         "__range_s",  "__range_ms"};
   return m;
 }
 

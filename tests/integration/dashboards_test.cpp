@@ -7,13 +7,19 @@
 // second (with the `node` label the chart's ServiceMonitor adds) and
 // evaluating the shipped rules.
 //
+// Two more jobs: one whose rank exits (its peers then hang), and a Python rank.
+// The straggler job's ranks run in a pod (a kubelet-shaped cgroup and log dirs)
+// where the machine has a cgroup v2 tree.
+//
 // Every query of every dashboard (panel targets, rows' nested panels included,
 // Prometheus annotations, query variables as `group by (label) (EXPR)`) runs
-// through /api/v1/query with the Grafana variables substituted by the values
-// the job really has; each must parse. The core panels (kCore) must return
-// data, and where the simulator recorded a truth (its straggler, the link it
-// degraded, its ports, the NICs next to each rank's GPU, the ranks' pids) show
-// exactly that.
+// through /api/v1/query, and graphs and annotations also through
+// /api/v1/query_range, with the Grafana variables substituted by the values
+// the jobs really have; each must parse, and every argus name in it must be a
+// family the live agent exports or a name the rules record. The core panels
+// (core_checks()) must return data, and where the simulator recorded a truth
+// (its straggler, the rank that exited, the link it degraded, its ports, the
+// NICs next to each rank's GPU, the ranks' pids, the pod) show exactly that.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -74,8 +80,8 @@ class KubePod {
       return std::string(h);
     }();
     fs::path p = root_;
-    for (const auto& part : {std::string("kubepods.slice"), "kubepods-pod" + slice_uid + ".slice",
-                             "cri-containerd-" + id + ".scope"}) {
+    for (const auto& part :
+         {std::string("kubepods.slice"), "kubepods-pod" + slice_uid + ".slice", "cri-containerd-" + id + ".scope"}) {
       p /= part;
       if (!fs::exists(p)) {
         fs::create_directory(p);
@@ -139,13 +145,13 @@ std::string set_text(const std::set<std::string>& s) {
 // What the simulator and its fixture recorded (never the agent's output).
 struct Truth {
   std::string job, node;
-  std::map<std::string, int> pid;                          // rank -> pid (job.json)
-  std::map<std::string, int> local_rank;                   // rank -> local rank (its GPU index)
-  std::set<std::string> ranks, stragglers;                 // stragglers: a "straggler" fault fired
-  std::set<std::string> ports;                             // "device:port", every port of the fixture
-  std::set<std::string> degraded;                          // "device:port:reason" injected
-  std::map<std::string, std::set<std::string>> rails;      // rank -> "device:port" next to its GPU
-  std::string xid_bus, xid_code = "13";                    // the Xid line the test wrote
+  std::map<std::string, int> pid;                      // rank -> pid (job.json)
+  std::map<std::string, int> local_rank;               // rank -> local rank (its GPU index)
+  std::set<std::string> ranks, stragglers;             // stragglers: a "straggler" fault fired
+  std::set<std::string> ports;                         // "device:port", every port of the fixture
+  std::set<std::string> degraded;                      // "device:port:reason" injected
+  std::map<std::string, std::set<std::string>> rails;  // rank -> "device:port" next to its GPU
+  std::string xid_bus, xid_code = "13";                // the Xid line the test wrote
   std::string pod;  // "namespace/pod/container" of every rank ("" where no cgroup v2 tree lets the test make one)
   // A second job whose rank exits (its peers then hang), and a Python rank.
   std::string exit_job, py_job;
@@ -243,13 +249,12 @@ std::set<std::string> known_names(const std::string& metrics_text) {
 // A range query's whole answer over the last `seconds` (as a graph panel or an
 // annotation runs it), errors included.
 json query_range_answer(const Prometheus& prom, const std::string& promql, int seconds, int step) {
-  const long long now = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  auto r = cli::http_get(prom.url("/api/v1/query_range?query=" + url_encode(promql) + "&start=" +
-                                  std::to_string(now - seconds) + "&end=" + std::to_string(now) +
-                                  "&step=" + std::to_string(step)),
-                         10s);
+  const long long now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto r = cli::http_get(
+      prom.url("/api/v1/query_range?query=" + url_encode(promql) + "&start=" + std::to_string(now - seconds) +
+               "&end=" + std::to_string(now) + "&step=" + std::to_string(step)),
+      10s);
   if (!r.ok()) return json{{"status", "error"}, {"error", r.error()}};
   json doc = json::parse(r->body, nullptr, false);
   return doc.is_discarded() ? json{{"status", "error"}, {"error", "not JSON"}} : doc;
@@ -415,9 +420,13 @@ std::vector<Core> core_checks() {
        }},
       {"argus-cluster", K::Panel, "Tracked processes", "A", some},
       {"argus-cluster", K::Variable, "node", "",
-       [](const json& r, const Truth& t) { return label_set(r, "node").count(t.node) ? "" : "node " + t.node + " missing"; }},
+       [](const json& r, const Truth& t) {
+         return label_set(r, "node").count(t.node) ? "" : "node " + t.node + " missing";
+       }},
       {"argus-job", K::Variable, "job_id", "",
-       [](const json& r, const Truth& t) { return label_set(r, "job_id").count(t.job) ? "" : "job " + t.job + " missing"; }},
+       [](const json& r, const Truth& t) {
+         return label_set(r, "job_id").count(t.job) ? "" : "job " + t.job + " missing";
+       }},
       {"argus-job", K::Variable, "rank", "", ranks_are_all},
       {"argus-job", K::Panel, "Ranks", "A",
        [](const json& r, const Truth& t) {
@@ -456,7 +465,9 @@ std::vector<Core> core_checks() {
       {"argus-job", K::Annotation, "Stragglers", "",
        [](const json& r, const Truth& t) { return expect_eq("annotated", label_set(r, "rank"), t.stragglers); }},
       {"argus-node", K::Variable, "node", "",
-       [](const json& r, const Truth& t) { return label_set(r, "node").count(t.node) ? "" : "node " + t.node + " missing"; }},
+       [](const json& r, const Truth& t) {
+         return label_set(r, "node").count(t.node) ? "" : "node " + t.node + " missing";
+       }},
       {"argus-node", K::Panel, "Degraded links", "A",
        [](const json& r, const Truth& t) { return expect_eq("degraded", port_set(r, true), t.degraded); }},
       {"argus-node", K::Panel, "Link up", "A",
@@ -479,7 +490,8 @@ std::vector<Core> core_checks() {
        [](const json& r, const Truth& t) {
          std::map<std::string, std::set<std::string>> got;
          for (const auto& s : r)
-           if (s.at("metric").value("job_id", "") == t.job) got[s.at("metric").value("rank", "")].insert(port_key(s.at("metric")));
+           if (s.at("metric").value("job_id", "") == t.job)
+             got[s.at("metric").value("rank", "")].insert(port_key(s.at("metric")));
          std::string bad;
          for (const auto& rank : t.ranks) {
            const auto it = t.rails.find(rank);
@@ -546,7 +558,8 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
   const std::vector<Dashboard> dashboards = load_dashboards();
   ASSERT_EQ(dashboards.size(), dash::shipped().size()) << "a dashboard is not valid JSON";
   std::vector<Core> core = core_checks();
-  for (const auto& c : core) ASSERT_NE(find_query(dashboards, c), nullptr) << c.uid << ": no " << c.title << " " << c.ref_id;
+  for (const auto& c : core)
+    ASSERT_NE(find_query(dashboards, c), nullptr) << c.uid << ": no " << c.title << " " << c.ref_id;
 
   const fs::path dir = make_temp_dir("dashboards");
   RemoveTree remove_dir{dir, true};  // declared first: removed after every process has stopped
@@ -575,8 +588,8 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
 
   // Only this test's ranks (their launcher's environment), as one node.
   const std::string only = "ARGUS_DASHBOARDS_TEST=" + tag;
-  std::vector<std::string> agent_args = {"--sysfs-root", sys.string(), "--window", "5", "--node", truth.node,
-                                         "--only-env", only};
+  std::vector<std::string> agent_args = {"--sysfs-root", sys.string(), "--window",   "5",
+                                         "--node",       truth.node,   "--only-env", only};
   if (pod)
     for (const auto& a : pod->agent_args()) agent_args.push_back(a);
   Agent agent(dir, agent_args);
@@ -609,9 +622,11 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
   std::string why;
   ASSERT_TRUE(eventually([&] { return (why = read_fixture_truth(sys, truth, gpu_rails)).empty(); }, 15s)) << why;
   ASSERT_TRUE(eventually([&] { return (why = read_job_truth(dir / "truth", truth)).empty(); }, 20s))
-      << why << "\n" << read_text(dir / "sim.log");
+      << why << "\n"
+      << read_text(dir / "sim.log");
   ASSERT_TRUE(eventually([&] { return (why = read_exit_truth(dir / "truth-exit", truth)).empty(); }, 20s))
-      << why << "\n" << read_text(dir / "exit.log");
+      << why << "\n"
+      << read_text(dir / "exit.log");
   for (const auto& [rank, local] : truth.local_rank) truth.rails[rank] = gpu_rails[local];
 
   // An Xid on GPU 1, as the driver writes it (the agent counts lines after its start).
@@ -628,10 +643,10 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
   // jobs: a multi-value regex), its node, every rank of it; $__rate_interval
   // at 10 s (Grafana's floor is 4 scrape intervals, here 4 s).
   auto values_for = [&](const std::string& uid, Pick pick) {
-    std::map<std::string, std::string> v = {{"node", truth.node},        {"datasource", "prometheus"},
-                                            {"__rate_interval", "10s"},  {"__interval", "2s"},
-                                            {"__interval_ms", "2000"},   {"__range", "1m"},
-                                            {"__range_s", "60"},         {"__range_ms", "60000"}};
+    std::map<std::string, std::string> v = {{"node", truth.node},       {"datasource", "prometheus"},
+                                            {"__rate_interval", "10s"}, {"__interval", "2s"},
+                                            {"__interval_ms", "2000"},  {"__range", "1m"},
+                                            {"__range_s", "60"},        {"__range_ms", "60000"}};
     if (pick == Pick::Exit) {
       v["job_id"] = truth.exit_job;
       v["rank"] = regex_of(truth.exit_ranks);
@@ -717,11 +732,13 @@ TEST(Dashboards, EveryQueryRunsOnPrometheusAndCorePanelsShowTheTruth) {
     with_data += data;
     panels += d.panels;
   }
-  std::printf("[ dashboards ] %zu panels, %zu queries (%zu also over a range), %zu with data; %zu core checks %s %.1f s after the job "
-              "started (agent and Prometheus ready at %.1f s; ranks in pod '%s'); %zu argus names, all exported or recorded; empty now (no such fault, layer "
-              "or exporter here):\n%s",
-              panels, total, ranged, with_data, core.size(), failures.empty() ? "all true" : "NOT all true", core_at,
-              job_started, truth.pod.c_str(), used.size(), empty_list.c_str());
+  std::printf(
+      "[ dashboards ] %zu panels, %zu queries (%zu also over a range), %zu with data; %zu core checks %s "
+      "%.1f s after the job started (agent and Prometheus ready at %.1f s; ranks in pod '%s'); %zu argus "
+      "names, all exported or recorded. Empty with the straggler job's values (no such fault, layer or "
+      "exporter here; the exit and Python jobs' panels are core checks):\n%s",
+      panels, total, ranged, with_data, core.size(), failures.empty() ? "all true" : "NOT all true", core_at,
+      job_started, truth.pod.c_str(), used.size(), empty_list.c_str());
   EXPECT_EQ(prom.rule_health(), "");
 
   sim.terminate();

@@ -156,11 +156,11 @@ TEST(DashboardsJson, CheckerRefusesABrokenDashboard) {
     ]})json";
   const json d = json::parse(text);
   const std::string all = joined(problems(d, "argus-job", text));
-  for (const char* want : {"uid is 'other'", "schemaVersion below", "__inputs", "${DS_...}", "id is set",
-                           "no $datasource", "$job_id does not use ${datasource}", "$job_id is not label_values",
-                           "no $node variable", "no $rank variable", "repeats id 1", "wider than the grid",
-                           "panel 'p' datasource", "panel 'q' has no targets", "annotation 'a' has no expr",
-                           "names undefined $jobid"})
+  for (const char* want :
+       {"uid is 'other'", "schemaVersion below", "__inputs", "${DS_...}", "id is set", "no $datasource",
+        "$job_id does not use ${datasource}", "$job_id is not label_values", "no $node variable", "no $rank variable",
+        "repeats id 1", "wider than the grid", "panel 'p' datasource", "panel 'q' has no targets",
+        "annotation 'a' has no expr", "names undefined $jobid"})
     EXPECT_NE(all.find(want), std::string::npos) << "missing: " << want << "\n" << all;
 }
 
@@ -174,8 +174,8 @@ TEST(DashboardsJson, LabelValuesAndSubstitution) {
   EXPECT_FALSE(parse_label_values("label_values(up, not a label)").has_value());
   EXPECT_FALSE(parse_label_values("label_values(up, rank").has_value());
 
-  const std::map<std::string, std::string> values = {{"job_id", "(j1|j2)"}, {"__rate_interval", "10s"},
-                                                      {"__range", "1m"}};
+  const std::map<std::string, std::string> values = {
+      {"job_id", "(j1|j2)"}, {"__rate_interval", "10s"}, {"__range", "1m"}};
   EXPECT_EQ(substitute(R"(rate(x{job_id=~"$job_id"}[$__rate_interval]))", values),
             R"q(rate(x{job_id=~"(j1|j2)"}[10s]))q");
   EXPECT_EQ(substitute("${job_id} ${job_id:regex} $__range", values), "(j1|j2) (j1|j2) 1m");
@@ -186,8 +186,7 @@ TEST(DashboardsJson, LabelValuesAndSubstitution) {
              or ALERTS{alertname=~"Argus.*"} or container_cpu_usage_seconds_total{image=~'.*argus_x.*'})q"),
             (std::set<std::string>{"argus_cpu_seconds_total", "job_id:argus_collective_wait_ratio:median",
                                    "argus:straggler"}));
-  EXPECT_EQ(referenced_variables("a $x ${y} ${z:csv} $ $__range"),
-            (std::set<std::string>{"x", "y", "z", "__range"}));
+  EXPECT_EQ(referenced_variables("a $x ${y} ${z:csv} $ $__range"), (std::set<std::string>{"x", "y", "z", "__range"}));
 }
 
 }  // namespace
