@@ -33,6 +33,7 @@
 #include "userspace/kmsg/xid_monitor.h"
 #include "userspace/agent/agent_runtime.h"
 #include "userspace/pods/apiserver_pods.h"
+#include "userspace/procfs/cgroup.h"
 #include "userspace/procfs/procfs.h"
 
 namespace {
@@ -99,6 +100,20 @@ void raise_open_file_limit(bool sys_resource) {
 void report_missing_capabilities(const argus::CapabilityReport& caps) {
   for (const auto& c : caps.checks)
     if (!c.held) spdlog::warn("running without {} ({}): {}", c.name, c.layer, c.without);
+}
+
+// Where the agent reads other processes' cgroups from (join_node_cgroup_namespace).
+void report_cgroup_namespace(const argus::procfs::CgroupNamespaceJoin& j) {
+  using Outcome = argus::procfs::CgroupNamespaceJoin::Outcome;
+  switch (j.outcome) {
+    case Outcome::kJoined: return spdlog::info("cgroup namespace: {}", j.detail);
+    case Outcome::kAlreadyThere: return spdlog::debug("cgroup namespace: {}", j.detail);
+    case Outcome::kUnknown: return spdlog::debug("cgroup namespace: not checked: {}", j.detail);
+    case Outcome::kFailed:
+      return spdlog::warn("cgroup namespace: {}; other pods' cgroups read relative to the agent's own: pods are "
+                          "named, but their cgroup CPU throttling and memory (OOM) figures are not read",
+                          j.detail);
+  }
 }
 
 }  // namespace
@@ -283,6 +298,8 @@ int main(int argc, char** argv) {
   for (const auto& c : caps.checks) opts.capabilities[c.name] = c.held;
 
   raise_open_file_limit(opts.capabilities["CAP_SYS_RESOURCE"]);
+  // Before any thread: the threads started later inherit the namespace.
+  const auto cgroup_ns = argus::procfs::join_node_cgroup_namespace(proc_root);
   // --pod-info apiserver: this node's pods listed and watched on their own thread.
   std::shared_ptr<argus::pods::ApiserverPods> kube_pods;
   if (opts.pod_info == argus::pods::PodInfoMode::kApiserver) {
@@ -371,6 +388,7 @@ int main(int argc, char** argv) {
                listen, *port, http.tls() ? "https" : "http", http_opts.auth_token.empty() ? "" : ", bearer token",
                debug_routes ? ", debug routes on" : "");
   report_missing_capabilities(caps);  // once it runs: a start-up failure stays one line
+  report_cgroup_namespace(cgroup_ns);
   if (kmsg_path != "off") {
     argus::kmsg::XidMonitorHooks hooks;
     hooks.ranks = [&] {

@@ -187,6 +187,64 @@ TEST(PodIdentity, RankInfoCarriesThePodTheCgroupAndLogDirsName) {
   if (!::testing::Test::HasFailure()) fs::remove_all(dir, ec);  // kept for a failed test's logs
 }
 
+// The agent in a cgroup namespace of its own, as a container on cgroup v2 gets
+// one: read from there, a rank's /proc/PID/cgroup is "/../kubepods/...". The
+// agent joins the node's cgroup namespace at start, so the rank's pod is named
+// and its cgroup found under the node's mount (cpu.stat read).
+TEST(PodIdentity, AgentInItsOwnCgroupNamespaceNamesThePodAndReadsItsCgroup) {
+  ARGUS_REQUIRE_ROOT();
+  const fs::path cpu = "/sys/fs/cgroup/cpu", v2 = "/sys/fs/cgroup/unified";
+  if (!fs::exists(cpu / "cgroup.procs") || !fs::exists(v2 / "cgroup.procs")) {
+    if (ci()) FAIL() << "CI=true and no v1 cpu hierarchy at " << cpu << " or v2 tree at " << v2;
+    GTEST_SKIP() << "needs a v1 cpu hierarchy at " << cpu << " and the v2 tree at " << v2;
+  }
+  const fs::path dir = make_temp_dir("pods-cgns");
+  const std::string tag = std::to_string(getpid());
+  char uid[37];
+  std::snprintf(uid, sizeof(uid), "%08x-7777-4888-8999-aaaabbbbcccc", static_cast<unsigned>(getpid()));
+  const fs::path logs = dir / "logs";
+  pod_fixture(logs, "team-c", "trainer-3", uid, {{"trainer", kIdTrainer}});
+  const fs::path pod_rel = fs::path("kubepods") / "burstable" / ("pod" + std::string(uid)) / kIdTrainer;
+  KubeCgroup cg_rank(cpu, pod_rel);
+  KubeCgroup agent_cpu(cpu, "argus-agent-" + tag), agent_v2(v2, "argus-agent-" + tag);
+
+  const std::string job = "pods-c-" + tag;
+  auto sim = sim_in(cg_rank.dir(), sim_args(dir / "truth", job, 1, 0), dir / "sim.log", tag);
+  // The agent joins its own cgroups, then unshares a cgroup namespace rooted there.
+  const std::string enter = "echo $$ > '" + (agent_cpu.dir() / "cgroup.procs").string() + "' && echo $$ > '" +
+                            (agent_v2.dir() / "cgroup.procs").string() + "' && exec unshare --cgroup \"$@\"";
+  Agent agent(dir,
+              {"--only-env", "ARGUS_POD_TEST=" + tag, "--pod-logs-dir", (logs / "pods").string(),
+               "--container-logs-dir", (logs / "containers").string()},
+              {"/bin/sh", "-c", enter, "sh"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  // sh execs unshare, which execs the agent: one pid, in the agent's cgroup.
+  EXPECT_NE(read_text(agent_cpu.dir() / "cgroup.procs").find(std::to_string(agent.child().pid())), std::string::npos);
+
+  json rank;
+  ASSERT_TRUE(eventually(
+      [&] {
+        if (auto doc = agent.get_json("/api/v1/ranks"))
+          for (const auto& r : (*doc)["ranks"])
+            if (r["job_id"] == job && !r["pod"].is_null() && r["offcpu"].is_object() &&
+                r["offcpu"]["cgroup_cpu"].is_object()) {
+              rank = r;
+              return true;
+            }
+        return false;
+      },
+      60s))
+      << agent.log();
+  EXPECT_EQ(rank["pod"]["namespace"], "team-c");
+  EXPECT_EQ(rank["pod"]["pod"], "trainer-3");
+  EXPECT_EQ(rank["pod"]["container"], "trainer");
+  EXPECT_EQ(rank["pod"]["container_id"], kIdTrainer);
+  EXPECT_EQ(rank["offcpu"]["cgroup_cpu"]["path"], "/" + pod_rel.string()) << rank.dump();
+  EXPECT_NE(agent.log().find("cgroup namespace: joined the node's"), std::string::npos) << agent.log();
+  std::error_code ec;
+  if (!::testing::Test::HasFailure()) fs::remove_all(dir, ec);
+}
+
 // A fake apiserver for one pod: a PodList naming its container by id, then a
 // watch that stays open (quiet) until the test ends.
 class OnePodApiserver {

@@ -3,6 +3,7 @@
 #include "userspace/procfs/cgroup.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,7 @@ TEST(Cgroup, ParsesV1V2AndNamedLinesAndCountsMalformed) {
       "garbage\n"
       "x:cpu:/a\n"
       "4:memory:relative\n"
-      "5:pids:/../escape\n");
+      "5:pids:/a/../escape\n");
   ASSERT_EQ(cg.lines.size(), 3u);
   EXPECT_EQ(cg.malformed_lines, 4u);
   EXPECT_EQ(cg.lines[0].hierarchy, 12);
@@ -36,6 +37,35 @@ TEST(Cgroup, ParsesV1V2AndNamedLinesAndCountsMalformed) {
   EXPECT_EQ(cg.lines[1].name, "systemd");
   EXPECT_TRUE(cg.lines[1].controllers.empty());
   EXPECT_EQ(cg.lines[2].path, "/kubepods.slice/a:b");  // ':' inside the path is kept
+}
+
+// The agent in a cgroup namespace of its own: the kernel writes the path of a
+// cgroup outside it with leading "..". It names the cgroup, but no directory.
+TEST(Cgroup, PathOutsideTheReadersNamespaceIsKeptButHasNoDirectory) {
+  testing_support::TempDir t("cgroup");
+  put(t.path / "fs/cgroup/cpu/burstable/pod1/c1/cpu.stat", "nr_periods 1\n");
+  put(t.path / "fs/cgroup/cgroup.controllers", "cpu memory\n");
+  put(t.path / "fs/cgroup/burstable/pod1/c1/cgroup.procs", "1\n");
+  const auto cg = parse_cgroup("4:cpu:/../../burstable/pod1/c1\n0::/../../burstable/pod1/c1\n");
+  ASSERT_EQ(cg.lines.size(), 2u);
+  EXPECT_EQ(cg.malformed_lines, 0u);
+  EXPECT_TRUE(cg.lines[0].outside_namespace);
+  EXPECT_EQ(cg.lines[0].path, "/../../burstable/pod1/c1");
+  EXPECT_FALSE(cgroup_dir(cg, t.str(), "cpu"));  // never joined onto the node's mount
+  EXPECT_FALSE(cgroup_dir(cg, t.str(), "memory"));
+  EXPECT_FALSE(parse_cgroup("0::/kubepods/pod1\n").lines[0].outside_namespace);
+  EXPECT_EQ(parse_cgroup("0::/../a/../b\n").malformed_lines, 1u);  // ".." after a name
+}
+
+TEST(Cgroup, JoiningTheNodesCgroupNamespaceFromItAndFromAFixtureRoot) {
+  using Outcome = CgroupNamespaceJoin::Outcome;
+  testing_support::TempDir t("cgroup-ns");
+  EXPECT_EQ(join_node_cgroup_namespace(t.str()).outcome, Outcome::kUnknown);  // no pid 1 or 2 there
+  if (::geteuid() != 0) GTEST_SKIP() << "reading kthreadd's ns links needs root";
+  // The tests run in the node's initial cgroup namespace here (the agent in its
+  // own one is PodIdentity.AgentInItsOwnCgroupNamespace*, as root).
+  const auto j = join_node_cgroup_namespace("/proc");
+  EXPECT_EQ(j.outcome, Outcome::kAlreadyThere) << j.detail;
 }
 
 TEST(Cgroup, V1JointMountIsFound) {

@@ -92,6 +92,20 @@ TEST(PodCgroup, ContainerScopeWithChildrenStillNamesTheContainer) {
   EXPECT_EQ(m.ref, (PodCgroupRef{kUid, kId, "crio"}));
 }
 
+// The agent in a cgroup namespace of its own (cgroup v2) reads other pods'
+// paths relative to its own cgroup, with the kubepods root above cut off.
+TEST(PodCgroup, PathsSeenFromTheAgentsOwnCgroupNamespace) {
+  auto m = match("0::/../../../burstable/pod" + kUid + "/" + kId + "\n");  // cgroupfs driver
+  ASSERT_EQ(m.result, PodCgroupResult::kFound);
+  EXPECT_EQ(m.ref, (PodCgroupRef{kUid, kId, ""}));
+  m = match("0::/../../kubepods-burstable-pod" + kUidSlice + ".slice/cri-containerd-" + kId + ".scope\n");
+  EXPECT_EQ(m.ref, (PodCgroupRef{kUid, kId, "containerd"}));
+  // Still strict about what follows: a uid that does not parse is malformed, a
+  // name that is no pod's is nobody's.
+  EXPECT_EQ(match("0::/../../pod1234/" + kId + "\n").result, PodCgroupResult::kMalformed);
+  EXPECT_EQ(match("0::/../../system.slice/cron.service\n").result, PodCgroupResult::kNotPod);
+}
+
 TEST(PodCgroup, NamespaceRootAndNonPodPaths) {
   EXPECT_EQ(match("0::/\n").result, PodCgroupResult::kNamespaced);
   EXPECT_EQ(match("12:pids:/\n1:name=systemd:/\n0::/\n").result, PodCgroupResult::kNamespaced);
@@ -114,7 +128,7 @@ TEST(PodCgroup, HostileInputIsUnknownNeverACrash) {
   EXPECT_EQ(m.ref, (PodCgroupRef{kUid, "", ""}));
   m = match("0::/kubepods.slice/kubepods-pod" + kUidSlice + ".slice/cri-containerd-" + kId.substr(1) + ".scope\n");
   EXPECT_EQ(m.ref.container_id, "");
-  // ".." is refused by the line parser: not a path to follow.
+  // ".." after a name is refused by the line parser: not a path to follow.
   EXPECT_EQ(match("0::/kubepods/pod" + kUid + "/../../" + kId + "\n").result, PodCgroupResult::kNotPod);
   // A huge line: refused as a whole, no scan of it.
   const std::string huge = "0::/kubepods/" + std::string(1 << 20, 'a') + "/pod" + kUid + "/" + kId + "\n";

@@ -1,6 +1,12 @@
 #include "userspace/procfs/cgroup.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <charconv>
 #include <sstream>
@@ -32,11 +38,22 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
-// A cgroup path must stay inside its tree: no "..", absolute.
-bool safe_path(const std::string& p) {
+// A cgroup path must be absolute and may climb only at its start: the kernel
+// writes leading ".." for a cgroup outside the reader's cgroup namespace, and
+// never a ".." after a name.
+bool safe_path(const std::string& p, bool* outside_namespace) {
   if (p.empty() || p[0] != '/') return false;
-  for (const auto& part : split(p, '/'))
-    if (part == "..") return false;
+  bool named = false;
+  *outside_namespace = false;
+  for (const auto& part : split(p, '/')) {
+    if (part != "..") {
+      named = true;
+    } else if (named) {
+      return false;
+    } else {
+      *outside_namespace = true;
+    }
+  }
   return true;
 }
 
@@ -72,7 +89,7 @@ ParsedCgroups parse_cgroup(std::string_view content) {
     const std::string_view id = line.substr(0, c1);
     auto [p, ec] = std::from_chars(id.data(), id.data() + id.size(), l.hierarchy);
     l.path = std::string(line.substr(c2 + 1));
-    if (ec != std::errc() || p != id.data() + id.size() || l.hierarchy < 0 || !safe_path(l.path)) {
+    if (ec != std::errc() || p != id.data() + id.size() || l.hierarchy < 0 || !safe_path(l.path, &l.outside_namespace)) {
       ++out.malformed_lines;
       continue;
     }
@@ -97,7 +114,7 @@ std::optional<CgroupDir> cgroup_dir(const ParsedCgroups& cg, const std::string& 
                                     std::string_view controller) {
   const std::string base = sysfs_root + "/fs/cgroup";
   for (const auto& line : cg.lines) {
-    if (line.hierarchy == 0) continue;
+    if (line.hierarchy == 0 || line.outside_namespace) continue;
     for (const auto& c : line.controllers) {
       if (c != controller) continue;
       if (auto mount = v1_mount(base, line, controller)) {
@@ -107,7 +124,7 @@ std::optional<CgroupDir> cgroup_dir(const ParsedCgroups& cg, const std::string& 
     }
   }
   for (const auto& line : cg.lines) {
-    if (line.hierarchy != 0 || !line.controllers.empty() || !line.name.empty()) continue;
+    if (line.hierarchy != 0 || !line.controllers.empty() || !line.name.empty() || line.outside_namespace) continue;
     // v2 at the top (pure v2) or at fs/cgroup/unified (hybrid); the controller
     // must be enabled in that tree (listed in the root's cgroup.controllers).
     for (const std::string& root : {base, base + "/unified"}) {
@@ -121,6 +138,29 @@ std::optional<CgroupDir> cgroup_dir(const ParsedCgroups& cg, const std::string& 
     }
   }
   return std::nullopt;
+}
+
+CgroupNamespaceJoin join_node_cgroup_namespace(const std::string& proc_root) {
+  using Outcome = CgroupNamespaceJoin::Outcome;
+  // kthreadd (pid 2, a kernel thread) is always in the initial namespaces, and
+  // its ns links are readable where init's may not be (an init that is not
+  // dumpable); pid 1 only where pid 2 is not kthreadd.
+  auto kthreadd = read_stat(proc_root, 2);
+  const int node_pid = kthreadd.ok() && kthreadd->comm == "kthreadd" && kthreadd->ppid == 0 ? 2 : 1;
+  const std::string node_ns = pid_path(proc_root, node_pid, "ns/cgroup");
+  struct stat node{}, own{};
+  if (::stat(node_ns.c_str(), &node) != 0)  // a fixture root, or no pid 1 to see
+    return {Outcome::kUnknown, "cannot stat " + node_ns + ": " + std::strerror(errno)};
+  if (::stat("/proc/self/ns/cgroup", &own) != 0)
+    return {Outcome::kUnknown, std::string("cannot stat /proc/self/ns/cgroup: ") + std::strerror(errno)};
+  if (node.st_ino == own.st_ino && node.st_dev == own.st_dev) return {Outcome::kAlreadyThere, "in the node's"};
+  const int fd = ::open(node_ns.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {Outcome::kFailed, "cannot open " + node_ns + ": " + std::strerror(errno)};
+  const int rc = ::setns(fd, CLONE_NEWCGROUP);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return {Outcome::kFailed, "setns(" + node_ns + ", CLONE_NEWCGROUP): " + std::strerror(err)};
+  return {Outcome::kJoined, "joined the node's (" + node_ns + ")"};
 }
 
 }  // namespace argus::procfs

@@ -17,6 +17,11 @@ struct CgroupLine {
   std::vector<std::string> controllers;  // empty for the v2 line ("0::/path") and named ones
   std::string name;                      // "systemd" for "name=systemd"
   std::string path;                      // "/kubepods/..." as the process's cgroup namespace shows it
+  // The path starts with ".." components: the reader (the agent) sits in a
+  // cgroup namespace of its own and the process's cgroup lies outside it. Such
+  // a path names the cgroup (pod uid, container id) but no directory under the
+  // node's cgroup mount: cgroup_dir() skips it.
+  bool outside_namespace = false;
 };
 struct ParsedCgroups {
   std::vector<CgroupLine> lines;
@@ -35,5 +40,19 @@ struct CgroupDir {
 };
 std::optional<CgroupDir> cgroup_dir(const ParsedCgroups& cg, const std::string& sysfs_root,
                                     std::string_view controller);
+
+// Moves the calling thread (and the threads it starts later) into the node's
+// initial cgroup namespace (that of proc_root's kthreadd, else of its pid 1),
+// unless it is there already.
+// An agent in a container on cgroup v2 usually has a cgroup namespace of its
+// own: there every other pod's /proc/PID/cgroup reads "/../../.." relative to
+// the agent's cgroup, which names no directory under the node's cgroup mount
+// (so no cpu.stat, no memory cgroup). Needs CAP_SYS_ADMIN; call it before any
+// thread starts.
+struct CgroupNamespaceJoin {
+  enum class Outcome { kAlreadyThere, kJoined, kUnknown, kFailed } outcome = Outcome::kUnknown;
+  std::string detail;  // what was done or why not, one line
+};
+CgroupNamespaceJoin join_node_cgroup_namespace(const std::string& proc_root);
 
 }  // namespace argus::procfs

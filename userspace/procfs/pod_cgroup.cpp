@@ -122,7 +122,12 @@ std::optional<PodCgroupRef> pod_from_cgroup_path(std::string_view path) {
     return path.find("kubepods") == std::string_view::npos ? std::nullopt : std::optional(PodCgroupRef{});
   const auto parts = components(path);
   std::optional<PodCgroupRef> found;
-  bool under_kubepods = false;
+  // A reader in a cgroup namespace of its own (an agent pod on cgroup v2, where
+  // runtimes make one per container) sees other pods' paths relative to its own
+  // cgroup: "/../../../burstable/pod<uid>/<id>", the "kubepods" above it cut off.
+  // Climbing out of the namespace root can only lead into the node's tree, so a
+  // "pod<uid>" there is trusted as the kubelet's (the uid must still parse).
+  bool under_kubepods = !parts.empty() && parts.front() == "..";
   // The last pod named wins: a node in a pod (kind in a cluster) nests one kubepods tree in another.
   for (size_t i = 0; i < parts.size(); ++i) {
     if (auto raw = pod_uid_part(parts[i], under_kubepods)) {
