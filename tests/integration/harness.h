@@ -147,6 +147,19 @@ inline std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
+// Writes one record into the kernel log, as the GPU driver writes its Xid lines.
+// One record per open: /dev/kmsg rate-limits each open file to a burst of 10.
+// The newline ends the record, as the driver's do: without it the kernel keeps
+// the record open for a continuation and readers see it only with the next one.
+inline bool write_kmsg(const std::string& text) {
+  const int fd = ::open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const std::string line = text + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  return ok;
+}
+
 // Runs a command to completion: exit code and combined output.
 struct RunResult {
   int exit_code = -1;
@@ -348,20 +361,8 @@ inline void require_prometheus() {
   GTEST_SKIP() << "no " << prometheus_binary() << " (Debian package prometheus)";
 }
 
-inline std::string url_encode(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
+// Prometheus API query values.
+inline std::string url_encode(const std::string& s) { return cli::percent_encode(s); }
 
 // "127.0.0.1:PORT" of an agent.
 inline std::string address_of(const Agent& a) { return a.url("").substr(std::string("http://").size()); }

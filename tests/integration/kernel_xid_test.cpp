@@ -12,18 +12,6 @@
 namespace argus::itest {
 namespace {
 
-// One record per open: /dev/kmsg rate-limits each open file to a burst of 10.
-// The newline ends the record, as the driver's do: without it the kernel keeps
-// the record open for a continuation and readers see it only with the next one.
-bool write_kmsg(const std::string& text) {
-  const int fd = ::open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const std::string line = text + "\n";
-  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ::close(fd);
-  return ok;
-}
-
 json xid_events(const Agent& agent) {
   json out = json::array();
   if (auto doc = agent.get_json("/api/v1/events?since=0"))

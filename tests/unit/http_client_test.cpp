@@ -79,6 +79,13 @@ class OneShotServer {
   std::thread thread_;
 };
 
+TEST(HttpClient, PercentEncodeKeepsOnlyUnreservedBytes) {
+  EXPECT_EQ(percent_encode("spec.nodeName=gpu-node-7"), "spec.nodeName%3Dgpu-node-7");
+  EXPECT_EQ(percent_encode("a b,c/d?e&f~_"), "a%20b%2Cc%2Fd%3Fe%26f~_");
+  EXPECT_EQ(percent_encode(std::string("\x00\xff", 2)), "%00%FF");
+  EXPECT_EQ(percent_encode(""), "");
+}
+
 TEST(HttpClient, ParsesUrls) {
   auto u = parse_http_url("http://127.0.0.1:9745/api/v1/ranks?x=1#frag");
   ASSERT_TRUE(u.ok()) << u.error();

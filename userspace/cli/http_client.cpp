@@ -32,6 +32,21 @@ bool all_digits(const std::string& s) {
 
 }  // namespace
 
+std::string percent_encode(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 Result<ParsedUrl> parse_http_url(const std::string& url) {
   auto bad = [&](const std::string& why) { return make_error("invalid URL '" + url + "': " + why); };
   auto sep = url.find("://");

@@ -35,6 +35,10 @@ struct ClientOptions {
   bool insecure = false;     // https: do not verify the server's certificate
 };
 
+// A query value (or path segment) with every byte but RFC 3986's unreserved
+// ones (ALPHA DIGIT - . _ ~) as %XX.
+std::string percent_encode(const std::string& s);
+
 // "http[s]://host[:port][/path][?query]"; host a name, IPv4 or [IPv6].
 // Errors: "invalid URL 'x': expected http://HOST[:PORT][/PATH]", "... only http:// and https:// ...".
 Result<ParsedUrl> parse_http_url(const std::string& url);

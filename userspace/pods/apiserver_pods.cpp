@@ -67,22 +67,6 @@ std::string string_at(const json& j, const char* a, const char* b) {
   return y && y->is_string() ? y->get<std::string>() : "";
 }
 
-// Query values of a field selector: '=' and ',' as %3D and %2C; node names are DNS subdomains.
-std::string url_encode(const std::string& s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 Result<KubeApiOptions> in_cluster_options(const std::string& api_url, const std::string& token_file,
@@ -198,10 +182,10 @@ bool ApiserverPods::sleep_for(std::chrono::milliseconds d) {
 }
 
 std::string ApiserverPods::pods_path(bool watch) const {
-  std::string p = "/api/v1/pods?fieldSelector=" + url_encode("spec.nodeName=" + opts_.node);
+  std::string p = "/api/v1/pods?fieldSelector=" + cli::percent_encode("spec.nodeName=" + opts_.node);
   if (watch)
     p += "&watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(opts_.watch_timeout_seconds) +
-         "&resourceVersion=" + url_encode(rv_);
+         "&resourceVersion=" + cli::percent_encode(rv_);
   return p;
 }
 
