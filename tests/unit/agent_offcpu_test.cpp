@@ -9,6 +9,7 @@
 
 #include "tests/support/fake_proc.h"
 #include "tests/support/manual_clock.h"
+#include "tests/support/quiet_backend.h"
 #include "tests/support/temp_dir.h"
 #include "userspace/agent/agent_runtime.h"
 
@@ -20,27 +21,14 @@ using testing_support::FakeProc;
 using testing_support::ManualClock;
 namespace fs = std::filesystem;
 
-class SchedBackend : public BpfBackend {
+// The scheduler layer's maps, fed by the test.
+class SchedBackend : public testing_support::QuietBackend {
  public:
-  Result<Link> attach_uprobe(const std::string&, const ProbeSpec&) override { return make_error("no BPF here"); }
-  Result<Link> attach_gpu_usdt(const std::string&, bool) override { return make_error("no BPF here"); }
-  bool set_tgid_state(uint32_t, argus_tgid_state) override { return true; }
-  void forget_tgid(uint32_t) override {}
   std::vector<StatEntry> read_stats(uint32_t only) const override {
     std::vector<StatEntry> out;
     for (const auto& s : stats)
       if (only == 0 || s.key.tgid == only) out.push_back(s);
     return out;
-  }
-  void delete_stats(uint32_t) override {}
-  std::map<std::string, uint64_t> read_errors() const override { return {}; }
-  std::vector<InflightCall> read_inflight_waits() const override { return {}; }
-  void delete_seqs(uint32_t) override {}
-  void set_event_handler(EventHandler h) override { handler = std::move(h); }
-  int poll_events(int) override {
-    int n = 0;
-    for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
-    return n;
   }
   std::map<std::string, std::string> kernel_probes() const override { return {{"sched_switch", sched_state}}; }
   std::vector<StealerEntry> read_stealers(uint32_t victim) const override {
@@ -77,17 +65,7 @@ class SchedBackend : public BpfBackend {
     std::strncpy(e.value.comm, comm, sizeof(e.value.comm) - 1);
     stealers.push_back(e);
   }
-  void seen(int pid, uint64_t ts) {
-    argus_tgid_seen_event ev{};
-    ev.hdr = {ARGUS_EV_TGID_SEEN, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts};
-    ev.source = ARGUS_SRC_NCCL;
-    std::string bytes(sizeof(ev), '\0');
-    std::memcpy(bytes.data(), &ev, sizeof(ev));
-    records.push_back(std::move(bytes));
-  }
 
-  EventHandler handler;
-  std::deque<std::string> records;
   std::vector<StatEntry> stats;
   std::vector<StealerEntry> stealers;
   std::string sched_state = "tp_btf";  // "off": --offcpu off

@@ -11,6 +11,7 @@
 #include "exporters/prometheus_exporter.h"
 #include "tests/support/fake_proc.h"
 #include "tests/support/manual_clock.h"
+#include "tests/support/quiet_backend.h"
 #include "userspace/agent/agent_runtime.h"
 
 namespace argus {
@@ -21,34 +22,7 @@ using testing_support::environ_of;
 using testing_support::FakeProc;
 using testing_support::ManualClock;
 
-// Only what tracking needs: the first-call records, no BPF.
-class QuietBackend : public BpfBackend {
- public:
-  Result<Link> attach_uprobe(const std::string&, const ProbeSpec&) override { return make_error("no BPF here"); }
-  Result<Link> attach_gpu_usdt(const std::string&, bool) override { return make_error("no BPF here"); }
-  bool set_tgid_state(uint32_t, argus_tgid_state) override { return true; }
-  void forget_tgid(uint32_t) override {}
-  std::vector<StatEntry> read_stats(uint32_t) const override { return {}; }
-  void delete_stats(uint32_t) override {}
-  std::map<std::string, uint64_t> read_errors() const override { return {}; }
-  std::vector<InflightCall> read_inflight_waits() const override { return {}; }
-  void delete_seqs(uint32_t) override {}
-  void set_event_handler(EventHandler h) override { handler = std::move(h); }
-  int poll_events(int) override {
-    int n = 0;
-    for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
-    return n;
-  }
-  void seen(int pid, uint64_t ts) {
-    argus_tgid_seen_event e{
-        {ARGUS_EV_TGID_SEEN, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts}, ARGUS_SRC_NCCL, 0};
-    std::string bytes(sizeof(e), '\0');
-    std::memcpy(bytes.data(), &e, sizeof(e));
-    records.push_back(std::move(bytes));
-  }
-  EventHandler handler;
-  std::deque<std::string> records;
-};
+using testing_support::QuietBackend;
 
 const std::string kUid = "8dbf5d69-3a1e-4c2b-9f0e-1a2b3c4d5e6f";
 const std::string kId = "4e3cbd5b1e6f4d0c8a2b9f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e8d7c";
