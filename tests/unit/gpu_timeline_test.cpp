@@ -355,6 +355,22 @@ TEST(StepSketch, MalformedBytesAreRefused) {
   EXPECT_TRUE(StepSketch::decode(std::vector<uint8_t>{0}).has_value());  // no kernels
 }
 
+// A bucket delta near INT64_MIN once overflowed the running index (found by
+// fuzz_gpu_wire in CI): deltas that no two int32 buckets can have are refused.
+TEST(StepSketch, BucketDeltasBeyondInt32RangeAreRefused) {
+  // 1 name: id 0, count 1, sum 0 µs, 1 bucket; delta = zigzag varint 0xff..ff (INT64_MIN), n 1.
+  std::vector<uint8_t> huge = {1, 0, 1, 0, 1};
+  for (int i = 0; i < 9; ++i) huge.push_back(0xff);
+  huge.push_back(0x01);
+  huge.push_back(1);
+  EXPECT_FALSE(StepSketch::decode(huge).has_value());
+  // Buckets far apart (1 ns and ~292 years) still read back.
+  StepSketch wide;
+  wide.add(7, 1);
+  wide.add(7, UINT64_MAX / 2);
+  EXPECT_TRUE(StepSketch::decode(wide.encode()).has_value());
+}
+
 // The size a realistic step costs: 150 distinct kernels (a transformer's
 // forward, backward and optimizer), 2 400 launches with a few % of jitter.
 TEST(StepSketch, RealisticStepStaysUnderTwoKilobytes) {

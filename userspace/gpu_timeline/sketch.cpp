@@ -129,7 +129,11 @@ std::optional<DecodedSketch> StepSketch::decode(const std::vector<uint8_t>& byte
     for (uint64_t j = 0; j < nb; ++j) {
       uint64_t delta = 0, n = 0;
       if (!r.get(delta) || !r.get(n)) return std::nullopt;
-      prev += unzigzag(delta);
+      // Two int32 bucket indices differ by less than 2^32; a larger delta is garbage
+      // (and adding it unchecked could overflow int64).
+      const int64_t step = unzigzag(delta);
+      if (step <= -(int64_t{1} << 32) || step >= (int64_t{1} << 32)) return std::nullopt;
+      prev += step;
       if (prev < INT32_MIN || prev > INT32_MAX) return std::nullopt;
       k.buckets[static_cast<int32_t>(prev)] += n;
       total += n;
