@@ -47,6 +47,18 @@ static __always_inline void *argus_reserve(__u64 size, __u32 type, __u32 source)
 	return hdr;
 }
 
+/* Submits an event of a hot path (collectives, call spans, GPU batches) without
+ * waking the agent, until an eighth of the ring buffer waits: the agent drains
+ * the ring on every poll interval anyway (50 ms). A wakeup costs the traced
+ * thread an irq_work and often an IPI, more than the rest of the probe; rare
+ * events (exec, exit, a new tgid) still wake the agent at once. */
+static __always_inline void argus_submit_hot(void *ev)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
+	bpf_ringbuf_submit(ev, avail >= size / 8 ? 0 : BPF_RB_NO_WAKEUP);
+}
+
 /* Whether calls from this tgid are traced. A tgid the agent has not seen yet is
  * tracked at once (anything calling into a probed NCCL/CUDA file is a rank) and
  * reported, so that no call of a rank started after the agent is lost. */

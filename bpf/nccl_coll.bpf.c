@@ -65,7 +65,7 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 		ev->seq = seq;
 		ev->op = op;
 		ev->pad = 0;
-		bpf_ringbuf_submit(ev, 0);
+		argus_submit_hot(ev);
 	}
 
 	struct argus_inflight st = {

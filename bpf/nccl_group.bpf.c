@@ -12,7 +12,7 @@ int BPF_KPROBE(argus_nccl_group)
 	if (ev) {
 		ev->is_end = ARGUS_COOKIE_FLAGS(bpf_get_attach_cookie(ctx)) & ARGUS_COOKIE_GROUP_END;
 		ev->pad = 0;
-		bpf_ringbuf_submit(ev, 0);
+		argus_submit_hot(ev);
 	}
 	return 0;
 }

@@ -37,7 +37,7 @@ int BPF_KRETPROBE(argus_timed_exit, int ret)
 		ev->id = id;
 		ev->ret = ret;
 		ev->ptr = ptr;
-		bpf_ringbuf_submit(ev, 0);
+		argus_submit_hot(ev);
 	}
 
 	argus_stat_add(tgid, kind, id, 0, 1, dt);
