@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "bpf/argus_py_sample.h"
+#include "userspace/probes/uprobe_multi.h"
 
 #include "argus.skel.h"
 
@@ -41,6 +42,34 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::PyGcUsdtDone: return skel->progs.argus_py_gc_usdt_done;
   }
   return nullptr;
+}
+
+// The programs the probe manager attaches as uprobes (not the USDT ones: libbpf
+// 1.1 attaches USDT probes as perf events, which a uprobe_multi program refuses).
+constexpr ProbeProgram kUprobePrograms[] = {
+    ProbeProgram::NcclCollEnter, ProbeProgram::NcclInitEnter, ProbeProgram::NcclInitExit,
+    ProbeProgram::NcclGroup,     ProbeProgram::CudaSyncEnter, ProbeProgram::CudaCount,
+    ProbeProgram::CudaRet,       ProbeProgram::TimedExit,     ProbeProgram::CudaMemcpy,
+    ProbeProgram::CudaLaunchExit, ProbeProgram::PyGcEnter,    ProbeProgram::PyGcExit,
+};
+
+void prepare_uprobe_programs(argus_bpf* skel, bool multi) {
+  if (!multi) return;
+  for (ProbeProgram p : kUprobePrograms)
+    bpf_program__set_expected_attach_type(program_for(skel, p),
+                                          static_cast<bpf_attach_type>(uprobe_multi::kAttachType));
+}
+
+// Whether to load the uprobe programs for uprobe_multi links; an error when
+// they are required and the kernel has none.
+Result<bool> choose_uprobe_links(LoaderOptions::UprobeLinks mode) {
+  if (mode == LoaderOptions::UprobeLinks::kPerf) return false;
+  std::string why;
+  if (uprobe_multi::supported(&why)) return true;
+  if (mode == LoaderOptions::UprobeLinks::kMulti)
+    return make_error("--uprobe-links multi: this kernel creates no uprobe_multi links (" + why + ")");
+  spdlog::info("uprobes attach one perf event each: no uprobe_multi links on this kernel ({})", why);
+  return false;
 }
 
 // A kernel tracepoint program in both flavours. The required ones (process
@@ -90,18 +119,25 @@ void size_usdt_tables(argus_bpf* skel, uint32_t slots) {
 
 }  // namespace
 
+void Link::reset() {
+  if (link_ != nullptr) bpf_link__destroy(link_);
+  if (fd_ >= 0) close(fd_);  // the kernel detaches the link's probes on the last close
+  link_ = nullptr;
+  fd_ = -1;
+}
+
 Link& Link::operator=(Link&& other) noexcept {
   if (this != &other) {
-    if (link_ != nullptr) bpf_link__destroy(link_);
+    reset();
     link_ = other.link_;
+    fd_ = other.fd_;
     other.link_ = nullptr;
+    other.fd_ = -1;
   }
   return *this;
 }
 
-Link::~Link() {
-  if (link_ != nullptr) bpf_link__destroy(link_);
-}
+Link::~Link() { reset(); }
 
 const char* bpf_error_name(uint32_t err) {
   switch (err) {
@@ -132,6 +168,10 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
   self->ncpus_ = libbpf_num_possible_cpus();
   if (self->ncpus_ <= 0) return make_error("cannot count possible CPUs: " + errno_text(self->ncpus_));
 
+  auto multi = choose_uprobe_links(opts.uprobe_links);
+  if (!multi.ok()) return make_error(multi.error());
+  self->multi_ = *multi;
+
   LIBBPF_OPTS(bpf_object_open_opts, open_opts);
   open_opts.btf_custom_path = opts.btf_path.c_str();
   self->skel_ = argus_bpf__open_opts(&open_opts);
@@ -143,6 +183,7 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
   bpf_map__set_max_entries(self->skel_->maps.events, rb);
 
   size_usdt_tables(self->skel_, opts.usdt_spec_slots);
+  prepare_uprobe_programs(self->skel_, self->multi_);
   self->usdt_spec_slots_ = bpf_map__max_entries(self->skel_->maps.__bpf_usdt_specs);
   // Kernel tracepoints: tp_btf needs no tracefs; raw_tp is the fallback.
   auto* s = self->skel_;
@@ -156,6 +197,7 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
     if (s == nullptr) return make_error("cannot reopen the BPF object: " + errno_text(errno));
     bpf_map__set_max_entries(s->maps.events, rb);
     size_usdt_tables(s, opts.usdt_spec_slots);
+    prepare_uprobe_programs(s, self->multi_);
     for (const auto& kp : kernel_programs(s)) bpf_program__set_autoload(kp.btf, false);
     self->tp_flavour_ = "raw_tp";
     err = argus_bpf__load(s);
@@ -202,18 +244,75 @@ BpfLoader::~BpfLoader() {
   if (skel_ != nullptr) argus_bpf__destroy(skel_);
 }
 
+namespace {
+
+std::string probe_name(const ProbeSpec& spec, const std::string& path) {
+  return std::string(spec.retprobe ? "uretprobe" : "uprobe") + " on " + spec.symbol + " in " + path;
+}
+
+}  // namespace
+
 Result<Link> BpfLoader::attach_uprobe(const std::string& path, const ProbeSpec& spec) {
+  if (multi_) return attach_multi(path, {&spec});
   bpf_program* prog = program_for(skel_, spec.program);
   if (prog == nullptr) return make_error("no BPF program for " + spec.symbol);
   LIBBPF_OPTS(bpf_uprobe_opts, uopts);
   uopts.retprobe = spec.retprobe;
   uopts.bpf_cookie = spec.cookie;
   bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), spec.file_offset, &uopts);
-  if (link == nullptr) {
-    return make_error(std::string(spec.retprobe ? "uretprobe" : "uprobe") + " on " + spec.symbol + " in " + path +
-                      ": " + errno_text(errno));
-  }
+  if (link == nullptr) return make_error(probe_name(spec, path) + ": " + errno_text(errno));
   return Link(link);
+}
+
+// One uprobe_multi link for specs of one program and direction.
+Result<Link> BpfLoader::attach_multi(const std::string& path, const std::vector<const ProbeSpec*>& specs) {
+  const ProbeSpec& first = *specs.front();
+  bpf_program* prog = program_for(skel_, first.program);
+  if (prog == nullptr) return make_error("no BPF program for " + first.symbol);
+  std::vector<uint64_t> offsets, cookies;
+  for (const ProbeSpec* s : specs) {
+    offsets.push_back(s->file_offset);
+    cookies.push_back(s->cookie);
+  }
+  auto fd = uprobe_multi::attach(bpf_program__fd(prog), path, offsets, cookies, first.retprobe);
+  if (!fd.ok()) {
+    const std::string what = specs.size() == 1 ? probe_name(first, path)
+                                               : std::to_string(specs.size()) + " probes in " + path;
+    return make_error(what + ": " + fd.error());
+  }
+  return Link::from_fd(*fd);
+}
+
+// Probes of one program and direction share a link. A link the kernel refuses
+// (one bad offset fails all of its probes) is retried probe by probe, so that
+// only the bad ones are lost and each is named.
+AttachedUprobes BpfLoader::attach_uprobes(const std::string& path, const std::vector<ProbeSpec>& specs) {
+  if (!multi_) return BpfBackend::attach_uprobes(path, specs);
+  std::map<std::pair<ProbeProgram, bool>, std::vector<const ProbeSpec*>> groups;
+  for (const auto& spec : specs) groups[{spec.program, spec.retprobe}].push_back(&spec);
+  AttachedUprobes out;
+  for (const auto& [key, group] : groups) {
+    auto link = attach_multi(path, group);
+    if (link.ok()) {
+      out.links.push_back(std::move(*link));
+      out.probes += group.size();
+      continue;
+    }
+    if (group.size() == 1) {
+      out.errors.push_back(link.error());
+      continue;
+    }
+    for (const ProbeSpec* spec : group) {
+      auto one = attach_multi(path, {spec});
+      if (one.ok()) {
+        out.links.push_back(std::move(*one));
+        ++out.probes;
+      } else {
+        out.errors.push_back(one.error());
+      }
+    }
+  }
+  return out;
 }
 
 Result<Link> BpfLoader::attach_gpu_usdt(const std::string& path, bool names) {
@@ -449,6 +548,13 @@ Result<int> BpfLoader::start_python_sampling(uint32_t hz) {
   return static_cast<int>(py_sample_links_.size());
 }
 
-int BpfLoader::poll_events(int timeout_ms) { return ring_buffer__poll(ringbuf_, timeout_ms); }
+int BpfLoader::poll_events(int timeout_ms) {
+  const int woken = ring_buffer__poll(ringbuf_, timeout_ms);
+  if (woken < 0) return woken;
+  // Hot events come without a wakeup (argus_submit_hot in bpf/helpers.bpf.h):
+  // the poll may time out with records waiting. Drain them every time.
+  const int waiting = ring_buffer__consume(ringbuf_);
+  return waiting < 0 ? waiting : woken + waiting;
+}
 
 }  // namespace argus
