@@ -19,6 +19,8 @@
 #     job against py-spy dump of the same ranks, in wall time and in how long each stalls a rank.
 #  g. sched_switch probe (bench/sched_switch.sh): context switches per second of a pipe
 #     ping-pong without the agent, with it, and tracked as a rank, as ratios; BPF ns per run.
+#  h. detach time (bench/detach_time.sh): the agent's stop with ~100 uprobes attached, one perf
+#     event per probe against uprobe_multi links, and the release of one library pair.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -28,6 +30,7 @@
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
 # ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1,
 # ARGUS_BENCH_SKIP_SCHED=1 (and ARGUS_BENCH_SCHED_*: see bench/sched_switch.sh),
+# ARGUS_BENCH_SKIP_DETACH=1 (and ARGUS_BENCH_DETACH_*: see bench/detach_time.sh),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -416,6 +419,17 @@ if [ "${ARGUS_BENCH_SKIP_SCHED:-0}" != 1 ]; then
 else
   log "g. sched_switch probe: skipped"
 fi
+
+# h. detach time ---------------------------------------------------------------
+if [ "${ARGUS_BENCH_SKIP_DETACH:-0}" != 1 ]; then
+  log "h. detach time: bench/detach_time.sh (stop with ~100 probes, perf events vs uprobe_multi links)"
+  detach_rc=0
+  BUILD_DIR=$BUILD "$ROOT/bench/detach_time.sh" "$WORK/detach" >"$WORK/detach.log" 2>&1 || detach_rc=$?
+  fact detach_time_exit_code "$detach_rc"
+  [ "$detach_rc" -eq 0 ] || log "bench/detach_time.sh failed (status $detach_rc): $WORK/detach.log"
+else
+  log "h. detach time: skipped"
+fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -423,3 +437,4 @@ if [ "$PYGC_RC" = 0 ]; then tee -a "$WORK/summary.txt" <"$WORK/pygc/summary.txt"
 if [ -s "$WORK/python/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python/summary.txt"; fi
 if [ -s "$WORK/python-dump.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python-dump.txt"; fi
 if [ -s "$WORK/sched/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/sched/summary.txt"; fi
+if [ -s "$WORK/detach/detach-summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/detach/detach-summary.txt"; fi

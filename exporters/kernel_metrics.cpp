@@ -53,6 +53,12 @@ void append_kernel_agent_metrics(const AgentSnapshot& a, std::vector<prometheus:
   for (const auto& [probe, state] : a.kernel_probes)
     add_sample(probes, {{"probe", probe}, {"flavour", state}}, state == "tp_btf" || state == "raw_tp" ? 1 : 0);
   out.push_back(std::move(probes));
+  auto links = metric_family("argus_agent_uprobe_links_info",
+                             "How uprobes attach: kind=multi (one uprobe_multi link per program and library file; "
+                             "one detach grace period each) or kind=perf (one perf event per probe).",
+                             MetricType::Gauge);
+  add_sample(links, {{"kind", a.uprobe_links}}, 1);
+  out.push_back(std::move(links));
 }
 
 std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& c, bool following) {

@@ -182,6 +182,12 @@ int main(int argc, char** argv) {
                  "tp_btf)")
       ->envname("ARGUS_TP_FLAVOUR")
       ->check(CLI::IsMember({"auto", "raw_tp"}));
+  std::string uprobe_links = "auto";
+  app.add_option("--uprobe-links", uprobe_links,
+                 "how uprobes attach: auto (uprobe_multi links where the kernel has them, 6.6+, else one perf event "
+                 "per probe), multi (required) or perf (one perf event per probe)")
+      ->envname("ARGUS_UPROBE_LINKS")
+      ->check(CLI::IsMember({"auto", "multi", "perf"}));
   app.add_option("--btf", btf, "kernel BTF file")->envname("ARGUS_BTF");
   app.add_option("--ringbuf-kb", ringbuf_kb, "ring buffer size in KiB")
       ->envname("ARGUS_RINGBUF_KB")
@@ -291,6 +297,9 @@ int main(int argc, char** argv) {
   opts.python_gc_probes = python_gc_probes == "on";
   opts.offcpu = offcpu == "on";
   opts.force_raw_tp = tp_flavour == "raw_tp";
+  opts.uprobe_links = uprobe_links == "multi"  ? argus::LoaderOptions::UprobeLinks::kMulti
+                      : uprobe_links == "perf" ? argus::LoaderOptions::UprobeLinks::kPerf
+                                               : argus::LoaderOptions::UprobeLinks::kAuto;
   opts.python_sample_hz = python_sample_hz;
   opts.pod_info = *argus::pods::parse_pod_info_mode(pod_info);  // checked by IsMember
   opts.pod_logs_dir = pod_logs_dir;

@@ -239,6 +239,7 @@ struct AgentSnapshot {
   std::map<std::string, uint64_t> python_gc_files;  // GC anchor -> interpreter files probed now
   uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
   std::map<std::string, std::string> kernel_probes;  // kernel probe -> "tp_btf", "raw_tp", "off", "failed"
+  std::string uprobe_links = "perf";                  // "multi" (uprobe_multi links) or "perf" (one per probe)
   uint64_t tcp_retransmits_unattributed = 0;  // retransmits of sockets no rank was found to own
   std::string pod_info;                              // --pod-info: "logs", "apiserver" or "off"
   std::map<std::string, uint64_t> pod_lookups;       // result -> pod identity lookups (one per rank and try)

@@ -50,6 +50,10 @@ TEST(AgentSim, ExactCountsEqualSimTruth) {
     EXPECT_EQ(a.value("exit_reason", ""), "exit");
   }
   EXPECT_EQ(metric_value(metrics, "argus_agent_events_lost_total", {{"source", "nccl"}}), 0.0);
+  // This kernel (6.18; 6.6+) has uprobe_multi links: the default takes them.
+  if (kernel_at_least(6, 6)) {
+    EXPECT_EQ(metric_value(metrics, "argus_agent_uprobe_links_info", {{"kind", "multi"}}), 1.0);
+  }
 }
 
 TEST(AgentSim, DeepProbesCountEveryLaunch) {
@@ -100,6 +104,27 @@ TEST(AgentSim, DeepProbesCountEveryLaunch) {
 // Host copies are in the default set: calls and bytes per direction equal,
 // exactly, what each rank passed to cuMemcpy{HtoD,DtoH,DtoD}[Async]; launches are
 // neither counted nor timed.
+// One perf event per uprobe: the fallback of kernels before 6.6 (no uprobe_multi
+// links), forced here. Every probe of the deep set still counts exactly.
+TEST(AgentSim, PerfEventUprobesCountAsExactlyAsMultiLinks) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("perf-links");
+  Agent agent(dir, {"--probes", "deep", "--uprobe-links", "perf"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  EXPECT_EQ(metric_value(agent.get_text("/metrics"), "argus_agent_uprobe_links_info", {{"kind", "perf"}}), 1.0);
+  const auto out = dir / "truth";
+  Child sim(sim_args(out, "perf-links-job", 2, 8, {"--cuda-errors", "1:2"}), dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 2u);
+  EXPECT_EQ(wait_for_match(agent, truth, true), "") << agent.log();
+  EXPECT_EQ(metric_value(agent.get_text("/metrics"), "argus_cuda_errors_total",
+                         {{"job_id", "perf-links-job"}, {"rank", "1"}, {"api", "cuMemAlloc"},
+                          {"code", "CUDA_ERROR_OUT_OF_MEMORY"}}),
+            2.0);
+}
+
 TEST(AgentSim, MemcpyBytesByDirectionEqualSimTruth) {
   ARGUS_REQUIRE_ROOT();
   const auto dir = make_temp_dir("memcpy");

@@ -7,10 +7,12 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -61,6 +63,15 @@ inline bool eventually(const std::function<bool()>& pred, std::chrono::milliseco
     std::this_thread::sleep_for(100ms);
   }
   return pred();
+}
+
+// Whether the running kernel is at least major.minor (uname's release).
+inline bool kernel_at_least(int major, int minor) {
+  struct utsname u {};
+  if (uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  if (std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
 }
 
 inline fs::path make_temp_dir(const std::string& tag) {

@@ -167,5 +167,49 @@ TEST_P(ProbeLifecycle, UnprobedFilesAreForgottenWithTheirMappers) {
 INSTANTIATE_TEST_SUITE_P(ParseMode, ProbeLifecycle, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Background" : "Inline"; });
 
+// A backend whose links hold many probes (uprobe_multi): one link per file,
+// and one symbol refused. The gauges count probes, not links.
+class MultiLinkBackend : public RecordingBackend {
+ public:
+  AttachedUprobes attach_uprobes(const std::string&, const std::vector<ProbeSpec>& specs) override {
+    AttachedUprobes out;
+    out.links.push_back(Link(nullptr));
+    for (const auto& spec : specs) {
+      if (spec.symbol == refused) {
+        out.errors.push_back("uprobe on " + spec.symbol + ": refused");
+        ++refusals;
+      } else {
+        ++out.probes;
+      }
+    }
+    planned += static_cast<int>(specs.size());
+    return out;
+  }
+  std::string refused = "ncclAllReduce";
+  int planned = 0, refusals = 0;
+};
+
+TEST(ProbeManagerLinks, ProbesNotLinksAreCountedAndEachRefusalIsAnError) {
+  TempDir dir{"probe-multi"};
+  const fs::path lib = dir.path / "libnccl.so.2";
+  fs::copy_file(kShim, lib);
+  MappingChild a(lib.string());
+  ASSERT_TRUE(a.mapped());
+  MultiLinkBackend backend;
+  ProbeManager pm(backend, {.proc_root = "/proc", .release_grace_seconds = 10, .parse_in_background = false});
+  EXPECT_EQ(pm.consider(a.pid(), *a.entry(lib.string())), LibraryKind::Nccl);
+  ASSERT_GT(backend.planned, 10);
+  ASSERT_GT(backend.refusals, 0);  // its entry (and return) probes
+  auto stats = pm.stats();
+  EXPECT_EQ(stats.probes["nccl"], static_cast<uint64_t>(backend.planned - backend.refusals));
+  EXPECT_EQ(stats.attach_errors["nccl"], static_cast<uint64_t>(backend.refusals));
+  a.kill();
+  pm.sweep(100, {});
+  pm.sweep(111, {});
+  stats = pm.stats();
+  EXPECT_EQ(stats.probes["nccl"], 0u);
+  EXPECT_EQ(stats.files_released, 1u);
+}
+
 }  // namespace
 }  // namespace argus

@@ -215,6 +215,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_probes_attached", "gauge"},
       {"argus_agent_probed_files", "gauge"},
       {"argus_agent_probe_files_released_total", "counter"},
+      {"argus_agent_uprobe_links_info", "gauge"},
       {"argus_agent_usdt_spec_slots", "gauge"},
       {"argus_agent_probes_detaching", "gauge"},
       {"argus_agent_kernel_probe_up", "gauge"},
@@ -558,8 +559,9 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 70u);  // + pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 71u);  // + uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
+  EXPECT_TRUE(has_line(lines, "argus_agent_uprobe_links_info{kind=\"perf\"} 1"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_tracked_processes 0"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_build_info{version=""} 1)"));

@@ -66,6 +66,7 @@ Result<std::unique_ptr<AgentRuntime>> AgentRuntime::create(const AgentOptions& o
   lopts.ringbuf_bytes = opts.ringbuf_bytes;
   lopts.usdt_spec_slots = opts.usdt_spec_slots;
   lopts.force_raw_tp = opts.force_raw_tp;
+  lopts.uprobe_links = opts.uprobe_links;
   if (!opts.offcpu) lopts.kernel_probes_off = {"sched_switch", "sched_wakeup", "sched_wakeup_new"};
   auto loader = BpfLoader::create(lopts);
   if (!loader.ok()) return make_error(loader.error());
@@ -888,6 +889,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.python_gc_unprobed_files = probe_stats.python_gc_unprobed_files;
   a.capabilities = opts_.capabilities;
   a.kernel_probes = loader_->kernel_probes();
+  a.uprobe_links = loader_->uprobe_link_kind();
   a.tcp_retransmits_unattributed = tcp_unattributed_.load();
   a.pod_info = opts_.pod_info == pods::PodInfoMode::kLogs        ? "logs"
                : opts_.pod_info == pods::PodInfoMode::kApiserver ? "apiserver"

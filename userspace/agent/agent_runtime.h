@@ -55,6 +55,8 @@ struct AgentOptions {
   uint32_t python_sample_hz = kDefaultPythonSampleHz;  // 0: no Python stack sampling
   std::string sysfs_root = "/sys";  // where fs/cgroup is (a rank's memory cgroup, for OOM kills)
   bool force_raw_tp = false;  // --tp-flavour raw_tp: every tracepoint program as raw_tp
+  // --uprobe-links: uprobe_multi links where the kernel has them, or required, or never.
+  LoaderOptions::UprobeLinks uprobe_links = LoaderOptions::UprobeLinks::kAuto;
   // --pod-info, --pod-logs-dir, --container-logs-dir: the ranks' Kubernetes identity.
   pods::PodInfoMode pod_info = pods::PodInfoMode::kLogs;
   std::string pod_logs_dir = "/var/log/pods";

@@ -21,18 +21,36 @@ struct bpf_link;
 
 namespace argus {
 
-// One attached probe; detaches on destruction.
+// One attach (a libbpf link, or the fd of a kernel link that libbpf 1.1 cannot
+// wrap: a uprobe_multi link holds many probes); detaches on destruction.
 class Link {
  public:
   explicit Link(bpf_link* link) : link_(link) {}
-  Link(Link&& other) noexcept : link_(other.link_) { other.link_ = nullptr; }
+  static Link from_fd(int fd) {
+    Link l(nullptr);
+    l.fd_ = fd;
+    return l;
+  }
+  Link(Link&& other) noexcept : link_(other.link_), fd_(other.fd_) {
+    other.link_ = nullptr;
+    other.fd_ = -1;
+  }
   Link& operator=(Link&& other) noexcept;
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
   ~Link();
 
  private:
+  void reset();
   bpf_link* link_;
+  int fd_ = -1;
+};
+
+// The uprobes of one file, attached together (BpfBackend::attach_uprobes).
+struct AttachedUprobes {
+  std::vector<Link> links;          // fewer than the probes where one link holds many
+  size_t probes = 0;                // probes attached
+  std::vector<std::string> errors;  // one line per probe that failed
 };
 
 struct StatEntry {
@@ -65,6 +83,25 @@ class BpfBackend {
 
   // A uprobe (or uretprobe) on `path` at the spec's offset, for every process (pid -1).
   virtual Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) = 0;
+  // Every spec on one file. Here one link per probe; the real backend puts the
+  // probes of one program and direction on one uprobe_multi link where the
+  // kernel has them (one detach grace period per link, not per probe).
+  virtual AttachedUprobes attach_uprobes(const std::string& path, const std::vector<ProbeSpec>& specs) {
+    AttachedUprobes out;
+    for (const auto& spec : specs) {
+      auto link = attach_uprobe(path, spec);
+      if (link.ok()) {
+        out.links.push_back(std::move(*link));
+        ++out.probes;
+      } else {
+        out.errors.push_back(link.error());
+      }
+    }
+    return out;
+  }
+  // How uprobes are attached: "multi" (uprobe_multi links) or "perf" (one perf
+  // event per probe).
+  virtual std::string uprobe_link_kind() const { return "perf"; }
   // The GPU-activity USDT probes of a producer (argus:gpu_batch, or argus:gpu_name when `names`).
   virtual Result<Link> attach_gpu_usdt(const std::string& path, bool names) = 0;
   // Slots of libbpf's USDT spec table (each producer attach takes some; a

@@ -31,6 +31,11 @@ struct LoaderOptions {
   // Load every tracepoint program as raw_tp, as on a kernel that refuses
   // tp_btf (--tp-flavour raw_tp: tests and old kernels).
   bool force_raw_tp = false;
+  // How uprobes attach: kAuto takes uprobe_multi links where the kernel has
+  // them (6.6+) and perf-event uprobes otherwise; kMulti requires them; kPerf
+  // forces the per-probe fallback (--uprobe-links).
+  enum class UprobeLinks { kAuto, kMulti, kPerf };
+  UprobeLinks uprobe_links = UprobeLinks::kAuto;
 };
 
 // The real backend: the loaded skeleton in the kernel.
@@ -45,6 +50,8 @@ class BpfLoader : public BpfBackend {
 
   // BpfBackend, on the kernel's maps, ring buffer and uprobe PMU.
   Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) override;
+  AttachedUprobes attach_uprobes(const std::string& path, const std::vector<ProbeSpec>& specs) override;
+  std::string uprobe_link_kind() const override { return multi_ ? "multi" : "perf"; }
   Result<Link> attach_gpu_usdt(const std::string& path, bool names) override;
   Result<Link> attach_usdt(const std::string& path, const char* provider, const char* name,
                            ProbeProgram program) override;
@@ -79,6 +86,7 @@ class BpfLoader : public BpfBackend {
  private:
   BpfLoader() = default;
   Result<bool> attach_kernel_programs(const LoaderOptions& opts);
+  Result<Link> attach_multi(const std::string& path, const std::vector<const ProbeSpec*>& specs);
   static int on_ringbuf_record(void* ctx, void* data, size_t size);
   static int on_py_sample(void* ctx, void* data, size_t size);
 
@@ -93,6 +101,7 @@ class BpfLoader : public BpfBackend {
   std::vector<std::string> kernel_probe_errors_;
   int ncpus_ = 1;
   uint64_t usdt_spec_slots_ = 0;
+  bool multi_ = false;  // uprobe programs loaded for uprobe_multi links
 };
 
 const char* bpf_error_name(uint32_t err);

@@ -1,7 +1,8 @@
-// Detaches released probes off the event loop. Closing a perf-event uprobe waits
-// for a grace period inside the kernel, one probe after another (~0.11 s each
-// on our VMs, measured; threads in parallel do not overlap them): done inline,
-// one released NCCL library (30 probes) would stall the event loop for ~3 s.
+// Detaches released probes off the event loop. Closing a link waits for a
+// grace period inside the kernel, one link after another (~0.11 s each on our
+// VMs, measured; threads in parallel do not overlap them): done inline, one
+// released NCCL library would stall the event loop for ~0.5 s with uprobe_multi
+// links (5 links), ~3 s with one perf event per probe (30).
 // USDT links share libbpf's USDT manager with every USDT attach, so they are
 // destroyed under the caller's USDT mutex.
 #pragma once

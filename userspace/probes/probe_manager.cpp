@@ -177,27 +177,22 @@ void ProbeManager::finish(Parsed& done) {
     std::lock_guard lock(counters_mu_);
     const std::string label = library_kind_name(lib.kind);
     stats_.files[label] += 1;
-    stats_.probes[label] += lib.links.size() + lib.usdt_links.size();
+    stats_.probes[label] += lib.uprobes + lib.usdt_links.size();
   }
 }
 
 void ProbeManager::attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib) {
-  size_t ok = 0, failed = 0;
-  for (const auto& spec : plan_probes(symbols, lib.kind, opts_.set)) {
-    auto link = loader_.attach_uprobe(path, spec);
-    if (link.ok()) {
-      lib.links.push_back(std::move(*link));
-      ++ok;
-    } else {
-      ++failed;
-      spdlog::warn("probe attach failed: {} ({})", link.error(), lib.name);
-    }
-  }
+  AttachedUprobes attached = loader_.attach_uprobes(path, plan_probes(symbols, lib.kind, opts_.set));
+  for (const auto& e : attached.errors) spdlog::warn("probe attach failed: {} ({})", e, lib.name);
+  const size_t ok = attached.probes, failed = attached.errors.size();
+  lib.links = std::move(attached.links);
+  lib.uprobes = ok;
   {
     std::lock_guard lock(counters_mu_);  // the series exists (at 0) once a library of its kind was seen
     stats_.attach_errors[library_kind_name(lib.kind)] += failed;
   }
-  spdlog::info("attached {} probes ({} failed) to {} library {}", ok, failed, library_kind_name(lib.kind), lib.name);
+  spdlog::info("attached {} probes ({} failed) to {} library {} ({} {} links)", ok, failed, library_kind_name(lib.kind),
+               lib.name, lib.links.size(), loader_.uprobe_link_kind());
 }
 
 // Whether libbpf's USDT spec table has room for `slots` more (a full table
@@ -260,21 +255,19 @@ void ProbeManager::attach_python_gc(Library& lib) {
       stats_.usdt_slots_used += slots;
     }
   } else {
-    for (const auto& spec : plan_python_gc(py.gc_anchor, py.gc_symbol, py.gc_entry_offset)) {
-      auto link = loader_.attach_uprobe(path, spec);
-      if (link.ok()) {
-        lib.links.push_back(std::move(*link));
-      } else {
-        ++failed;
-        spdlog::warn("probe attach failed: {} ({})", link.error(), lib.name);
-      }
+    AttachedUprobes attached =
+        loader_.attach_uprobes(path, plan_python_gc(py.gc_anchor, py.gc_symbol, py.gc_entry_offset));
+    for (const auto& e : attached.errors) spdlog::warn("probe attach failed: {} ({})", e, lib.name);
+    failed = attached.errors.size();
+    if (failed == 0) {  // an entry without its return (or the reverse) times nothing
+      lib.links = std::move(attached.links);
+      lib.uprobes = attached.probes;
     }
-    if (failed > 0) lib.links.clear();  // an entry without its return (or the reverse) times nothing
   }
   const bool probed = !lib.links.empty() || !lib.usdt_links.empty();
   std::lock_guard lock(counters_mu_);
   stats_.attach_errors["python"] += failed;
-  stats_.probes["python"] += lib.links.size() + lib.usdt_links.size();
+  stats_.probes["python"] += lib.uprobes + lib.usdt_links.size();
   if (probed) {
     lib.gc_anchor = py.gc_anchor;
     stats_.python_gc_files[py.gc_anchor] += 1;
@@ -340,7 +333,7 @@ void ProbeManager::sweep(double now_s, const std::set<int>& alive_pids) {
 
 void ProbeManager::release(Library& lib) {
   if (lib.kind == LibraryKind::None) return;
-  const size_t probes = lib.links.size() + lib.usdt_links.size();
+  const size_t probes = lib.uprobes + lib.usdt_links.size();
   spdlog::info("detaching {} probes from {} library {}: no process maps it any more", probes,
                library_kind_name(lib.kind), lib.name);
   {

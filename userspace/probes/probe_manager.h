@@ -99,7 +99,8 @@ class ProbeManager final : public LibraryProber {
     std::string name;
     std::set<int> users;          // pids seen mapping it
     double unused_since = -1;     // when the last user went; -1 while used
-    std::vector<Link> links;       // uprobes
+    std::vector<Link> links;       // uprobes (a uprobe_multi link holds several)
+    size_t uprobes = 0;            // probes on those links
     std::vector<Link> usdt_links;  // the GPU producer's USDT probes
     uint64_t usdt_slots = 0;
     std::string gc_anchor;         // Python: the GC anchor probed ("" while none)
