@@ -21,6 +21,7 @@
 #     ping-pong without the agent, with it, and tracked as a rank, as ratios; BPF ns per run.
 #  h. detach time (bench/detach_time.sh): the agent's stop with ~100 uprobes attached, one perf
 #     event per probe against uprobe_multi links, and the release of one library pair.
+#  i. idle floor (bench/agent_idle.sh): the agent's CPU with nothing to watch, thread by thread.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -31,6 +32,7 @@
 # ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1,
 # ARGUS_BENCH_SKIP_SCHED=1 (and ARGUS_BENCH_SCHED_*: see bench/sched_switch.sh),
 # ARGUS_BENCH_SKIP_DETACH=1 (and ARGUS_BENCH_DETACH_*: see bench/detach_time.sh),
+# ARGUS_BENCH_SKIP_IDLE=1 (and ARGUS_BENCH_IDLE_*: see bench/agent_idle.sh),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -430,6 +432,17 @@ if [ "${ARGUS_BENCH_SKIP_DETACH:-0}" != 1 ]; then
 else
   log "h. detach time: skipped"
 fi
+
+# i. idle floor, per thread ---------------------------------------------------------
+if [ "${ARGUS_BENCH_SKIP_IDLE:-0}" != 1 ]; then
+  log "i. idle floor: bench/agent_idle.sh (the agent with nothing to watch, thread by thread)"
+  idle_rc=0
+  BUILD_DIR=$BUILD "$ROOT/bench/agent_idle.sh" "$WORK/idle" >"$WORK/idle.log" 2>&1 || idle_rc=$?
+  fact agent_idle_exit_code "$idle_rc"
+  [ "$idle_rc" -eq 0 ] || log "bench/agent_idle.sh failed (status $idle_rc): $WORK/idle.log"
+else
+  log "i. idle floor: skipped"
+fi
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -438,3 +451,4 @@ if [ -s "$WORK/python/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/py
 if [ -s "$WORK/python-dump.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/python-dump.txt"; fi
 if [ -s "$WORK/sched/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/sched/summary.txt"; fi
 if [ -s "$WORK/detach/detach-summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/detach/detach-summary.txt"; fi
+if [ -s "$WORK/idle/idle.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/idle.txt"; fi

@@ -1,4 +1,5 @@
 #include "exporters/http_server.h"
+#include "userspace/common/thread_name.h"
 
 // cpp-httplib is built by Debian with OpenSSL, zlib and brotli support; its Request
 // layout depends on those defines, which pkg-config (cpp-httplib) hands to the compiler.
@@ -508,7 +509,10 @@ class ConnQueue final : public httplib::TaskQueue {
     workers_.emplace_back();
     Worker* w = &workers_.back();
     try {
-      w->thread = std::thread([this, w] { work(w); });
+      w->thread = std::thread([this, w] {
+        name_this_thread("argus-http");
+        work(w);
+      });
     } catch (const std::system_error& e) {
       spdlog::warn("http: cannot start a connection thread: {}", e.what());
       workers_.pop_back();
@@ -1011,6 +1015,7 @@ Result<uint16_t> HttpServer::start(const std::string& listen) {
   impl_->backend = std::move(backend);
   const std::string host = addr->host;
   impl_->listener = std::thread([impl, listen, host, bound] {
+    name_this_thread("argus-listen");
     auto* b = static_cast<Backend*>(impl->backend.get());
     for (;;) {
       b->listen_after_bind();

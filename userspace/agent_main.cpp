@@ -4,6 +4,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdlib>
 #include <cctype>
@@ -21,6 +24,7 @@
 #include <optional>
 #include <thread>
 
+#include "userspace/common/thread_name.h"
 #include "userspace/common/capabilities.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
@@ -39,7 +43,23 @@
 namespace {
 
 std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
+int g_stop_fd = -1;  // an eventfd the main thread blocks on until a signal writes it
+void on_signal(int) {
+  g_stop = true;
+  if (g_stop_fd >= 0) {
+    const uint64_t one = 1;
+    (void)!write(g_stop_fd, &one, sizeof(one));  // async-signal-safe
+  }
+}
+
+// Blocks until SIGINT/SIGTERM: no periodic wakeups (a 100 ms poll without an eventfd).
+void wait_for_stop() {
+  while (!g_stop) {
+    uint64_t n = 0;
+    if (g_stop_fd < 0 || (read(g_stop_fd, &n, sizeof(n)) < 0 && errno != EINTR))
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
 
 int fail(const std::string& line, int code = 1) {
   std::cerr << "argus-agent: " << line << "\n";
@@ -358,22 +378,33 @@ int main(int argc, char** argv) {
   if (!port.ok()) return fail(port.error());
 
   std::atomic<bool> rdma_stop{false};
+  std::mutex rdma_mu;
+  std::condition_variable rdma_cv;  // wakes the poller at once on stop
   std::thread rdma_thread([&] {
+    argus::name_this_thread("argus-rdma");
+    std::vector<argus::rdma::RankGpu> ranks;
     while (!rdma_stop) {
-      const auto ranks = rank_gpus(rt.snapshot());
-      rdma.set_ranks(ranks);
       rdma.poll();
       const auto snap = rdma.snapshot();
+      // The ranks' GPUs matter only where there are ports to map them to: a node
+      // without InfiniBand/RoCE ports skips building the agent's snapshot each
+      // second. (The next poll uses them for imbalance; this one's events now.)
+      if (!snap.ports.empty()) {
+        ranks = rank_gpus(rt.snapshot());
+        rdma.set_ranks(ranks);
+      }
       for (const auto& ev : rdma.drain_events()) {
         if (!ev.raised) continue;
         spdlog::warn("link {}:{} degraded ({}): {}", ev.device, ev.port, ev.reason, ev.detail);
         for (auto& e : argus::link_degraded_events(ev, snap, ranks)) rt.add_event(std::move(e));
       }
-      for (int i = 0; i < 10 && !rdma_stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::unique_lock lock(rdma_mu);
+      rdma_cv.wait_for(lock, std::chrono::seconds(1), [&] { return rdma_stop.load(); });
     }
   });
 
 
+  g_stop_fd = eventfd(0, EFD_CLOEXEC);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
@@ -420,11 +451,15 @@ int main(int argc, char** argv) {
     if (auto why = xids.start(std::move(hooks)); !why.empty())
       spdlog::warn("GPU Xid lines are not followed: {}", why);
   }
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  wait_for_stop();
   spdlog::info("stopping");
   http.stop();
   xids.stop();
-  rdma_stop = true;
+  {
+    std::lock_guard lock(rdma_mu);
+    rdma_stop = true;
+  }
+  rdma_cv.notify_all();
   rdma_thread.join();
   rt.stop();
   if (kube_pods) kube_pods->stop();

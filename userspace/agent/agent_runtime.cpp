@@ -16,6 +16,7 @@
 #include "userspace/procfs/cpu_stat.h"
 #include "userspace/procfs/pod_gpu_uuid.h"
 #include "userspace/python/stack_groups.h"
+#include "userspace/common/thread_name.h"
 
 namespace argus {
 namespace {
@@ -141,7 +142,10 @@ void AgentRuntime::start() {
   if (!py_sampling_error_.empty()) spdlog::warn("no Python stack sampling: {}", py_sampling_error_);
   for (const auto& why : loader_->kernel_probe_errors()) spdlog::warn("kernel layer partly blind: {}", why);
   heartbeat_ns_ = clock_.monotonic_ns();
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("argus-loop");
+    loop();
+  });
 }
 
 void AgentRuntime::stop() {
@@ -153,8 +157,13 @@ double AgentRuntime::seconds_since_heartbeat() const {
   return static_cast<double>(clock_.monotonic_ns() - heartbeat_ns_.load()) / 1e9;
 }
 
+// While ranks run or a library is being parsed, the loop turns every 50 ms (a
+// parsed library's probes attach at the next turn). With nothing to watch it
+// turns every 250 ms: exec and exit events still wake it at once, hot events
+// wake it when the ring fills, and each turn costs ~50 us of CPU here, so an
+// idle agent's floor is set by these turns and the /proc scan.
 void AgentRuntime::loop() {
-  while (running_) run_once(50);
+  while (running_) run_once(registry_.tracked_count() > 0 || probes_->parses_pending() ? 50 : 250);
 }
 
 void AgentRuntime::run_once(int poll_ms) {
@@ -171,7 +180,9 @@ void AgentRuntime::run_once(int poll_ms) {
     for (const auto& f : discovery_->scan(now)) track_found(f);
     probes_->sweep(now, discovery_->alive_pids());
     std::erase_if(workers_seen_, [&](int pid) { return !discovery_->alive_pids().count(pid); });
-    next_scan_ = now + opts_.scan_interval_seconds;
+    next_scan_ = now + (registry_.tracked_count() > 0
+                            ? opts_.scan_interval_seconds
+                            : std::max(opts_.scan_interval_seconds, opts_.idle_scan_interval_seconds));
   }
   if (now >= next_stats_) {
     refresh_stats();

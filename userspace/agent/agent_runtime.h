@@ -44,6 +44,9 @@ struct AgentOptions {
   double exit_grace_seconds = kDefaultExitGraceSeconds;
   double probe_release_seconds = kDefaultProbeReleaseSeconds;
   double scan_interval_seconds = 1;
+  // With no rank to watch, /proc is scanned this often instead (new processes
+  // still come at once through exec events; only rechecks wait longer).
+  double idle_scan_interval_seconds = 2;
   double stats_interval_seconds = 1;
   uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
   uint32_t usdt_spec_slots = kUsdtSpecSlots;

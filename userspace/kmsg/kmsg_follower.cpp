@@ -48,11 +48,11 @@ void KmsgFollower::note_seq(std::string_view record) {
   have_seq_ = true;
 }
 
-int KmsgFollower::poll(int timeout_ms, const std::function<void(std::string_view)>& on_record) {
-  pollfd p{fd_, POLLIN, 0};
-  const int ready = ::poll(&p, 1, timeout_ms);
+int KmsgFollower::poll(int timeout_ms, const std::function<void(std::string_view)>& on_record, int wake_fd) {
+  pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+  const int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms);
   if (ready < 0) return errno == EINTR ? 0 : -errno;
-  if (ready == 0) return 0;
+  if (ready == 0 || (p[0].revents & (POLLIN | POLLERR)) == 0) return 0;
   int n = 0;
   char buf[16384];  // a record is at most ~8 KiB (PRINTKRB_RECORD_MAX and its dictionary)
   for (int i = 0; i < 1024; ++i) {  // bounded: the loop's caller checks its stop flag between polls

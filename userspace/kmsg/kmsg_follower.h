@@ -23,9 +23,10 @@ class KmsgFollower {
   KmsgFollower& operator=(const KmsgFollower&) = delete;
   ~KmsgFollower();
 
-  // Waits up to timeout_ms for records and hands each raw one to on_record.
-  // Returns the records read, or a negative errno on a read error.
-  int poll(int timeout_ms, const std::function<void(std::string_view)>& on_record);
+  // Waits up to timeout_ms (-1: no limit) for records, or until wake_fd (when
+  // >= 0) is readable, and hands each raw record to on_record. Returns the
+  // records read, or a negative errno on a read error.
+  int poll(int timeout_ms, const std::function<void(std::string_view)>& on_record, int wake_fd = -1);
   uint64_t lost() const { return lost_; }  // records overwritten before they were read
 
  private:

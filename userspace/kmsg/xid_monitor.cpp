@@ -1,8 +1,11 @@
 #include "userspace/kmsg/xid_monitor.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "userspace/kmsg/kmsg_follower.h"
+#include "userspace/common/thread_name.h"
 
 namespace argus::kmsg {
 
@@ -11,10 +14,15 @@ std::string XidMonitor::start(XidMonitorHooks hooks) {
   if (!follower.ok()) return follower.error();
   hooks_ = std::move(hooks);
   following_ = true;
+  // Blocks until a record comes or stop() writes the eventfd: no periodic
+  // wakeups while the log is quiet (without an eventfd, a 200 ms poll).
+  stop_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   thread_ = std::thread([this, f = std::move(*follower)]() mutable {
+    name_this_thread("argus-kmsg");
     int errors = 0;
+    const int wake = stop_fd_.get();
     while (!stop_) {
-      const int n = f.poll(200, [this](std::string_view raw) { on_record(raw); });
+      const int n = f.poll(wake >= 0 ? -1 : 200, [this](std::string_view raw) { on_record(raw); }, wake);
       lost_ = f.lost();
       if (n < 0 && ++errors == 1) spdlog::warn("reading {} failed: error {} (Xid lines may be missed)", path_, -n);
     }
@@ -24,6 +32,10 @@ std::string XidMonitor::start(XidMonitorHooks hooks) {
 
 void XidMonitor::stop() {
   stop_ = true;
+  if (stop_fd_.valid()) {
+    const uint64_t one = 1;
+    (void)!::write(stop_fd_.get(), &one, sizeof(one));
+  }
   if (thread_.joinable()) thread_.join();
   following_ = false;
 }

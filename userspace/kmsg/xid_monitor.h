@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "userspace/common/unique_fd.h"
 #include "userspace/kmsg/xid.h"
 
 namespace argus::kmsg {
@@ -40,6 +41,7 @@ class XidMonitor {
   XidTracker tracker_;
   std::atomic<bool> following_{false};
   std::atomic<bool> stop_{false};
+  UniqueFd stop_fd_;  // an eventfd: stop() wakes the thread's poll at once
   std::atomic<uint64_t> lost_{0};
   std::thread thread_;
 };

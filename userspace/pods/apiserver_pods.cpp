@@ -14,6 +14,7 @@
 #include "userspace/cli/http_client.h"
 #include "userspace/pods/pod_logs.h"
 #include "userspace/procfs/pod_cgroup.h"
+#include "userspace/common/thread_name.h"
 
 namespace argus::pods {
 
@@ -118,6 +119,7 @@ void ApiserverPods::start() {
   if (running_.exchange(true)) return;
   finished_ = false;
   thread_ = std::thread([this] {
+    name_this_thread("argus-pods");
     run();
     finished_ = true;
   });

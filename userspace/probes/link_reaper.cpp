@@ -1,4 +1,5 @@
 #include "userspace/probes/link_reaper.h"
+#include "userspace/common/thread_name.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,7 +8,11 @@
 
 namespace argus {
 
-LinkReaper::LinkReaper(std::mutex& usdt_mu) : usdt_mu_(usdt_mu), thread_([this] { loop(); }) {}
+LinkReaper::LinkReaper(std::mutex& usdt_mu)
+    : usdt_mu_(usdt_mu), thread_([this] {
+        name_this_thread("argus-detach");
+        loop();
+      }) {}
 
 LinkReaper::~LinkReaper() {
   {

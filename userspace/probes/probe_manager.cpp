@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "bpf/argus_gpu_wire.h"
+#include "userspace/common/thread_name.h"
 
 namespace argus {
 namespace {
@@ -24,7 +25,11 @@ uint64_t usdt_slots_for(const std::vector<elf::UsdtNote>& notes, const char* nam
 ProbeManager::ProbeManager(BpfBackend& loader, ProbeManagerOptions opts, Discovery* skips_sink)
     : loader_(loader), opts_(std::move(opts)), skips_(skips_sink) {
   stats_.usdt_slots_limit = loader_.usdt_spec_slots();
-  if (opts_.parse_in_background) worker_ = std::thread([this] { worker_loop(); });
+  if (opts_.parse_in_background)
+    worker_ = std::thread([this] {
+      name_this_thread("argus-parse");
+      worker_loop();
+    });
 }
 
 ProbeManager::~ProbeManager() {

@@ -72,6 +72,7 @@ class ProbeManager final : public LibraryProber {
   // Event loop: attaches the probes of every finished parse. Returns the
   // processes that map those libraries, to be looked at again now.
   std::vector<int> complete_parses();
+  bool parses_pending() const { return pending_ > 0; }  // event loop only
   // Event loop: a rank (tracked) maps these files: their Python collectors are
   // probed now, once per file. Interpreters only ranks map are probed.
   void attach_python_gc_for(int pid);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The agent's floor: its CPU, thread by thread, with no rank to watch.
+#
+#   sudo bench/agent_idle.sh OUT_DIR        (also `make bench`, part i)
+#
+# Starts argus-agent (default flags but the port and log level), lets it settle
+# for ARGUS_BENCH_IDLE_SETTLE (8) seconds, then reads each thread's scheduler
+# run time (/proc/PID/task/TID/schedstat, ns) over ARGUS_BENCH_IDLE_WINDOW (60)
+# seconds. Prints one line per thread (name, CPU µs, share of one core, run
+# slices) and the total, and writes them to OUT_DIR/idle.txt. Other processes
+# starting on the machine meanwhile (exec events, /proc rechecks) are part of
+# what it measures: run it on a quiet machine.
+set -euo pipefail
+OUT=${1:?usage: bench/agent_idle.sh OUT_DIR}
+BUILD=${BUILD_DIR:-build}
+SETTLE=${ARGUS_BENCH_IDLE_SETTLE:-8}
+WINDOW=${ARGUS_BENCH_IDLE_WINDOW:-60}
+AGENT=$BUILD/bin/argus-agent
+[ "$(id -u)" -eq 0 ] || { echo "agent_idle: needs root (BPF)" >&2; exit 1; }
+[ -x "$AGENT" ] || { echo "agent_idle: $AGENT missing (make build)" >&2; exit 1; }
+mkdir -p "$OUT"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$AGENT" --listen "127.0.0.1:$port" --log-level warn >"$OUT/agent-idle.log" 2>&1 &
+agent=$!
+trap 'kill -KILL $agent 2>/dev/null || true' EXIT
+sleep "$SETTLE"
+kill -0 "$agent" || { echo "agent_idle: the agent exited; its log:" >&2; cat "$OUT/agent-idle.log" >&2; exit 1; }
+
+declare -A before
+for t in /proc/"$agent"/task/*; do before[$t]=$(cut -d' ' -f1 "$t/schedstat"); done
+procs_before=$(ls /proc | grep -c '^[0-9]')
+sleep "$WINDOW"
+{
+  echo "thread cpu_us share_of_core_pct slices (window ${WINDOW} s, $procs_before processes on the machine, load $(cut -d' ' -f1-3 /proc/loadavg))"
+  total=0
+  for t in /proc/"$agent"/task/*; do
+    read -r ns _ slices <"$t/schedstat"
+    d=$((ns - ${before[$t]:-0}))
+    total=$((total + d))
+    printf '%s %d %.4f %d\n' "$(cat "$t/comm")" $((d / 1000)) "$(python3 -c "print($d / ($WINDOW * 1e9) * 100)")" "$slices"
+  done
+  printf 'total %d %.4f\n' $((total / 1000)) "$(python3 -c "print($total / ($WINDOW * 1e9) * 100)")"
+} | tee "$OUT/idle.txt"
+kill -TERM "$agent"
+wait "$agent" 2>/dev/null || true
+trap - EXIT
