@@ -193,6 +193,20 @@ run_bench() {
   return "$rc"
 }
 
+# run_part SKIP_VAR LABEL SCRIPT OUT LOG FACT: one sub-bench script (bench/SCRIPT OUT_DIR)
+# unless SKIP_VAR=1; its output in $WORK/LOG, its status a fact; a failure is said, not fatal.
+run_part() {
+  local skip=$1 label=$2 script=$3 out=$4 logname=$5 factname=$6 rc=0
+  if [ "${!skip:-0}" = 1 ]; then
+    log "$label: skipped"
+    return 0
+  fi
+  log "$label: bench/$script"
+  BUILD_DIR=$BUILD "$ROOT/bench/$script" "$WORK/$out" >"$WORK/$logname" 2>&1 || rc=$?
+  fact "$factname" "$rc"
+  [ "$rc" -eq 0 ] || log "bench/$script failed (status $rc): $WORK/$logname"
+}
+
 # ---- the run ----
 fact date "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 fact kernel "$(uname -r)"
@@ -389,15 +403,7 @@ else
 fi
 
 # e. Python stack sampler ----------------------------------------------------
-if [ "${ARGUS_BENCH_SKIP_PYTHON:-0}" != 1 ]; then
-  log "e. Python stack sampler: bench/python_sample.sh"
-  py_rc=0
-  BUILD_DIR=$BUILD "$ROOT/bench/python_sample.sh" "$WORK/python" >"$WORK/python-sample.log" 2>&1 || py_rc=$?
-  fact python_sample_exit_code "$py_rc"
-  [ "$py_rc" -eq 0 ] || log "bench/python_sample.sh failed (status $py_rc): $WORK/python-sample.log"
-else
-  log "e. Python stack sampler: skipped"
-fi
+run_part ARGUS_BENCH_SKIP_PYTHON "e. Python stack sampler" python_sample.sh python python-sample.log python_sample_exit_code
 
 # f. Python stack dumps ------------------------------------------------------
 if [ "${ARGUS_BENCH_SKIP_PYDUMP:-0}" != 1 ]; then
@@ -411,38 +417,14 @@ else
   log "f. Python stack dumps: skipped"
 fi
 
-# g. sched_switch probe ------------------------------------------------------
-if [ "${ARGUS_BENCH_SKIP_SCHED:-0}" != 1 ]; then
-  log "g. sched_switch probe: bench/sched_switch.sh (pipe ping-pong, no agent / agent / tracked rank)"
-  sched_rc=0
-  BUILD_DIR=$BUILD "$ROOT/bench/sched_switch.sh" "$WORK/sched" >"$WORK/sched-switch.log" 2>&1 || sched_rc=$?
-  fact sched_switch_exit_code "$sched_rc"
-  [ "$sched_rc" -eq 0 ] || log "bench/sched_switch.sh failed (status $sched_rc): $WORK/sched-switch.log"
-else
-  log "g. sched_switch probe: skipped"
-fi
+# g. sched_switch probe (pipe ping-pong: no agent / agent / tracked rank) ----
+run_part ARGUS_BENCH_SKIP_SCHED "g. sched_switch probe" sched_switch.sh sched sched-switch.log sched_switch_exit_code
 
-# h. detach time ---------------------------------------------------------------
-if [ "${ARGUS_BENCH_SKIP_DETACH:-0}" != 1 ]; then
-  log "h. detach time: bench/detach_time.sh (stop with ~100 probes, perf events vs uprobe_multi links)"
-  detach_rc=0
-  BUILD_DIR=$BUILD "$ROOT/bench/detach_time.sh" "$WORK/detach" >"$WORK/detach.log" 2>&1 || detach_rc=$?
-  fact detach_time_exit_code "$detach_rc"
-  [ "$detach_rc" -eq 0 ] || log "bench/detach_time.sh failed (status $detach_rc): $WORK/detach.log"
-else
-  log "h. detach time: skipped"
-fi
+# h. detach time (stop with ~100 probes: perf events vs uprobe_multi links) --
+run_part ARGUS_BENCH_SKIP_DETACH "h. detach time" detach_time.sh detach detach.log detach_time_exit_code
 
-# i. idle floor, per thread ---------------------------------------------------------
-if [ "${ARGUS_BENCH_SKIP_IDLE:-0}" != 1 ]; then
-  log "i. idle floor: bench/agent_idle.sh (the agent with nothing to watch, thread by thread)"
-  idle_rc=0
-  BUILD_DIR=$BUILD "$ROOT/bench/agent_idle.sh" "$WORK/idle" >"$WORK/idle.log" 2>&1 || idle_rc=$?
-  fact agent_idle_exit_code "$idle_rc"
-  [ "$idle_rc" -eq 0 ] || log "bench/agent_idle.sh failed (status $idle_rc): $WORK/idle.log"
-else
-  log "i. idle floor: skipped"
-fi
+# i. idle floor (the agent with nothing to watch, thread by thread) ---------
+run_part ARGUS_BENCH_SKIP_IDLE "i. idle floor" agent_idle.sh idle idle.log agent_idle_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
