@@ -22,6 +22,8 @@
 #  h. detach time (bench/detach_time.sh): the agent's stop with ~100 uprobes attached, one perf
 #     event per probe against uprobe_multi links, and the release of one library pair.
 #  i. idle floor (bench/agent_idle.sh): the agent's CPU with nothing to watch, thread by thread.
+#  j. attach latency (bench/attach_latency.py): a new NCCL file mapped (at exec, or dlopened 2 s
+#     later) to its probes attached, p50/p99, with the machine idle and with every core busy.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -33,6 +35,7 @@
 # ARGUS_BENCH_SKIP_SCHED=1 (and ARGUS_BENCH_SCHED_*: see bench/sched_switch.sh),
 # ARGUS_BENCH_SKIP_DETACH=1 (and ARGUS_BENCH_DETACH_*: see bench/detach_time.sh),
 # ARGUS_BENCH_SKIP_IDLE=1 (and ARGUS_BENCH_IDLE_*: see bench/agent_idle.sh),
+# ARGUS_BENCH_SKIP_ATTACH=1 (and ARGUS_BENCH_ATTACH_N: see bench/attach_latency.py),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -425,6 +428,9 @@ run_part ARGUS_BENCH_SKIP_DETACH "h. detach time" detach_time.sh detach detach.l
 
 # i. idle floor (the agent with nothing to watch, thread by thread) ---------
 run_part ARGUS_BENCH_SKIP_IDLE "i. idle floor" agent_idle.sh idle idle.log agent_idle_exit_code
+
+# j. attach latency (mapped to probes live; idle and every core busy) -------
+run_part ARGUS_BENCH_SKIP_ATTACH "j. attach latency" attach_latency.py attach attach.log attach_latency_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -434,3 +440,4 @@ if [ -s "$WORK/python-dump.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/pytho
 if [ -s "$WORK/sched/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/sched/summary.txt"; fi
 if [ -s "$WORK/detach/detach-summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/detach/detach-summary.txt"; fi
 if [ -s "$WORK/idle/idle.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/idle.txt"; fi
+if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/attach/attach.txt"; fi

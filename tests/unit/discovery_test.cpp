@@ -4,6 +4,8 @@
 #include "tests/support/fake_proc.h"
 
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <unistd.h>
 
 #include <filesystem>
@@ -113,8 +115,12 @@ TEST(Discovery, ExecFollowUpsCatchLibrariesMappedLater) {
   proc.add(30, kPlainMaps, env({"RANK=0"}));
   NameProber prober;
   Discovery d({proc.root().string(), 0}, prober);
+  EXPECT_EQ(d.next_followup(), std::numeric_limits<double>::infinity());  // nothing pending
   d.on_exec(30, 10.0);
+  EXPECT_EQ(d.next_followup(), 10.0);  // the event loop waits no longer than this
   EXPECT_TRUE(d.run_due(10.0).empty());  // nothing mapped yet
+  EXPECT_GT(d.next_followup(), 10.0);
+  EXPECT_LT(d.next_followup(), 10.05);
   proc.add(30, kNcclMaps, env({"RANK=0"}));  // the loader (or a dlopen) mapped NCCL
   EXPECT_TRUE(d.run_due(10.01).empty());     // the next follow-up is not due yet
   auto found = d.run_due(10.1);

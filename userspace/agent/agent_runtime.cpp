@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
@@ -161,9 +162,16 @@ double AgentRuntime::seconds_since_heartbeat() const {
 // parsed library's probes attach at the next turn). With nothing to watch it
 // turns every 250 ms: exec and exit events still wake it at once, hot events
 // wake it when the ring fills, and each turn costs ~50 us of CPU here, so an
-// idle agent's floor is set by these turns and the /proc scan.
+// idle agent's floor is set by these turns and the /proc scan. An exec
+// follow-up due sooner (the loader maps libraries just after exec) shortens
+// the wait to it.
 void AgentRuntime::loop() {
-  while (running_) run_once(registry_.tracked_count() > 0 || probes_->parses_pending() ? 50 : 250);
+  while (running_) {
+    int ms = registry_.tracked_count() > 0 || probes_->parses_pending() ? 50 : 250;
+    const double until_followup = discovery_->next_followup() - now_s();
+    if (until_followup < ms / 1000.0) ms = std::max(0, static_cast<int>(std::ceil(until_followup * 1000)));
+    run_once(ms);
+  }
 }
 
 void AgentRuntime::run_once(int poll_ms) {

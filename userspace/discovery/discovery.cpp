@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <tuple>
 
@@ -142,6 +143,13 @@ void Discovery::on_exec(int pid, double now_s) {
   st = PidState{};  // a new image: what it mapped before no longer matters
   st.first_seen = now_s;
   for (double d : kExecFollowups) st.followups.push_back(now_s + d);
+}
+
+double Discovery::next_followup() const {
+  double next = std::numeric_limits<double>::infinity();
+  for (const auto& [pid, st] : pids_)
+    if (!st.followups.empty()) next = std::min(next, st.followups.front());
+  return next;
 }
 
 std::vector<FoundProcess> Discovery::run_due(double now_s) {

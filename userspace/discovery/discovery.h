@@ -61,6 +61,8 @@ class Discovery {
   void on_exec(int pid, double now_s);
   // Exec follow-ups that are due.
   std::vector<FoundProcess> run_due(double now_s);
+  // When the next exec follow-up is due (monotonic seconds); +infinity when none is.
+  double next_followup() const;
   // Looks at one process right now (also for BPF's "first call" hint).
   std::optional<FoundProcess> check(int pid, double now_s);
 
