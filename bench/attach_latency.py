@@ -19,13 +19,14 @@ import datetime
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from benchlib import free_port
 
 DLOPEN_AFTER_S = 2.0
 PY_DLOPEN = (
@@ -35,14 +36,6 @@ PY_DLOPEN = (
     "print('ready', flush=True)\n"
     "time.sleep(3600)\n"
 )
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def healthy(port):

@@ -16,11 +16,12 @@ import glob
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from benchlib import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.abspath(os.environ.get("BUILD_DIR", os.path.join(ROOT, "build")))
@@ -54,14 +55,6 @@ def pick_python():
     root = os.environ.get("PYENV_ROOT", "/root/.pyenv")
     found = sorted(glob.glob(os.path.join(root, "versions", "3.12.*", "bin", "python3.12")))
     return found[-1] if found else sys.executable
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def get(url):

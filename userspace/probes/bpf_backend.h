@@ -51,6 +51,16 @@ struct AttachedUprobes {
   std::vector<Link> links;          // fewer than the probes where one link holds many
   size_t probes = 0;                // probes attached
   std::vector<std::string> errors;  // one line per probe that failed
+
+  // One attach of `n` probes: its link, or its error.
+  void add(Result<Link> link, size_t n = 1) {
+    if (link.ok()) {
+      links.push_back(std::move(*link));
+      probes += n;
+    } else {
+      errors.push_back(link.error());
+    }
+  }
 };
 
 struct StatEntry {
@@ -88,15 +98,7 @@ class BpfBackend {
   // kernel has them (one detach grace period per link, not per probe).
   virtual AttachedUprobes attach_uprobes(const std::string& path, const std::vector<ProbeSpec>& specs) {
     AttachedUprobes out;
-    for (const auto& spec : specs) {
-      auto link = attach_uprobe(path, spec);
-      if (link.ok()) {
-        out.links.push_back(std::move(*link));
-        ++out.probes;
-      } else {
-        out.errors.push_back(link.error());
-      }
-    }
+    for (const auto& spec : specs) out.add(attach_uprobe(path, spec));
     return out;
   }
   // How uprobes are attached: "multi" (uprobe_multi links) or "perf" (one perf

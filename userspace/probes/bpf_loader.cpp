@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "bpf/argus_py_sample.h"
 #include "userspace/probes/uprobe_multi.h"
@@ -44,20 +45,17 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
   return nullptr;
 }
 
-// The programs the probe manager attaches as uprobes (not the USDT ones: libbpf
-// 1.1 attaches USDT probes as perf events, which a uprobe_multi program refuses).
-constexpr ProbeProgram kUprobePrograms[] = {
-    ProbeProgram::NcclCollEnter, ProbeProgram::NcclInitEnter, ProbeProgram::NcclInitExit,
-    ProbeProgram::NcclGroup,     ProbeProgram::CudaSyncEnter, ProbeProgram::CudaCount,
-    ProbeProgram::CudaRet,       ProbeProgram::TimedExit,     ProbeProgram::CudaMemcpy,
-    ProbeProgram::CudaLaunchExit, ProbeProgram::PyGcEnter,    ProbeProgram::PyGcExit,
-};
-
+// Every SEC("uprobe")/SEC("uretprobe") program is loaded for uprobe_multi links.
+// Not the SEC("usdt") ones: libbpf 1.1 attaches USDT probes as perf events,
+// which a program loaded for uprobe_multi refuses.
 void prepare_uprobe_programs(argus_bpf* skel, bool multi) {
   if (!multi) return;
-  for (ProbeProgram p : kUprobePrograms)
-    bpf_program__set_expected_attach_type(program_for(skel, p),
-                                          static_cast<bpf_attach_type>(uprobe_multi::kAttachType));
+  bpf_program* prog = nullptr;
+  bpf_object__for_each_program(prog, skel->obj) {
+    const std::string_view sec = bpf_program__section_name(prog);
+    if (sec == "uprobe" || sec == "uretprobe")
+      bpf_program__set_expected_attach_type(prog, static_cast<bpf_attach_type>(uprobe_multi::kAttachType));
+  }
 }
 
 // Whether to load the uprobe programs for uprobe_multi links; an error when
@@ -293,24 +291,11 @@ AttachedUprobes BpfLoader::attach_uprobes(const std::string& path, const std::ve
   AttachedUprobes out;
   for (const auto& [key, group] : groups) {
     auto link = attach_multi(path, group);
-    if (link.ok()) {
-      out.links.push_back(std::move(*link));
-      out.probes += group.size();
+    if (link.ok() || group.size() == 1) {
+      out.add(std::move(link), group.size());
       continue;
     }
-    if (group.size() == 1) {
-      out.errors.push_back(link.error());
-      continue;
-    }
-    for (const ProbeSpec* spec : group) {
-      auto one = attach_multi(path, {spec});
-      if (one.ok()) {
-        out.links.push_back(std::move(*one));
-        ++out.probes;
-      } else {
-        out.errors.push_back(one.error());
-      }
-    }
+    for (const ProbeSpec* spec : group) out.add(attach_multi(path, {spec}));
   }
   return out;
 }

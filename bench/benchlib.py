@@ -1,0 +1,12 @@
+"""Small helpers the Python benches share (each bench runs as bench/NAME.py, so
+this directory is on sys.path)."""
+import socket
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
