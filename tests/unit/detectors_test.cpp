@@ -917,6 +917,57 @@ TEST(Detectors, EqualCountsHangSaysTheCollectiveItselfIsStuck) {
   EXPECT_EQ(ev2[0].evidence["cause"], "no_local_rank_missing");
 }
 
+// Every rank issued #100 and pid 4 died inside it (real NCCL: its kernel went
+// with its CUDA context, so the peers wait forever): it is named, not "stuck".
+TEST(Detectors, ARankThatDiedInsideTheCollectiveIsNamedNotTheCollective) {
+  HangReplay r;
+  for (int p = 1; p <= 4; ++p) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
+  r.t.on_exit(4);
+  r.facts[4].exit_summary = "killed by SIGKILL from pid 900 (`kill`)";
+  std::vector<InflightWait> inflight;
+  for (int p = 1; p <= 3; ++p) inflight.push_back({p, "", true, "cuStreamSynchronize", r.t100 + (10 + p) * kMs});
+  HangDetector h(HangOptions{10, 5});
+  auto ev = h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 10'013 * kMs, 1);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].rank, 3);
+  EXPECT_EQ(ev[0].evidence["cause"], "rank_died");
+  EXPECT_NE(ev[0].summary.find("rank 3 (it died: killed by SIGKILL from pid 900 (`kill`)) issued it and died before it "
+                               "finished; its peers here: 3 wait in a CUDA synchronize"),
+            std::string::npos)
+      << ev[0].summary;
+  ASSERT_EQ(ev[0].evidence["missing"].size(), 1u);
+  EXPECT_EQ(ev[0].evidence["missing"][0]["issued_newest"], true);
+  EXPECT_TRUE(h.missing(4));
+  EXPECT_FALSE(h.missing(1));
+  // One that never issued it and one that died in it: both named, each as what it did.
+  HangReplay r2;
+  for (int p : {1, 2, 4}) r2.t.on_arrival("c", p, 100, r2.t100 + p * kMs);
+  r2.t.on_exit(4);
+  HangDetector h2(HangOptions{10, 5});
+  auto ev2 = h2.evaluate(r2.t.comms(), inflight, r2.facts, r2.t100 + 10'001 * kMs, 1);
+  ASSERT_EQ(ev2.size(), 1u);
+  EXPECT_EQ(ev2[0].rank, 2);
+  EXPECT_EQ(ev2[0].evidence["cause"], "missing_rank");
+  EXPECT_NE(ev2[0].summary.find("rank 2 never issued it; rank 3 (it died: signal 9) issued it and died before it finished"),
+            std::string::npos)
+      << ev2[0].summary;
+}
+
+// A job that ended (every rank here exited) waits for nothing: no hang, however
+// long its exited ranks stay visible.
+TEST(Detectors, AJobWhoseRanksAllExitedIsNotAHang) {
+  HangReplay r;
+  for (int p = 1; p <= 4; ++p) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
+  for (int p = 1; p <= 4; ++p) {
+    r.t.on_exit(p);
+    r.facts[p] = {"j", p - 1, true, "exit", 0, 0.1};
+  }
+  HangDetector h(HangOptions{10, 5});
+  EXPECT_TRUE(h.evaluate(r.t.comms(), {}, r.facts, r.t100 + 120'000 * kMs, 0).empty());
+  EXPECT_EQ(h.health().at("c").stalled_seconds, 0);
+  EXPECT_FALSE(h.missing(1));
+}
+
 TEST(Detectors, AnIdleJobIsNotAHang) {
   HangReplay r;
   for (int p = 1; p <= 4; ++p) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);

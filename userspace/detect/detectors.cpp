@@ -50,13 +50,17 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
                          const std::map<int, const InflightWait*>& blocked,
                          const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix) {
   nlohmann::json missing_json = nlohmann::json::array();
-  std::string names;
+  // Two ways to be missing: never issued the newest collective, or issued it
+  // and died (its GPU's part never ran, so its peers wait forever).
+  std::string never, died_in;
   for (int pid : h.missing_pids) {
     auto it = ranks.find(pid);
     const RankInfoForHang info = it == ranks.end() ? RankInfoForHang{} : it->second;
+    const bool issued = c.members.at(pid).last_seq == c.newest_seq;
     missing_json.push_back({{"pid", pid},
                             {"rank", info.rank},
                             {"last_seq", c.members.at(pid).last_seq},
+                            {"issued_newest", issued},
                             {"exited", info.exited},
                             {"exit_reason", info.exit_reason},
                             {"exit_code", info.exit_code}});
@@ -64,6 +68,7 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
       if (!info.exit_summary.empty()) missing_json.back()["died"] = info.exit_summary;
       if (!info.exit_cause.is_null()) missing_json.back()["exit_cause"] = info.exit_cause;
     }
+    std::string& names = issued ? died_in : never;
     if (!names.empty()) names += ", ";
     names += "rank " + std::to_string(info.rank);
     if (info.exited)
@@ -71,6 +76,9 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
                (info.exit_summary.empty() ? info.exit_reason + " " + std::to_string(info.exit_code) : info.exit_summary) +
                ")";
   }
+  std::string names;
+  if (!never.empty()) names = never + " never issued it";
+  if (!died_in.empty()) names += (names.empty() ? "" : "; ") + died_in + " issued it and died before it finished";
   // How the ranks that did issue it wait: in a synchronize (async NCCL) or in the call (blocking).
   size_t in_sync = 0, in_call = 0;
   for (const auto& [pid, w] : blocked) (w->sync ? in_sync : in_call)++;
@@ -88,8 +96,8 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
   if (!h.missing_pids.empty()) {
     auto it = ranks.find(h.missing_pids.front());
     ev.rank = it == ranks.end() ? -1 : it->second.rank;
-    ev.summary = head + ": " + names + " never issued it" + (waiting.empty() ? "" : "; its peers here: " + waiting);
-    cause = "missing_rank";
+    ev.summary = head + ": " + names + (waiting.empty() ? "" : "; its peers here: " + waiting);
+    cause = never.empty() ? "rank_died" : "missing_rank";
   } else if (c.nranks > here) {
     ev.summary = head + ": all " + std::to_string(here) + " ranks on this node issued it and are blocked (" + waiting +
                  "); none here is missing: a rank on another node never issued it, or the collective itself is stuck";
@@ -633,13 +641,19 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       auto& b = blocked[f.pid];
       if (!b || f.start_ns < b->start_ns) b = &f;
     }
-    std::vector<int> behind;
+    std::vector<int> behind, died_in;
     bool all_blocked = !c.members.empty();
+    size_t live = 0;
     uint64_t last_blocked = 0;
     for (const auto& [pid, m] : c.members) {
-      if (static_cast<int64_t>(m.last_seq - c.newest_seq) < 0) behind.push_back(pid);
+      const bool is_behind = static_cast<int64_t>(m.last_seq - c.newest_seq) < 0;
+      if (is_behind) behind.push_back(pid);
       auto it = ranks.find(pid);
-      if (it != ranks.end() && it->second.exited) continue;
+      if (it != ranks.end() && it->second.exited) {
+        if (!is_behind) died_in.push_back(pid);
+        continue;
+      }
+      ++live;
       auto b = blocked.find(pid);
       if (b == blocked.end()) {
         all_blocked = false;
@@ -651,7 +665,9 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
     // waited since its first issue. Every rank issued it: stuck only while all
     // of them are blocked (an idle job between phases is not a hang).
     uint64_t since = 0;
-    if (!behind.empty() && c.newest_seq != 0)
+    if (live == 0)
+      since = 0;  // nobody here waits: a job that ended (or died whole) is not a hang
+    else if (!behind.empty() && c.newest_seq != 0)
       since = c.newest_first_arrival_ns;
     else if (all_blocked && c.newest_seq != 0)
       since = std::max(last_blocked, c.newest_arrival_ns);
@@ -659,8 +675,10 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
     const double limit = std::max(opts_.min_stall_seconds, opts_.step_multiple * step);
     h.hung = h.stalled_seconds >= limit;
     if (h.hung) {
+      // A rank that issued it and then died is as missing as one that never did.
       h.missing_pids = behind;
-      h.none_missing = behind.empty();
+      h.missing_pids.insert(h.missing_pids.end(), died_in.begin(), died_in.end());
+      h.none_missing = h.missing_pids.empty();
       std::set<int> missing(h.missing_pids.begin(), h.missing_pids.end());
       // One event when the hang is found, and one each time who is missing changes.
       const bool was_hung = reported_.count(c.comm) != 0;

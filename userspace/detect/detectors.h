@@ -185,7 +185,7 @@ struct CommHealth {
   uint64_t newest_seq = 0;
   bool hung = false;
   bool none_missing = false;      // hung with every local rank at newest_seq (and blocked)
-  std::vector<int> missing_pids;  // local ranks that never reached newest_seq
+  std::vector<int> missing_pids;  // local ranks that never reached newest_seq, then exited ones that did
 };
 
 struct RankInfoForHang {
