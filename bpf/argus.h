@@ -25,7 +25,7 @@ enum argus_tgid_state {
 
 /* Ring-buffer event types. */
 enum argus_event_type {
-	ARGUS_EV_EXEC = 1,       /* any exec on the node: a discovery hint */
+	ARGUS_EV_EXEC = 1,       /* any exec (or dlopen) on the node: a discovery hint */
 	ARGUS_EV_EXIT = 2,       /* a tracked process ended (last thread) */
 	ARGUS_EV_TGID_SEEN = 3,  /* first call from an untracked tgid into a probed library */
 	ARGUS_EV_NCCL_COLL = 4,  /* a collective or p2p call entered */
@@ -218,10 +218,13 @@ struct argus_event_header {
 	__u64 ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
 };
 
+/* flags of an exec event: which hint it is */
+#define ARGUS_EXEC_F_LINK_MAP 1 /* not an exec: the loader changed the link map (dlopen, dlclose) */
+
 struct argus_exec_event {
 	struct argus_event_header hdr;
-	__u32 ppid;
-	__u32 pad;
+	__u32 ppid;  /* 0 for a link-map change */
+	__u32 flags; /* ARGUS_EXEC_F_* */
 	char comm[16];
 };
 

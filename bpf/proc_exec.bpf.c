@@ -9,7 +9,7 @@ static __always_inline int emit_exec(struct task_struct *task)
 	if (!ev)
 		return 0;
 	ev->ppid = BPF_CORE_READ(task, real_parent, tgid);
-	ev->pad = 0;
+	ev->flags = 0;
 	bpf_get_current_comm(ev->comm, sizeof(ev->comm));
 	bpf_ringbuf_submit(ev, 0);
 	return 0;

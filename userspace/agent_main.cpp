@@ -147,6 +147,7 @@ int main(int argc, char** argv) {
   std::string probes = "default";
   double window = argus::kDefaultWindowSeconds;
   double exit_grace = argus::kDefaultExitGraceSeconds;
+  double scan_interval = 1;
   double probe_release = argus::kDefaultProbeReleaseSeconds;
   unsigned usdt_slots = argus::kUsdtSpecSlots;
   std::string log_level = "info";
@@ -168,6 +169,11 @@ int main(int argc, char** argv) {
   app.add_option("--exit-grace", exit_grace, "seconds an exited rank stays visible")
       ->envname("ARGUS_EXIT_GRACE")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--scan-interval", scan_interval,
+                 "seconds between /proc scans while ranks are tracked (new processes are found at once from exec "
+                 "and dlopen hints; the scan is the safety net for hints lost)")
+      ->envname("ARGUS_SCAN_INTERVAL")
+      ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--probe-release-seconds", probe_release,
                  "seconds a library's probes stay after the last process that maps it is gone")
       ->envname("ARGUS_PROBE_RELEASE_SECONDS")
@@ -310,6 +316,7 @@ int main(int argc, char** argv) {
   opts.probes = probes == "deep" ? argus::ProbeSet::Deep : argus::ProbeSet::Default;
   opts.window_seconds = window;
   opts.exit_grace_seconds = exit_grace;
+  opts.scan_interval_seconds = scan_interval;
   opts.probe_release_seconds = probe_release;
   opts.usdt_spec_slots = usdt_slots;
   opts.ringbuf_bytes = ringbuf_kb * 1024u;

@@ -83,5 +83,47 @@ TEST(AgentRealLibs, AttachesToRealNcclAndCudaStubInPipLayout) {
   EXPECT_TRUE(pip_rank.value("nccl", json::object()).empty()) << pip_rank.dump();
 }
 
+// NCCL dlopened 5 s after exec (as `import torch` does, long after the exec
+// follow-ups end), with /proc scans every 600 s: only the loader's hint (the
+// probe on ld.so's _dl_debug_state, which dlopen calls) can make the agent look
+// at the process again, and it does: the fresh copy is probed and the process
+// is a rank. The loader itself gets exactly one probe.
+TEST(AgentRealLibs, ALibraryDlopenedLongAfterExecIsFoundFromTheLoadersHint) {
+  ARGUS_REQUIRE_ROOT();
+  if (!fs::exists(kRealNccl)) {
+    if (const char* ci = std::getenv("CI"); ci && std::string(ci) == "true")
+      FAIL() << "CI=true but the CUDA toolkit is missing at " << ARGUS_CUDA_ROOT;
+    GTEST_SKIP() << "CUDA toolkit not installed";
+  }
+  const auto dir = make_temp_dir("dlopenhint");
+  const fs::path copy = dir / "libnccl-late.so.2";  // an inode no process has mapped yet
+  fs::copy_file(kRealNccl, copy);
+  Agent agent(dir, {"--scan-interval", "600"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const std::string ld = fs::canonical("/lib64/ld-linux-x86-64.so.2").string();
+  ASSERT_TRUE(eventually([&] { return agent.log().find("to loader library " + ld) != std::string::npos; }, 20s))
+      << agent.log();
+  EXPECT_NE(agent.log().find("attached 1 probes (0 failed) to loader library " + ld), std::string::npos) << agent.log();
+
+  const std::string code = "import ctypes, sys, time\ntime.sleep(5)\nctypes.CDLL('" + copy.string() +
+                           "')\nprint('loaded', flush=True)\ntime.sleep(120)\n";
+  Child late({"python3", "-c", code}, dir / "late.log");
+  ASSERT_TRUE(eventually([&] { return read_text(dir / "late.log").find("loaded") != std::string::npos; }, 30s))
+      << read_text(dir / "late.log");
+  json doc;
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto d = agent.get_json("/api/v1/ranks");
+        if (d) doc = *d;
+        return !agent_rank_by_pid(doc, late.pid()).is_null();
+      },
+      20s))
+      << doc.dump() << "\n" << agent.log();
+  EXPECT_NE(agent.log().find("to nccl library " + fs::canonical(copy).string()), std::string::npos) << agent.log();
+  const std::string m = agent.get_text("/metrics");
+  EXPECT_GE(metric_value(m, "argus_agent_probes_attached", {{"library", "loader"}}), 1) << m;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace argus::itest

@@ -232,6 +232,26 @@ TEST(AttachPlan, LibrariesAreRecognisedBySymbolsNotNames) {
   EXPECT_EQ(classify_library(elf::SymbolTable{}), LibraryKind::None);
 }
 
+// The dynamic loader is recognised by _dl_debug_state (the r_debug protocol's
+// breakpoint, which every dlopen calls): one entry probe there, and it makes
+// nobody a rank. libc (which dlopen lives in) is not a loader.
+TEST(AttachPlan, TheDynamicLoaderGetsOneLinkMapProbe) {
+  const std::string ld = std::filesystem::canonical("/lib64/ld-linux-x86-64.so.2").string();
+  auto t = load(ld);
+  ASSERT_EQ(classify_library(t), LibraryKind::Loader) << ld;
+  EXPECT_STREQ(library_kind_name(LibraryKind::Loader), "loader");
+  for (ProbeSet set : {ProbeSet::Default, ProbeSet::Deep}) {
+    auto specs = plan_probes(t, LibraryKind::Loader, set);
+    ASSERT_EQ(specs.size(), 1u);
+    EXPECT_EQ(specs[0].symbol, kLoaderHookSymbol);
+    EXPECT_EQ(specs[0].program, ProbeProgram::LinkMapChange);
+    EXPECT_FALSE(specs[0].retprobe);
+    EXPECT_EQ(specs[0].file_offset, t.find(kLoaderHookSymbol)->file_offset);
+  }
+  EXPECT_STREQ(probe_program_name(ProbeProgram::LinkMapChange), "argus_dl_debug_state");
+  EXPECT_EQ(classify_library(load("/lib/x86_64-linux-gnu/libc.so.6")), LibraryKind::None);
+}
+
 // Interpreters are Python by their exported symbols (libpython, or an
 // executable with it linked in); their GC probes are an entry + return pair at
 // the collector for the symbol anchors, nothing for the USDT one or none.

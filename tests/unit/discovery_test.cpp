@@ -128,6 +128,37 @@ TEST(Discovery, ExecFollowUpsCatchLibrariesMappedLater) {
   EXPECT_EQ(found[0].identity.rank, 0);
 }
 
+// A dlopen (the loader's link-map hint) brings a look within the settle time;
+// a burst of hints brings one look, and a hint after a look brings another.
+TEST(Discovery, LinkMapHintsBringALookSoonAndCoalesce) {
+  FakeProc proc;
+  proc.add(31, kPlainMaps, env({"RANK=1"}));
+  NameProber prober;
+  Discovery d({proc.root().string(), 0}, prober);
+  d.scan(100.0);  // an old process, rechecked rarely
+  const int after_scan = prober.calls;
+  for (int i = 0; i < 50; ++i) d.on_link_map_change(31, 105.0 + i * 1e-4);  // an import storm
+  EXPECT_GT(d.next_followup(), 105.0);
+  EXPECT_LE(d.next_followup(), 105.02);
+  proc.add(31, kNcclMaps, env({"RANK=1"}));  // the last dlopen mapped NCCL
+  EXPECT_TRUE(d.run_due(105.0).empty());
+  auto found = d.run_due(105.02);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].identity.rank, 1);
+  EXPECT_EQ(prober.calls - after_scan, 2);  // one look (NCCL and libc: two files), for 50 hints
+  EXPECT_EQ(d.next_followup(), std::numeric_limits<double>::infinity());
+  d.on_link_map_change(31, 106.0);  // a later dlopen: another look
+  EXPECT_EQ(d.run_due(106.02).size(), 1u);
+  // The agent itself and nonsense pids bring nothing.
+  d.on_link_map_change(0, 107.0);
+  d.on_link_map_change(-4, 107.0);
+  EXPECT_EQ(d.next_followup(), std::numeric_limits<double>::infinity());
+  // A hint for a process that is gone is a counted skip at its look, not an error.
+  d.on_link_map_change(4242, 108.0);
+  EXPECT_TRUE(d.run_due(108.02).empty());
+  EXPECT_EQ(d.skips()["vanished"], 1u);
+}
+
 TEST(Discovery, MalformedAndVanishedEntriesAreCountedSkips) {
   FakeProc proc;
   proc.add(40, "garbage line\n" + kNcclMaps + "zzzz-yyyy r-xp\n", env({"RANK=2"}));

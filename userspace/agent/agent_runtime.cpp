@@ -368,7 +368,10 @@ void AgentRuntime::handle_record(const void* data, size_t size) {
 void AgentRuntime::handle_event(DecodedEvent& ev) {
   const double now = now_s();
   if (const auto* e = std::get_if<argus_exec_event>(&ev)) {
-    discovery_->on_exec(static_cast<int>(e->hdr.tgid), now);
+    if (e->flags & ARGUS_EXEC_F_LINK_MAP)
+      discovery_->on_link_map_change(static_cast<int>(e->hdr.tgid), now);
+    else
+      discovery_->on_exec(static_cast<int>(e->hdr.tgid), now);
   } else if (const auto* e = std::get_if<argus_tgid_seen_event>(&ev)) {
     // First call into an already-probed library from a process discovery has
     // not met yet: identify it now, while its calls already count in BPF.

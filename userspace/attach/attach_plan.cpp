@@ -200,6 +200,7 @@ const char* library_kind_name(LibraryKind kind) {
     case LibraryKind::Cuda: return "cuda";
     case LibraryKind::GpuActivity: return "gpu";
     case LibraryKind::Python: return "python";
+    case LibraryKind::Loader: return "loader";
     case LibraryKind::None: break;
   }
   return "none";
@@ -221,6 +222,7 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::PyGcExit: return "argus_py_gc_exit";
     case ProbeProgram::PyGcUsdtStart: return "argus_py_gc_usdt_start";
     case ProbeProgram::PyGcUsdtDone: return "argus_py_gc_usdt_done";
+    case ProbeProgram::LinkMapChange: return "argus_dl_debug_state";
   }
   return "unknown";
 }
@@ -231,6 +233,7 @@ LibraryKind classify_library(const elf::SymbolTable& symbols) {
   const bool cuda = probeable(symbols, "cuInit") != nullptr && probeable(symbols, "cuLaunchKernel") != nullptr;
   if (cuda) return LibraryKind::Cuda;
   if (python::looks_like_python(symbols)) return LibraryKind::Python;
+  if (probeable(symbols, kLoaderHookSymbol) != nullptr) return LibraryKind::Loader;
   return LibraryKind::None;
 }
 
@@ -238,6 +241,8 @@ std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind 
   Planner plan;
   if (kind == LibraryKind::Nccl) plan_nccl(symbols, plan);
   if (kind == LibraryKind::Cuda) plan_cuda(symbols, set, plan);
+  if (kind == LibraryKind::Loader)
+    if (const auto* s = probeable(symbols, kLoaderHookSymbol)) plan.add(*s, ProbeProgram::LinkMapChange, false, 0);
   return plan.take();
 }
 

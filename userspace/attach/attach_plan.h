@@ -13,8 +13,11 @@ namespace argus {
 // GpuActivity: a library that only produces GPU activity records (the CUPTI
 // injection library); producers are found by kGpuProducerSymbol. Python: a
 // libpython, or an executable with the interpreter linked in
-// (python::looks_like_python): its GC collector is probed.
-enum class LibraryKind { None, Nccl, Cuda, GpuActivity, Python };
+// (python::looks_like_python): its GC collector is probed. Loader: the dynamic
+// loader (exports _dl_debug_state): one probe there turns every dlopen on the
+// node into a discovery hint; it never makes its users ranks.
+enum class LibraryKind { None, Nccl, Cuda, GpuActivity, Python, Loader };
+inline constexpr const char* kLoaderHookSymbol = "_dl_debug_state";
 inline constexpr const char* kGpuProducerSymbol = "argus_gpu_wire_version";
 enum class ProbeSet { Default, Deep };
 
@@ -34,6 +37,7 @@ enum class ProbeProgram {
   PyGcExit,       // argus_py_gc_exit (uretprobe): ... ends (the generation whose counter moved)
   PyGcUsdtStart,  // argus_py_gc_usdt_start: the same at python:gc__start (USDT)
   PyGcUsdtDone,   // argus_py_gc_usdt_done: ... at python:gc__done (USDT)
+  LinkMapChange,  // argus_dl_debug_state: the loader changed a link map (dlopen)
 };
 
 struct ProbeSpec {
@@ -44,11 +48,12 @@ struct ProbeSpec {
   uint64_t cookie = 0;
 };
 
-const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "gpu", "python", "none"
+const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "gpu", "python", "loader", "none"
 const char* probe_program_name(ProbeProgram p);    // the BPF program's name
 
 // A library is NCCL if it exports the NCCL collective API, CUDA if it exports
-// the driver API's launch and init entry points, Python if it is an interpreter.
+// the driver API's launch and init entry points, Python if it is an interpreter,
+// Loader if it is a dynamic loader.
 LibraryKind classify_library(const elf::SymbolTable& symbols);
 
 // The probes for one library. Weak `ncclX` and strong `pncclX` at one address

@@ -14,6 +14,10 @@ namespace {
 // libraries within milliseconds; frameworks dlopen NCCL/CUDA seconds later.
 constexpr double kExecFollowups[] = {0.0, 0.02, 0.1, 0.3, 1.0, 3.0};
 
+// A dlopen signals twice (before and after mapping) and an import storm many
+// times: one look per process per this many seconds at most.
+constexpr double kLinkMapSettleSeconds = 0.01;
+
 bool worth_probing(const procfs::MapEntry& m) {
   if (!m.executable() || !m.file_backed()) return false;
   if (m.path.rfind("/memfd:", 0) == 0 || m.path.rfind("/dev/", 0) == 0) return false;
@@ -82,7 +86,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
     if (!worth_probing(m)) continue;
     if (!seen_files.insert({m.dev_major, m.dev_minor, m.inode}).second) continue;
     const LibraryKind kind = prober_.consider(pid, m);
-    if (kind == LibraryKind::None) continue;
+    if (kind == LibraryKind::None || kind == LibraryKind::Loader) continue;  // every process maps a loader
     found.libraries.push_back(m.path);
     if (kind != LibraryKind::Python) python_only = false;
   }
@@ -143,6 +147,17 @@ void Discovery::on_exec(int pid, double now_s) {
   st = PidState{};  // a new image: what it mapped before no longer matters
   st.first_seen = now_s;
   for (double d : kExecFollowups) st.followups.push_back(now_s + d);
+}
+
+void Discovery::on_link_map_change(int pid, double now_s) {
+  if (pid == opts_.self_pid || pid <= 0) return;
+  PidState& st = pids_[pid];
+  if (st.unreadable) return;  // its maps cannot be read: looking sooner would not help
+  const double at = now_s + kLinkMapSettleSeconds;
+  // A look already due after this hint and soon enough covers it.
+  auto pos = std::lower_bound(st.followups.begin(), st.followups.end(), now_s);
+  if (pos != st.followups.end() && *pos <= at) return;
+  st.followups.insert(std::upper_bound(st.followups.begin(), st.followups.end(), at), at);
 }
 
 double Discovery::next_followup() const {

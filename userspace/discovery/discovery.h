@@ -59,6 +59,10 @@ class Discovery {
   // An exec was seen: look at the new image now and a few times soon after,
   // since the dynamic loader maps libraries after exec returns.
   void on_exec(int pid, double now_s);
+  // The loader changed the process's link map (a dlopen, from BPF): look at it
+  // again soon. Hints coalesce: one look per settle interval, and every hint is
+  // followed by a look that starts after it.
+  void on_link_map_change(int pid, double now_s);
   // Exec follow-ups that are due.
   std::vector<FoundProcess> run_due(double now_s);
   // When the next exec follow-up is due (monotonic seconds); +infinity when none is.

@@ -41,6 +41,7 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::PyGcExit: return skel->progs.argus_py_gc_exit;
     case ProbeProgram::PyGcUsdtStart: return skel->progs.argus_py_gc_usdt_start;
     case ProbeProgram::PyGcUsdtDone: return skel->progs.argus_py_gc_usdt_done;
+    case ProbeProgram::LinkMapChange: return skel->progs.argus_dl_debug_state;
   }
   return nullptr;
 }

@@ -146,7 +146,8 @@ std::vector<int> ProbeManager::complete_parses() {
   for (auto& d : done) {
     finish(d);
     auto it = files_.find(d.key);
-    if (it != files_.end() && it->second.kind != LibraryKind::None)
+    // Not the loader's users (every process): mapping it makes nobody a rank.
+    if (it != files_.end() && it->second.kind != LibraryKind::None && it->second.kind != LibraryKind::Loader)
       again.insert(again.end(), it->second.users.begin(), it->second.users.end());
   }
   return again;
