@@ -10,7 +10,8 @@ fresh copy (an inode of its own) of the simulator's libnccl.so.2:
   dlopen@2s: python3 sleeps 2 s, then dlopens the copy (`import torch` loads NCCL
              seconds after exec: the case exec follow-ups do not cover).
 t0 is when the process says it has mapped the file (its "ready" line, read at
-once); t1 is the agent's own log line "attached N probes ... to nccl library
+once), or for dlopen when it says it is about to call dlopen (the agent may
+attach before dlopen returns); t1 is the agent's own log line "attached N probes ... to nccl library
 PATH" (millisecond timestamps). Busy: one spinning process per CPU, started
 before the round. Prints p50, p90, p99 and max per case and load, and writes
 them to OUT_DIR/attach.txt with every sample in OUT_DIR/attach-samples.txt.
@@ -32,6 +33,7 @@ DLOPEN_AFTER_S = 2.0
 PY_DLOPEN = (
     "import ctypes, sys, time\n"
     f"time.sleep({DLOPEN_AFTER_S})\n"
+    "print('dlopen', flush=True)\n"
     "ctypes.CDLL(sys.argv[1])\n"
     "print('ready', flush=True)\n"
     "time.sleep(3600)\n"
@@ -115,9 +117,14 @@ def main():
                         argv = [sys.executable, "-c", PY_DLOPEN, lib]
                     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                     try:
+                        if shape != "exec":
+                            if proc.stdout.readline().strip() != "dlopen":
+                                sys.exit(f"attach_latency: {argv[0]} did not start")
+                            t0 = time.time()
                         if proc.stdout.readline().strip() != "ready":
                             sys.exit(f"attach_latency: {argv[0]} did not map {lib}")
-                        t0 = time.time()
+                        if shape == "exec":
+                            t0 = time.time()
                         t1 = attached_at(log_path, os.path.realpath(lib), time.time() + 15)
                         samples[key].append(None if t1 is None else t1 - t0)
                     finally:

@@ -1,17 +1,23 @@
-// What a uprobe costs the traced process: a cheap NCCL API call in the
-// simulator's shim libnccl.so.2, timed in a loop, next to the two references
-// that make the figure portable: a plain call through a function pointer and a
-// getppid syscall. The binary never probes anything itself: bench/run.sh runs it
-// unprobed, then again with argus-agent (and again with bpftrace) attached, and
-// computes the ratios between the runs.
+// What a uprobe costs the traced process: cheap NCCL and CUDA API calls in the
+// simulator's shims (libnccl.so.2, libcuda.so.1), timed in a loop, next to the
+// two references that make the figure portable: a plain call through a
+// function pointer and a getppid syscall. The binary never probes anything
+// itself: bench/run.sh runs it unprobed, with argus-agent (default and deep
+// probes), with bpftrace, and under an LD_PRELOAD interposer
+// (bench/interpose_count.c), and computes the ratios between the runs. The
+// measured calls are resolved through the global scope (RTLD_DEFAULT), as a
+// program linked against the libraries would call them, so the interposer wins.
 //
 // Environment (read before the benchmarks run):
 //   ARGUS_BENCH_NCCL_LIB     the NCCL library to dlopen (default: the shim in
 //                            ARGUS_BUILD_DIR/lib/libnccl.so.2)
+//   ARGUS_BENCH_CUDA_LIB     the CUDA driver library (default: the shim in
+//                            ARGUS_BUILD_DIR/lib/libcuda.so.1)
 //   ARGUS_BENCH_SETTLE_S     sleep this long after dlopen, before timing
-//   ARGUS_BENCH_WAIT_PROBED  wait up to this many seconds until ncclGroupStart
-//                            and ncclAllReduce are seen to be probed (a call
-//                            costs far more than a plain call); exit 3 if not
+//   ARGUS_BENCH_WAIT_PROBED  wait up to this many seconds until ncclAllReduce
+//                            and cuStreamSynchronize are seen to be probed (a
+//                            call costs far more than a plain call); exit 3 if not
+//   ARGUS_BENCH_WAIT_LAUNCH=1  ... and cuLaunchKernel too (deep probes, bpftrace)
 //   ARGUS_BENCH_EXPECT_UNPROBED=1  exit 3 if they look probed before the
 //                            benchmarks or after them (another tracer, e.g. a
 //                            node agent, found this process meanwhile)
@@ -32,7 +38,6 @@ namespace {
 
 // The C ABI of the few NCCL entry points used here (nccl.h of NCCL 2.28).
 using ncclComm_t = void*;
-using NcclVoidFn = int (*)();
 using NcclGetVersionFn = int (*)(int*);
 using NcclCommInitAllFn = int (*)(ncclComm_t*, int, const int*);
 using NcclCommDestroyFn = int (*)(ncclComm_t);
@@ -43,8 +48,6 @@ constexpr int kNcclSum = 0;
 struct Nccl {
   void* handle = nullptr;
   std::string path;
-  NcclVoidFn group_start = nullptr;
-  NcclVoidFn group_end = nullptr;
   NcclGetVersionFn get_version = nullptr;
   NcclCommInitAllFn comm_init_all = nullptr;
   NcclCommDestroyFn comm_destroy = nullptr;
@@ -52,6 +55,19 @@ struct Nccl {
   ncclComm_t comm = nullptr;  // a one-rank, in-process communicator: collectives never block
 };
 Nccl g_nccl;
+
+// The CUDA driver API calls timed here (cuda.h's C ABI).
+using CuInitFn = int (*)(unsigned);
+using CuStreamSynchronizeFn = int (*)(void*);
+using CuLaunchKernelFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                                 void**, void**);
+struct Cuda {
+  void* handle = nullptr;
+  std::string path;
+  CuStreamSynchronizeFn stream_synchronize = nullptr;
+  CuLaunchKernelFn launch_kernel = nullptr;
+};
+Cuda g_cuda;
 
 // Fake device buffers: the shim never touches them.
 alignas(64) char g_send[64];
@@ -63,30 +79,49 @@ __attribute__((noinline)) int noop_target(int x) {
 }
 int (*volatile g_noop)(int) = noop_target;
 
+// A symbol of `handle`, or (handle == RTLD_DEFAULT) of the global scope, where
+// an LD_PRELOAD library comes first.
 template <typename Fn>
-Fn sym(const char* name) {
-  void* p = dlsym(g_nccl.handle, name);
+Fn sym(void* handle, const std::string& path, const char* name) {
+  void* p = dlsym(handle, name);
   if (p == nullptr) {
-    std::fprintf(stderr, "probe_cost_bench: %s: no symbol %s\n", g_nccl.path.c_str(), name);
+    std::fprintf(stderr, "probe_cost_bench: %s: no symbol %s\n", path.c_str(), name);
     std::exit(2);
   }
   return reinterpret_cast<Fn>(p);
 }
 
-void load_nccl() {
-  const char* env = std::getenv("ARGUS_BENCH_NCCL_LIB");
-  g_nccl.path = (env != nullptr && *env != '\0') ? env : std::string(ARGUS_BUILD_DIR) + "/lib/libnccl.so.2";
-  g_nccl.handle = dlopen(g_nccl.path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (g_nccl.handle == nullptr) {
-    std::fprintf(stderr, "probe_cost_bench: cannot dlopen %s: %s\n", g_nccl.path.c_str(), dlerror());
+void* open_global(const char* env_name, const std::string& fallback, std::string& path) {
+  const char* env = std::getenv(env_name);
+  path = (env != nullptr && *env != '\0') ? env : fallback;
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (h == nullptr) {
+    std::fprintf(stderr, "probe_cost_bench: cannot dlopen %s: %s\n", path.c_str(), dlerror());
     std::exit(2);
   }
-  g_nccl.group_start = sym<NcclVoidFn>("ncclGroupStart");
-  g_nccl.group_end = sym<NcclVoidFn>("ncclGroupEnd");
-  g_nccl.get_version = sym<NcclGetVersionFn>("ncclGetVersion");
-  g_nccl.comm_init_all = sym<NcclCommInitAllFn>("ncclCommInitAll");
-  g_nccl.comm_destroy = sym<NcclCommDestroyFn>("ncclCommDestroy");
-  g_nccl.all_reduce = sym<NcclAllReduceFn>("ncclAllReduce");
+  return h;
+}
+
+void load_cuda() {
+  g_cuda.handle = open_global("ARGUS_BENCH_CUDA_LIB", std::string(ARGUS_BUILD_DIR) + "/lib/libcuda.so.1", g_cuda.path);
+  if (sym<CuInitFn>(g_cuda.handle, g_cuda.path, "cuInit")(0) != 0) {
+    std::fprintf(stderr, "probe_cost_bench: cuInit(0) failed in %s\n", g_cuda.path.c_str());
+    std::exit(2);
+  }
+  g_cuda.stream_synchronize = sym<CuStreamSynchronizeFn>(RTLD_DEFAULT, g_cuda.path, "cuStreamSynchronize");
+  g_cuda.launch_kernel = sym<CuLaunchKernelFn>(RTLD_DEFAULT, g_cuda.path, "cuLaunchKernel");
+  if (g_cuda.stream_synchronize(nullptr) != 0) {
+    std::fprintf(stderr, "probe_cost_bench: cuStreamSynchronize(0) failed in %s\n", g_cuda.path.c_str());
+    std::exit(2);
+  }
+}
+
+void load_nccl() {
+  g_nccl.handle = open_global("ARGUS_BENCH_NCCL_LIB", std::string(ARGUS_BUILD_DIR) + "/lib/libnccl.so.2", g_nccl.path);
+  g_nccl.get_version = sym<NcclGetVersionFn>(g_nccl.handle, g_nccl.path, "ncclGetVersion");
+  g_nccl.comm_init_all = sym<NcclCommInitAllFn>(g_nccl.handle, g_nccl.path, "ncclCommInitAll");
+  g_nccl.comm_destroy = sym<NcclCommDestroyFn>(g_nccl.handle, g_nccl.path, "ncclCommDestroy");
+  g_nccl.all_reduce = sym<NcclAllReduceFn>(RTLD_DEFAULT, g_nccl.path, "ncclAllReduce");
   const int dev = 0;
   if (g_nccl.comm_init_all(&g_nccl.comm, 1, &dev) != 0 || g_nccl.comm == nullptr) {
     std::fprintf(stderr, "probe_cost_bench: ncclCommInitAll(1 rank) failed\n");
@@ -100,6 +135,16 @@ void load_nccl() {
 
 int all_reduce_once() {
   return g_nccl.all_reduce(g_send, g_recv, 16, kNcclFloat32, kNcclSum, g_nccl.comm, nullptr);
+}
+
+// The default stream, nothing queued: returns at once.
+int stream_synchronize_once() { return g_cuda.stream_synchronize(nullptr); }
+
+// A launch with an empty grid: refused (CUDA_ERROR_INVALID_VALUE) before
+// anything is queued, so a loop of millions emulates no GPU work. The probes
+// run the same path (the return probe records the error code).
+int launch_kernel_once() {
+  return g_cuda.launch_kernel(nullptr, 0, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
 }
 
 // ---- probe detection (a probed call costs a trap: orders of magnitude more) ----
@@ -131,11 +176,18 @@ bool uprobes_fired_here() {
 }
 
 struct ProbeState {
-  double threshold_ns, all_reduce_threshold_ns, group_ns, all_reduce_ns;
+  double threshold_ns, pair_threshold_ns, all_reduce_ns, sync_ns, launch_ns;
   bool fired = false;  // uprobes_fired_here()
-  bool group() const { return group_ns > threshold_ns; }
-  bool all_reduce() const { return all_reduce_ns > all_reduce_threshold_ns; }
-  bool any() const { return fired || group() || all_reduce(); }
+  bool all_reduce() const { return all_reduce_ns > pair_threshold_ns; }
+  bool sync() const { return sync_ns > pair_threshold_ns; }
+  bool launch() const { return launch_ns > threshold_ns; }
+  bool any() const { return fired || all_reduce() || sync() || launch(); }
+  void say(const char* what) const {
+    std::fprintf(stderr,
+                 "probe_cost_bench: %s (ncclAllReduce %.0f ns, cuStreamSynchronize %.0f ns, cuLaunchKernel %.0f ns "
+                 "per call; [uprobes] area %s)\n",
+                 what, all_reduce_ns, sync_ns, launch_ns, fired ? "mapped" : "absent");
+  }
 };
 
 ProbeState probe_state() {
@@ -145,10 +197,12 @@ ProbeState probe_state() {
   const double sys = best_ns_per_call([] { benchmark::DoNotOptimize(syscall(SYS_getppid)); }, 200, 5);
   ProbeState s{};
   s.threshold_ns = std::max(100 * noop, 0.5 * sys);
-  // A probed ncclAllReduce traps twice (entry and return): several syscalls' worth.
-  s.all_reduce_threshold_ns = std::max(s.threshold_ns, 4 * sys);
-  s.group_ns = best_ns_per_call([] { benchmark::DoNotOptimize(g_nccl.group_start()); benchmark::DoNotOptimize(g_nccl.group_end()); }, 50, 3) / 2;
+  // A probed ncclAllReduce or synchronize traps twice (entry and return):
+  // several syscalls' worth; the shims' own work costs about one.
+  s.pair_threshold_ns = std::max(s.threshold_ns, 4 * sys);
   s.all_reduce_ns = best_ns_per_call([] { benchmark::DoNotOptimize(all_reduce_once()); }, 50, 3);
+  s.sync_ns = best_ns_per_call([] { benchmark::DoNotOptimize(stream_synchronize_once()); }, 50, 3);
+  s.launch_ns = best_ns_per_call([] { benchmark::DoNotOptimize(launch_kernel_once()); }, 50, 3);
   s.fired = uprobes_fired_here();
   return s;
 }
@@ -167,25 +221,28 @@ double env_seconds(const char* name) {
 
 void prepare() {
   load_nccl();
+  load_cuda();
   const double settle = env_seconds("ARGUS_BENCH_SETTLE_S");
   if (settle > 0) std::this_thread::sleep_for(std::chrono::duration<double>(settle));
 
   const double wait = env_seconds("ARGUS_BENCH_WAIT_PROBED");
+  const char* wait_launch_env = std::getenv("ARGUS_BENCH_WAIT_LAUNCH");
+  const bool wait_launch = wait_launch_env != nullptr && std::string(wait_launch_env) == "1";
   if (wait > 0) {
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
       const ProbeState s = probe_state();
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (s.group() && s.all_reduce()) {
-        std::fprintf(stderr, "probe_cost_bench: probes seen after %.2f s (ncclGroupStart %.0f ns, ncclAllReduce %.0f ns per call)\n",
-                     waited, s.group_ns, s.all_reduce_ns);
+      if (s.all_reduce() && s.sync() && (!wait_launch || s.launch())) {
+        char what[64];
+        std::snprintf(what, sizeof(what), "probes seen after %.2f s", waited);
+        s.say(what);
         break;
       }
       if (waited > wait) {
-        std::fprintf(stderr,
-                     "probe_cost_bench: no probe seen within %.1f s (ncclGroupStart %.0f ns, ncclAllReduce %.0f ns "
-                     "per call; a probed call costs > %.0f ns)\n",
-                     wait, s.group_ns, s.all_reduce_ns, s.threshold_ns);
+        char what[96];
+        std::snprintf(what, sizeof(what), "not every probe seen within %.1f s", wait);
+        s.say(what);
         std::exit(3);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -195,10 +252,7 @@ void prepare() {
   if (expect_unprobed != nullptr && std::string(expect_unprobed) == "1") {
     const ProbeState s = probe_state();
     if (s.any()) {
-      std::fprintf(stderr,
-                   "probe_cost_bench: the shim is already probed (ncclGroupStart %.0f ns, ncclAllReduce %.0f ns per "
-                   "call, [uprobes] area %s)\n",
-                   s.group_ns, s.all_reduce_ns, s.fired ? "mapped" : "absent");
+      s.say("the shims are already probed");
       std::exit(3);
     }
   }
@@ -226,23 +280,24 @@ void BM_NcclGetVersion(benchmark::State& state) {
 }
 BENCHMARK(BM_NcclGetVersion);
 
-// One iteration = ncclGroupStart + ncclGroupEnd (an empty group: no
-// communicator, no side effects). Two probed calls, entry probes only.
-void BM_NcclGroupStartEnd(benchmark::State& state) {
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(g_nccl.group_start());
-    benchmark::DoNotOptimize(g_nccl.group_end());
-  }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * 2);
-}
-BENCHMARK(BM_NcclGroupStartEnd);
-
 // The realistic one: a collective on a one-rank communicator (returns at once).
 // Probed with an entry uprobe and a uretprobe.
 void BM_NcclAllReduce1Rank(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(all_reduce_once());
 }
 BENCHMARK(BM_NcclAllReduce1Rank);
+
+// The synchronize every async-NCCL rank waits in: entry + return in both sets.
+void BM_CuStreamSynchronize(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(stream_synchronize_once());
+}
+BENCHMARK(BM_CuStreamSynchronize);
+
+// The launch: unprobed by default, entry + return under --probes deep.
+void BM_CuLaunchKernel(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(launch_kernel_once());
+}
+BENCHMARK(BM_CuLaunchKernel);
 
 }  // namespace
 
@@ -259,10 +314,7 @@ int main(int argc, char** argv) {
   if (expect_unprobed != nullptr && std::string(expect_unprobed) == "1") {
     const ProbeState s = probe_state();
     if (s.any()) {
-      std::fprintf(stderr,
-                   "probe_cost_bench: the shim was probed by the end of the run (ncclGroupStart %.0f ns, "
-                   "ncclAllReduce %.0f ns per call, [uprobes] area %s): another tracer attached meanwhile\n",
-                   s.group_ns, s.all_reduce_ns, s.fired ? "mapped" : "absent");
+      s.say("the shims were probed by the end of the run: another tracer attached meanwhile");
       return 3;
     }
   }

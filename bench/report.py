@@ -14,8 +14,7 @@ import sys
 # Probe hits per call, per the agent's attach plan (userspace/attach/attach_plan.cpp):
 # an entry uprobe is one trap; a uretprobe is a trap at entry plus one at return;
 # an entry uprobe and a uretprobe on one function share the entry trap.
-NCCL_COLL_HITS = 2  # entry + return
-GROUP_HITS = 1      # entry only
+NCCL_COLL_HITS = 2  # entry + return (ncclGroupStart/End are not probed)
 INIT_HITS = 2
 SYNC_HITS = 2
 CHECKED_HITS = 2    # uretprobe only: entry trap + return
@@ -29,13 +28,17 @@ CUDA_CHECKED = {"cuInit", "cuCtxCreate", "cuCtxCreate_v2", "cuCtxCreate_v3", "cu
 CUDA_LAUNCH = {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
                "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"}
 
-BENCHES = [  # (benchmark, label, calls per iteration, probe hits per call)
-    ("BM_NoopCall", "plain call (fn pointer)", 1, 0),
-    ("BM_SyscallGetppid", "getppid syscall", 1, 0),
-    ("BM_NcclGetVersion", "ncclGetVersion (never probed)", 1, 0),
-    ("BM_NcclGroupStartEnd", "ncclGroupStart/End (entry probe)", 2, 1),
-    ("BM_NcclAllReduce1Rank", "ncclAllReduce 1-rank (entry+return)", 1, 2),
+BENCHES = [  # (benchmark, label, calls per iteration, probe hits per call: default, deep)
+    ("BM_NoopCall", "plain call (fn pointer)", 1, 0, 0),
+    ("BM_SyscallGetppid", "getppid syscall", 1, 0, 0),
+    ("BM_NcclGetVersion", "ncclGetVersion (never probed)", 1, 0, 0),
+    ("BM_NcclAllReduce1Rank", "ncclAllReduce 1-rank", 1, NCCL_COLL_HITS, NCCL_COLL_HITS),
+    ("BM_CuStreamSynchronize", "cuStreamSynchronize", 1, SYNC_HITS, SYNC_HITS),
+    ("BM_CuLaunchKernel", "cuLaunchKernel (deep only)", 1, 0, LAUNCH_HITS),
 ]
+# The runs of part a: unprobed, the LD_PRELOAD interposer, the agent's two probe
+# sets, bpftrace (entry + return on every timed call).
+PROBE_RUNS = ("unprobed", "interpose", "argus", "argus_deep", "bpftrace")
 
 
 def load_json(path, default=None):
@@ -63,7 +66,7 @@ def bench_times(path):
     doc = load_json(path)
     if not doc:
         return None
-    per = {name: calls for name, _, calls, _ in BENCHES}
+    per = {name: calls for name, _, calls, _, _ in BENCHES}
     out, plain = {}, {}
     for b in doc.get("benchmarks", []):
         name = b.get("run_name", b.get("name", ""))
@@ -158,7 +161,7 @@ def truth_totals(work, probes):
 
 
 def probe_hits(t, probes):
-    hits = (t["coll"] * NCCL_COLL_HITS + t["group"] * GROUP_HITS + t["init"] * INIT_HITS + t["sync"] * SYNC_HITS
+    hits = (t["coll"] * NCCL_COLL_HITS + t["init"] * INIT_HITS + t["sync"] * SYNC_HITS
             + t["checked"] * CHECKED_HITS)
     if probes == "deep":
         hits += t["launches"] * LAUNCH_HITS
@@ -395,48 +398,50 @@ def main():
         p("WARNING: the 'unprobed' run found itself probed by another tracer: its figures are not unprobed")
 
     # ---- a. probe cost ----
-    runs = {k: bench_times(os.path.join(work, "bench-%s.json" % k)) for k in ("unprobed", "argus", "bpftrace")}
-    un, ar, bt = runs["unprobed"], runs["argus"], runs["bpftrace"]
+    runs = {k: bench_times(os.path.join(work, "bench-%s.json" % k)) for k in PROBE_RUNS}
+    un = runs["unprobed"]
     p("")
-    p("a. Probe cost: CPU ns per call of the traced thread (median; wall ns in brackets)")
-    p("%-37s %16s %18s %8s %8s %18s %8s %8s" % (
-        "call", "unprobed", "argus", "x unpr.", "Δ/sysc.", "bpftrace", "x unpr.", "Δ/sysc."))
+    p("a. Probe cost: extra CPU ns per call of the traced thread over the unprobed call (medians; [in syscalls])")
+    p("%-30s %10s %14s %14s %14s %14s %9s" % (
+        "call", "unprobed", "interposer", "argus", "argus deep", "bpftrace", "argus/bt"))
     sysc = un["BM_SyscallGetppid"][0] if un and "BM_SyscallGetppid" in un else None
     noop = un["BM_NoopCall"][0] if un and "BM_NoopCall" in un else None
 
-    def cell(run, name):
-        if not run or name not in run:
-            return "n/a"
-        return "%.1f [%.0f]" % run[name]
+    def delta(run, name):
+        r, u = runs.get(run), un.get(name) if un else None
+        return (r[name][0] - u[0]) if r and u and name in r else None
 
-    for name, label, _, hits in BENCHES:
+    def dcell(d, hits=1):
+        return "n/a" if d is None else ("%.0f [%.1f]" % (d, d / sysc) if sysc and hits else "%.0f" % d)
+
+    for name, label, _, hits, deep_hits in BENCHES:
         u = un.get(name) if un else None
-        a = ar.get(name) if ar else None
-        b = bt.get(name) if bt else None
-        row = {"label": label, "probe_hits_per_call": hits, "unprobed_ns": u, "argus_ns": a, "bpftrace_ns": b}
-        ra = ratio(a and a[0], u and u[0])
-        rb = ratio(b and b[0], u and u[0])
-        da = (a[0] - u[0]) if a and u else None
-        db = (b[0] - u[0]) if b and u else None
-        row.update({"argus_x": ra, "bpftrace_x": rb, "argus_delta_ns": da, "bpftrace_delta_ns": db,
-                    "argus_delta_syscalls": ratio(da, sysc), "bpftrace_delta_syscalls": ratio(db, sysc),
-                    "argus_vs_bpftrace": ratio(da, db)})
+        d = {run: delta(run, name) for run in PROBE_RUNS[1:]}
+        # Argus against bpftrace on the set that probes the call.
+        mine = d["argus"] if hits else d["argus_deep"]
+        row = {"label": label, "probe_hits_default": hits, "probe_hits_deep": deep_hits,
+               "unprobed_ns": u, **{run + "_ns": runs[run].get(name) if runs.get(run) else None for run in PROBE_RUNS[1:]},
+               **{run + "_delta_ns": d[run] for run in PROBE_RUNS[1:]},
+               "argus_vs_bpftrace": ratio(mine, d["bpftrace"]) if deep_hits else None,
+               "argus_delta_syscalls": ratio(mine, sysc) if deep_hits else None}
         res["probe_cost"][name] = row
-        p("%-37s %16s %18s %8s %8s %18s %8s %8s" % (
-            label, cell(un, name), cell(ar, name), fmt(ra, ".2f"),
-            fmt(ratio(da, sysc), ".1f") if hits else "-", cell(bt, name), fmt(rb, ".2f"),
-            fmt(ratio(db, sysc), ".1f") if hits else "-"))
-    g = res["probe_cost"]["BM_NcclGroupStartEnd"]
+        p("%-30s %10s %14s %14s %14s %14s %9s" % (
+            label, "n/a" if u is None else "%.1f" % u[0], dcell(d["interpose"], deep_hits), dcell(d["argus"], hits),
+            dcell(d["argus_deep"], deep_hits), dcell(d["bpftrace"], deep_hits),
+            fmt(row["argus_vs_bpftrace"], ".2f") if deep_hits else "-"))
     r = res["probe_cost"]["BM_NcclAllReduce1Rank"]
-    trap_ns = g["argus_delta_ns"]          # one entry probe (Argus program, ring buffer event)
     pair_ns = r["argus_delta_ns"]          # entry + return probe on one function
-    p("  syscall = %s x a plain call; an unprobed ncclGroupStart = %s x a plain call" % (
-        fmt(ratio(sysc, noop), ".0f"),
-        fmt(ratio(un["BM_NcclGroupStartEnd"][0], noop) if un and noop else None, ".1f")))
-    p("  one Argus entry probe adds %s syscalls' worth (%s ns); an entry+return pair adds %s (%s ns)" % (
-        fmt(g["argus_delta_syscalls"]), fmt(trap_ns, ".0f"), fmt(r["argus_delta_syscalls"]), fmt(pair_ns, ".0f")))
-    p("  Argus / bpftrace extra cost: entry probe %s, entry+return %s" % (
-        fmt(g["argus_vs_bpftrace"], ".2f"), fmt(r["argus_vs_bpftrace"], ".2f")))
+    p("  syscall = %s x a plain call; unprobed calls that are not in the table's runs cost nothing extra "
+      "(ncclGetVersion is the control)" % fmt(ratio(sysc, noop), ".0f"))
+    p("  Argus / bpftrace extra cost per call: ncclAllReduce %s, cuStreamSynchronize %s, cuLaunchKernel (deep) %s; "
+      "the interposer (LD_PRELOAD, counting): %s of Argus's on ncclAllReduce" % (
+        fmt(r["argus_vs_bpftrace"], ".2f"), fmt(res["probe_cost"]["BM_CuStreamSynchronize"]["argus_vs_bpftrace"], ".2f"),
+        fmt(res["probe_cost"]["BM_CuLaunchKernel"]["argus_vs_bpftrace"], ".2f"),
+        fmt(ratio(r["interpose_delta_ns"], pair_ns), ".3f")))
+    if facts.get("interpose_failed"):
+        p("  WARNING: the interposer did not count every timed call: its column is not interposed")
+    if facts.get("interpose_counts"):
+        p("  interposer counted: %s" % facts["interpose_counts"])
     ab_ticks = facts.get("agent_bench_cpu_ticks")
     ab_wall = facts.get("agent_bench_wall_s")
     if ab_ticks and ab_wall:
@@ -501,7 +506,7 @@ def main():
         if truth and truth["coll"]:
             hits_s = probe_hits(truth, probes) / truth["coll"] * coll_s
             hits_exact = True
-        else:  # from the agent's own counts: group calls unknown, so a lower bound
+        else:  # from the agent's own counts
             hits_s = coll_s * NCCL_COLL_HITS + sync_s * SYNC_HITS + (launch_s or 0) * (
                 LAUNCH_HITS if probes == "deep" else 0)
             hits_exact = False
@@ -604,7 +609,7 @@ def main():
             p("  %-55s %7.2f%% of a rank's time here, ~%.3f%% on bare metal" % (label, share, share / 10))
         us_ev = res["probe_cost"].get("agent_us_cpu_per_event")
         if us_ev:
-            # One ring-buffer event per collective (and per group call); launches are counted in BPF maps.
+            # One ring-buffer event per collective; launches are counted in BPF maps.
             ev_s = 8 * 200
             agent = ev_s * us_ev / 1e6 * 100
             res["estimates"]["agent_8_ranks_200_coll_s"] = {"events_per_s": ev_s, "agent_cpu_pct_here": agent}

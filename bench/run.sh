@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Argus overhead benchmarks (what `make bench` runs, after `make build`).
 #
-#  a. probe cost: bench/probe_cost_bench times cheap NCCL calls in the sim's shim
-#     libnccl.so.2 unprobed, then with argus-agent attached, then with the same
-#     uprobes placed by bpftrace; ratios against a plain call and a getppid syscall.
+#  a. probe cost: bench/probe_cost_bench times cheap NCCL and CUDA calls in the sim's
+#     shims (ncclAllReduce, cuStreamSynchronize, cuLaunchKernel) unprobed, under an
+#     LD_PRELOAD interposer that counts them (bench/interpose_count.c: the floor of
+#     in-process hooking), with argus-agent --probes default and deep, and with the
+#     same uprobes placed by bpftrace; against a plain call and a getppid syscall.
 #  b. agent cost: argus-agent's CPU (share of one core) and RSS while it watches
 #     an 8-rank argus-sim job, with --probes default and --probes deep; its floor
 #     with no rank to watch; and its discovery cost under 10 execs/s of short-lived processes.
@@ -24,6 +26,8 @@
 #  i. idle floor (bench/agent_idle.sh): the agent's CPU with nothing to watch, thread by thread.
 #  j. attach latency (bench/attach_latency.py): a new NCCL file mapped (at exec, or dlopened 2 s
 #     later) to its probes attached, p50/p99, with the machine idle and with every core busy.
+#  k. ring-buffer events/s (bench/event_rate.py): 10^4..10^6 events/s of paced collectives, with
+#     the default ring buffer and a small one: events sent, received, lost, the agent's CPU.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -36,6 +40,7 @@
 # ARGUS_BENCH_SKIP_DETACH=1 (and ARGUS_BENCH_DETACH_*: see bench/detach_time.sh),
 # ARGUS_BENCH_SKIP_IDLE=1 (and ARGUS_BENCH_IDLE_*: see bench/agent_idle.sh),
 # ARGUS_BENCH_SKIP_ATTACH=1 (and ARGUS_BENCH_ATTACH_N: see bench/attach_latency.py),
+# ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -63,7 +68,8 @@ AGENT=$BUILD/bin/argus-agent
 SIM=$BUILD/bin/argus-sim
 SHIM=$BUILD/lib/libnccl.so.2
 CUDA_SHIM=$BUILD/lib/libcuda.so.1
-for f in "$BENCH_BIN" "$AGENT" "$SIM" "$SHIM" "$CUDA_SHIM"; do
+INTERPOSER=$BUILD/lib/libargus_bench_interpose.so
+for f in "$BENCH_BIN" "$AGENT" "$SIM" "$SHIM" "$CUDA_SHIM" "$INTERPOSER"; do
   [ -e "$f" ] || { echo "bench: missing $f; run 'make build' first" >&2; exit 1; }
 done
 for tool in python3 curl; do
@@ -186,7 +192,7 @@ scrape() {  # scrape FILE-PREFIX: /metrics and /api/v1/ranks of the running agen
 run_bench() {
   local name=$1 rc=0
   shift
-  env ARGUS_BENCH_NCCL_LIB="$BENCH_SHIM" "$@" timeout 300 "$BENCH_BIN" \
+  env ARGUS_BENCH_NCCL_LIB="$BENCH_SHIM" ARGUS_BENCH_CUDA_LIB="$BENCH_CUDA" "$@" timeout 300 "$BENCH_BIN" \
     --benchmark_min_time="$MIN_TIME" --benchmark_repetitions="$REPS" \
     --benchmark_report_aggregates_only=true \
     --benchmark_out="$WORK/bench-$name.json" --benchmark_out_format=json \
@@ -251,10 +257,12 @@ fi
 check_tracers start
 log "results in $WORK"
 
-# The bench maps its own copy of the shim: a file (inode) of its own, which
+# The bench maps its own copies of the shims: files (inodes) of their own, which
 # nobody else's agent has probed and nobody's rebuild replaces mid-run.
 BENCH_SHIM=$WORK/libnccl.so.2
+BENCH_CUDA=$WORK/libcuda.so.1
 cp "$SHIM" "$BENCH_SHIM"
+cp "$CUDA_SHIM" "$BENCH_CUDA"
 
 # a. probe cost ------------------------------------------------------------
 log "a. probe cost: unprobed"
@@ -269,6 +277,20 @@ elif [ "$unprobed_rc" -ne 0 ]; then
 fi
 check_tracers unprobed
 
+log "a. probe cost: an LD_PRELOAD interposer counting the same calls"
+if run_bench interpose LD_PRELOAD="$INTERPOSER" ARGUS_BENCH_EXPECT_UNPROBED=1; then
+  counts=$(grep -m1 '^interpose_count:' "$WORK/bench-interpose.txt" | sed 's/^interpose_count: //')
+  fact interpose_counts "$counts"
+  # It must have seen every call it is timed on, or its figures are the unprobed ones.
+  if [ -z "$counts" ] || echo "$counts" | grep -qE '(^| )0( |$)'; then
+    log "the interposer did not count every call ($counts): its figures are not interposed"
+    fact interpose_failed 1
+  fi
+else
+  log "the interposer run failed: $WORK/bench-interpose.txt"
+fi
+check_tracers interpose
+
 log "a. probe cost: argus-agent --probes default"
 if start_agent default bench; then
   t0=$(now); c0=$(cpu_ticks "$AGENT_PID")
@@ -281,13 +303,22 @@ if start_agent default bench; then
   stop_agent bench
 fi
 
+log "a. probe cost: argus-agent --probes deep"
+if start_agent deep bench-deep; then
+  run_bench argus_deep ARGUS_BENCH_WAIT_PROBED=20 ARGUS_BENCH_WAIT_LAUNCH=1 ||
+    log "the deep probed run failed (did the agent attach?)"
+  check_tracers argus_deep
+  stop_agent bench-deep
+fi
+
 if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null; then
   log "a. probe cost: the same uprobes from bpftrace"
-  BT_PROG="uprobe:$BENCH_SHIM:ncclGroupStart, uprobe:$BENCH_SHIM:ncclGroupEnd,
- uprobe:$BENCH_SHIM:ncclAllReduce, uretprobe:$BENCH_SHIM:ncclAllReduce { @c = count(); }"
+  BT_PROG="uprobe:$BENCH_SHIM:ncclAllReduce, uretprobe:$BENCH_SHIM:ncclAllReduce,
+ uprobe:$BENCH_CUDA:cuStreamSynchronize, uretprobe:$BENCH_CUDA:cuStreamSynchronize,
+ uprobe:$BENCH_CUDA:cuLaunchKernel, uretprobe:$BENCH_CUDA:cuLaunchKernel { @c = count(); }"
   bpftrace -e "$BT_PROG" >"$WORK/bpftrace.log" 2>&1 &
   BPFTRACE_PID=$!
-  run_bench bpftrace ARGUS_BENCH_WAIT_PROBED=30 || log "the bpftrace run failed: $WORK/bpftrace.log"
+  run_bench bpftrace ARGUS_BENCH_WAIT_PROBED=30 ARGUS_BENCH_WAIT_LAUNCH=1 || log "the bpftrace run failed: $WORK/bpftrace.log"
   check_tracers bpftrace
   kill -INT "$BPFTRACE_PID" 2>/dev/null || true
   wait "$BPFTRACE_PID" 2>/dev/null || true
@@ -431,6 +462,7 @@ run_part ARGUS_BENCH_SKIP_IDLE "i. idle floor" agent_idle.sh idle idle.log agent
 
 # j. attach latency (mapped to probes live; idle and every core busy) -------
 run_part ARGUS_BENCH_SKIP_ATTACH "j. attach latency" attach_latency.py attach attach.log attach_latency_exit_code
+run_part ARGUS_BENCH_SKIP_RATE "k. ring-buffer events/s" event_rate.py rate rate.log event_rate_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -441,3 +473,4 @@ if [ -s "$WORK/sched/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/sch
 if [ -s "$WORK/detach/detach-summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/detach/detach-summary.txt"; fi
 if [ -s "$WORK/idle/idle.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/idle.txt"; fi
 if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/attach/attach.txt"; fi
+if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/rate.txt"; fi

@@ -30,7 +30,7 @@ enum argus_event_type {
 	ARGUS_EV_TGID_SEEN = 3,  /* first call from an untracked tgid into a probed library */
 	ARGUS_EV_NCCL_COLL = 4,  /* a collective or p2p call entered */
 	ARGUS_EV_NCCL_INIT = 5,  /* ncclCommInitRank* returned */
-	ARGUS_EV_NCCL_GROUP = 6, /* ncclGroupStart / ncclGroupEnd */
+	/* 6: retired (ncclGroupStart / ncclGroupEnd events: no detector used them) */
 	ARGUS_EV_GPU_BATCH = 7,  /* argus:gpu_batch USDT: completed GPU activity records */
 	ARGUS_EV_GPU_NAME = 8,   /* argus:gpu_name USDT: a kernel-name id announced */
 	ARGUS_EV_CALL_DONE = 9,  /* a timed call (collective, synchronize) returned */
@@ -171,7 +171,6 @@ enum argus_nccl_init_api {
 #define ARGUS_COOKIE_DTYPE_ARG(c) ((__u32)(((c) >> 12) & 0xf))
 #define ARGUS_COOKIE_COMM_ARG(c) ((__u32)(((c) >> 16) & 0xf))
 #define ARGUS_COOKIE_FLAGS(c) ((__u32)(((c) >> 20) & 0xf))
-#define ARGUS_COOKIE_GROUP_END 1 /* flag for the group program: this is ncclGroupEnd */
 /* Flags of the memcpy program: bits 0-2 the direction (enum argus_gpu_copy_dir),
  * bit 3 set when the byte count is a 32-bit `unsigned int` (the unversioned
  * legacy ABI: the register's upper half is garbage). */
@@ -270,12 +269,6 @@ struct argus_nccl_init_event {
 	__u8 uid[ARGUS_NCCL_UID_PREFIX];
 };
 
-struct argus_nccl_group_event {
-	struct argus_event_header hdr;
-	__u32 is_end;
-	__u32 pad;
-};
-
 /* argus:gpu_batch, copied whole: the header, then `n` wire records. Only
  * offsetof(recs) + n * sizeof(rec) bytes are sent. */
 struct argus_gpu_batch_event {
@@ -322,7 +315,6 @@ ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
 ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 48);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
-ARGUS_ASSERT_SIZE(argus_nccl_group_event, 32);
 ARGUS_ASSERT_SIZE(argus_gpu_batch_event, 40 + 40 * ARGUS_GPU_BATCH_MAX);
 ARGUS_ASSERT_SIZE(argus_gpu_name_event, 32 + ARGUS_GPU_NAME_MAX);
 ARGUS_ASSERT_SIZE(argus_call_done_event, 56);

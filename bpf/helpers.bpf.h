@@ -47,7 +47,7 @@ static __always_inline void *argus_reserve(__u64 size, __u32 type, __u32 source)
 	return hdr;
 }
 
-/* Submits an event of a hot path (collectives, call spans, group calls) without
+/* Submits an event of a hot path (collectives, call spans) without
  * waking the agent, until an eighth of the ring buffer waits: the agent drains
  * the ring on every poll interval anyway (50 ms). A wakeup costs the traced
  * thread an irq_work and often an IPI, more than the rest of the probe; rare

@@ -41,8 +41,10 @@ void expect_nccl_plan(const std::string& path) {
   std::set<std::pair<uint64_t, ProbeProgram>> seen;
   for (const auto& s : plan) EXPECT_TRUE(seen.insert({s.file_offset, s.program}).second) << s.symbol;
 
-  // 11 collective/p2p entry points x (entry + return), 3 inits x 2, group start/end.
-  EXPECT_EQ(plan.size(), 11u * 2 + 3u * 2 + 2u);
+  // 11 collective/p2p entry points x (entry + return), 3 inits x 2; no group
+  // start/end (no detector needs them: a trap each for nothing).
+  EXPECT_EQ(plan.size(), 11u * 2 + 3u * 2);
+  for (const auto& s : plan) EXPECT_EQ(s.symbol.find("Group"), std::string::npos) << s.symbol;
 
   const auto* reduce = find_spec(plan, "ncclReduce", ProbeProgram::NcclCollEnter);
   ASSERT_NE(reduce, nullptr);

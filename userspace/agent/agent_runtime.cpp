@@ -399,9 +399,6 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
     registry_.on_nccl_init(static_cast<int>(e->hdr.tgid), info);
   } else if (const auto* e = std::get_if<argus_nccl_coll_event>(&ev)) {
     on_collective(*e);
-  } else if (std::get_if<argus_nccl_group_event>(&ev)) {
-    // Counted (argus_agent_events_total) and otherwise unused: the group probes
-    // go with the cost work of issue 14, which measures them.
   } else if (const auto* e = std::get_if<argus_call_done_event>(&ev)) {
     on_call_done(*e);
   } else if (auto* e = std::get_if<GpuBatch>(&ev)) {

@@ -159,9 +159,8 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
     plan.add(*sym, ProbeProgram::NcclInitEnter, false, ARGUS_COOKIE(init.id, 0, 0, 0, 0));
     plan.add(*sym, ProbeProgram::NcclInitExit, true, ARGUS_COOKIE(init.id, 0, 0, 0, 0));
   }
-  if (const auto* s = nccl_symbol(symbols, "GroupStart")) plan.add(*s, ProbeProgram::NcclGroup, false, 0);
-  if (const auto* s = nccl_symbol(symbols, "GroupEnd"))
-    plan.add(*s, ProbeProgram::NcclGroup, false, ARGUS_COOKIE(0, 0, 0, 0, ARGUS_COOKIE_GROUP_END));
+  // Not ncclGroupStart/End: no detector needs them, and a trap each would be
+  // paid on every grouped batch (every p2p exchange of pipeline parallelism).
 }
 
 void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
@@ -211,7 +210,6 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::NcclCollEnter: return "argus_nccl_coll_enter";
     case ProbeProgram::NcclInitEnter: return "argus_nccl_init_enter";
     case ProbeProgram::NcclInitExit: return "argus_nccl_init_exit";
-    case ProbeProgram::NcclGroup: return "argus_nccl_group";
     case ProbeProgram::CudaSyncEnter: return "argus_cuda_sync_enter";
     case ProbeProgram::CudaCount: return "argus_cuda_count";
     case ProbeProgram::CudaRet: return "argus_cuda_ret";

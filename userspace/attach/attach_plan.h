@@ -26,7 +26,6 @@ enum class ProbeProgram {
   NcclCollEnter,  // argus_nccl_coll_enter
   NcclInitEnter,  // argus_nccl_init_enter
   NcclInitExit,   // argus_nccl_init_exit (uretprobe)
-  NcclGroup,      // argus_nccl_group
   CudaSyncEnter,  // argus_cuda_sync_enter
   CudaCount,      // argus_cuda_count (deep): counts a launch, keeps its entry time
   CudaRet,        // argus_cuda_ret (uretprobe)

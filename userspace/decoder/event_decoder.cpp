@@ -53,7 +53,6 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
     case ARGUS_EV_TGID_SEEN: return copy_as<argus_tgid_seen_event>(data, size);
     case ARGUS_EV_NCCL_COLL: return copy_as<argus_nccl_coll_event>(data, size);
     case ARGUS_EV_NCCL_INIT: return copy_as<argus_nccl_init_event>(data, size);
-    case ARGUS_EV_NCCL_GROUP: return copy_as<argus_nccl_group_event>(data, size);
     case ARGUS_EV_CALL_DONE: return copy_as<argus_call_done_event>(data, size);
     case ARGUS_EV_GPU_BATCH: return decode_gpu_batch(data, size);
     case ARGUS_EV_GPU_NAME: return decode_gpu_name(data, size);
@@ -68,7 +67,6 @@ uint32_t event_source(const DecodedEvent& ev) {
     uint32_t operator()(const argus_tgid_seen_event&) const { return ARGUS_SRC_PROC; }
     uint32_t operator()(const argus_nccl_coll_event&) const { return ARGUS_SRC_NCCL; }
     uint32_t operator()(const argus_nccl_init_event&) const { return ARGUS_SRC_NCCL; }
-    uint32_t operator()(const argus_nccl_group_event&) const { return ARGUS_SRC_NCCL; }
     uint32_t operator()(const argus_call_done_event& e) const {
       return e.cls == ARGUS_CLS_NCCL ? ARGUS_SRC_NCCL : ARGUS_SRC_CUDA;
     }

@@ -27,7 +27,7 @@ struct GpuName {
 };
 
 using DecodedEvent = std::variant<argus_exec_event, argus_exit_event, argus_tgid_seen_event, argus_nccl_coll_event,
-                                  argus_nccl_init_event, argus_nccl_group_event, argus_call_done_event, GpuBatch,
+                                  argus_nccl_init_event, argus_call_done_event, GpuBatch,
                                   GpuName>;
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size);

@@ -30,7 +30,6 @@ bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::NcclCollEnter: return skel->progs.argus_nccl_coll_enter;
     case ProbeProgram::NcclInitEnter: return skel->progs.argus_nccl_init_enter;
     case ProbeProgram::NcclInitExit: return skel->progs.argus_nccl_init_exit;
-    case ProbeProgram::NcclGroup: return skel->progs.argus_nccl_group;
     case ProbeProgram::CudaSyncEnter: return skel->progs.argus_cuda_sync_enter;
     case ProbeProgram::CudaCount: return skel->progs.argus_cuda_count;
     case ProbeProgram::CudaRet: return skel->progs.argus_cuda_ret;
