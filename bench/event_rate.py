@@ -74,8 +74,8 @@ def main():
 
     lines = [f"ring-buffer events/s ({threads} load threads on {os.cpu_count()} CPUs, {seconds:.0f} s a row; "
              "2 events per ncclAllReduce call)",
-             "%-9s %12s %14s %14s %12s %10s %12s" % ("ringbuf", "target ev/s", "sent ev/s", "received", "lost",
-                                                     "lost %", "agent cpu %")]
+             "%-9s %12s %12s %12s %12s %10s %8s %12s" % ("ringbuf", "target ev/s", "sent ev/s", "sent",
+                                                           "received", "lost", "lost %", "agent cpu %")]
     for kb in ringbufs:
         port = free_port()
         log = open(os.path.join(out, f"agent-{kb}.log"), "w")
@@ -104,8 +104,8 @@ def main():
                 got = msum(m1, "argus_agent_events_total", source="nccl") - msum(m0, "argus_agent_events_total",
                                                                                   source="nccl")
                 lost = msum(m1, "argus_agent_events_lost_total") - msum(m0, "argus_agent_events_lost_total")
-                lines.append("%-9s %12.0f %14.0f %14.0f %12.0f %10.3f %12.2f" % (
-                    f"{kb} KiB", 2 * rate, sent / secs, got, lost, 100 * lost / sent if sent else 0,
+                lines.append("%-9s %12.0f %12.0f %12.0f %12.0f %10.0f %8.3f %12.2f" % (
+                    f"{kb} KiB", 2 * rate, sent / secs, sent, got, lost, 100 * lost / sent if sent else 0,
                     100 * (c1 - c0) / (t1 - t0)))
                 print(lines[-1], flush=True)
         finally:

@@ -28,6 +28,8 @@
 #     later) to its probes attached, p50/p99, with the machine idle and with every core busy.
 #  k. ring-buffer events/s (bench/event_rate.py): 10^4..10^6 events/s of paced collectives, with
 #     the default ring buffer and a small one: events sent, received, lost, the agent's CPU.
+#  l. training-loop overhead (bench/train_overhead.sh): an 8-rank sim job at 10k and 100k
+#     launches/s/rank, wall time with no agent, --probes default and deep, alternating rounds.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -41,6 +43,7 @@
 # ARGUS_BENCH_SKIP_IDLE=1 (and ARGUS_BENCH_IDLE_*: see bench/agent_idle.sh),
 # ARGUS_BENCH_SKIP_ATTACH=1 (and ARGUS_BENCH_ATTACH_N: see bench/attach_latency.py),
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
+# ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -463,6 +466,7 @@ run_part ARGUS_BENCH_SKIP_IDLE "i. idle floor" agent_idle.sh idle idle.log agent
 # j. attach latency (mapped to probes live; idle and every core busy) -------
 run_part ARGUS_BENCH_SKIP_ATTACH "j. attach latency" attach_latency.py attach attach.log attach_latency_exit_code
 run_part ARGUS_BENCH_SKIP_RATE "k. ring-buffer events/s" event_rate.py rate rate.log event_rate_exit_code
+run_part ARGUS_BENCH_SKIP_TRAIN "l. training-loop overhead" train_overhead.sh train train.log train_overhead_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -474,3 +478,4 @@ if [ -s "$WORK/detach/detach-summary.txt" ]; then tee -a "$WORK/summary.txt" <"$
 if [ -s "$WORK/idle/idle.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/idle.txt"; fi
 if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/attach/attach.txt"; fi
 if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/rate.txt"; fi
+if [ -s "$WORK/train/train.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/train/train.txt"; fi
