@@ -30,6 +30,8 @@
 #     the default ring buffer and a small one: events sent, received, lost, the agent's CPU.
 #  l. training-loop overhead (bench/train_overhead.sh): an 8-rank sim job at 10k and 100k
 #     launches/s/rank, wall time with no agent, --probes default and deep, alternating rounds.
+#  m. scale (bench/scale.sh): 8, 64 and 512 simulated ranks: /metrics bytes, series, scrape
+#     time, the agent's CPU and RSS.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -44,6 +46,7 @@
 # ARGUS_BENCH_SKIP_ATTACH=1 (and ARGUS_BENCH_ATTACH_N: see bench/attach_latency.py),
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
+# ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -467,6 +470,7 @@ run_part ARGUS_BENCH_SKIP_IDLE "i. idle floor" agent_idle.sh idle idle.log agent
 run_part ARGUS_BENCH_SKIP_ATTACH "j. attach latency" attach_latency.py attach attach.log attach_latency_exit_code
 run_part ARGUS_BENCH_SKIP_RATE "k. ring-buffer events/s" event_rate.py rate rate.log event_rate_exit_code
 run_part ARGUS_BENCH_SKIP_TRAIN "l. training-loop overhead" train_overhead.sh train train.log train_overhead_exit_code
+run_part ARGUS_BENCH_SKIP_SCALE "m. scale" scale.sh scale scale.log scale_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -479,3 +483,4 @@ if [ -s "$WORK/idle/idle.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/id
 if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/attach/attach.txt"; fi
 if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/rate.txt"; fi
 if [ -s "$WORK/train/train.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/train/train.txt"; fi
+if [ -s "$WORK/scale/scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/scale/scale.txt"; fi

@@ -443,7 +443,10 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
   registry_.apply_totals(pid, records);
-  refresh_kernel_cpu(pid, /*cgroup=*/false);  // its last stealers; its cgroup figures stay as last read
+  {
+    StealerComms comms;  // its last stealers; its cgroup figures stay as last read
+    refresh_kernel_cpu(pid, loader_->read_stealers(static_cast<uint32_t>(pid)), comms, /*cgroup=*/false);
+  }
   loader_->delete_stealers(static_cast<uint32_t>(pid));
   cpu_stat_bad_.erase(pid);
   take_python_gc(pid);  // the probes' last counters: the process can no longer be polled
@@ -716,7 +719,7 @@ void AgentRuntime::refresh_stats() {
     }
     registry_.apply_totals(pid, records);
   }
-  for (int pid : registry_.live_pids()) refresh_kernel_cpu(pid);
+  refresh_kernel_cpu_all();
   retry_pod_identities();
   refresh_python();
   refresh_tcp();
@@ -822,17 +825,32 @@ std::string AgentRuntime::stealer_cgroup(int pid, uint64_t cgroup_id) {
   return path;
 }
 
+// Every live rank's CPU stealers and cgroup throttling: one walk of the
+// stealer map and one comm read per stealer for the whole pass (ranks on a
+// shared node steal from each other: per rank, it grew with ranks squared).
+void AgentRuntime::refresh_kernel_cpu_all() {
+  const std::vector<int> live = registry_.live_pids();
+  std::vector<uint32_t> victims(live.begin(), live.end());
+  auto by_victim = loader_->read_stealers_of(victims);
+  StealerComms comms;
+  for (int pid : live) refresh_kernel_cpu(pid, by_victim[static_cast<uint32_t>(pid)], comms, /*cgroup=*/true);
+}
+
 // A rank's CPU stealers (BPF totals, named) and its cgroup's CPU throttling.
-void AgentRuntime::refresh_kernel_cpu(int pid, bool cgroup) {
+void AgentRuntime::refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& entries, StealerComms& comms,
+                                      bool cgroup) {
   std::vector<CpuStealer> stealers;
-  for (const auto& e : loader_->read_stealers(static_cast<uint32_t>(pid))) {
+  for (const auto& e : entries) {
     CpuStealer s;
     s.pid = static_cast<int>(e.key.stealer_tgid);
     s.comm.assign(e.value.comm, strnlen(e.value.comm, sizeof(e.value.comm)));
     // BPF kept the name it had when it first took the CPU; a process that
     // exec'd since (taskset, a shell wrapper) is named as it runs now.
-    if (auto now = procfs::read_file(procfs::pid_path(opts_.proc_root, s.pid, "comm"), 64); now.ok() && !now->empty())
-      s.comm = now->substr(0, now->find('\n'));
+    auto [named, first] = comms.try_emplace(s.pid);
+    if (first)
+      if (auto now = procfs::read_file(procfs::pid_path(opts_.proc_root, s.pid, "comm"), 64); now.ok() && !now->empty())
+        named->second = now->substr(0, now->find('\n'));
+    if (!named->second.empty()) s.comm = named->second;
     s.cgroup = stealer_cgroup(s.pid, e.value.cgroup_id);
     s.seconds = static_cast<double>(e.value.ns) / 1e9;
     s.count = e.value.count;

@@ -117,7 +117,10 @@ class AgentRuntime : public ApiSource {
   void take_python_gc(int pid);
   void refresh_tcp();  // new TCP retransmits, attributed to ranks through their sockets
   void reap_vanished();
-  void refresh_kernel_cpu(int pid, bool cgroup = true);  // its CPU stealers and its cgroup's cpu.stat
+  using StealerComms = std::map<int, std::string>;  // stealer pid -> its comm now ("" unreadable), one pass
+  void refresh_kernel_cpu_all();
+  void refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& entries, StealerComms& comms,
+                          bool cgroup);  // its CPU stealers and its cgroup's cpu.stat
   std::string stealer_cgroup(int pid, uint64_t cgroup_id);
   void finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause = nullptr);
   void watch_memcg(int pid);

@@ -441,16 +441,24 @@ void BpfLoader::delete_seqs(uint32_t tgid) {
 }
 
 std::vector<StealerEntry> BpfLoader::read_stealers(uint32_t victim_tgid) const {
-  std::vector<StealerEntry> out;
+  auto all = read_stealers_of({victim_tgid});
+  return std::move(all[victim_tgid]);
+}
+
+// One walk of the map for every victim asked for: a lookup only for their keys.
+std::map<uint32_t, std::vector<StealerEntry>> BpfLoader::read_stealers_of(const std::vector<uint32_t>& victims) const {
+  std::map<uint32_t, std::vector<StealerEntry>> out;
+  for (uint32_t v : victims) out[v];
   argus_stealer_key key{}, next{};
   const argus_stealer_key* prev = nullptr;
   argus_stealer_val value{};
   while (bpf_map__get_next_key(skel_->maps.cpu_stealers, prev, &next, sizeof(next)) == 0) {
     key = next;
     prev = &key;
-    if (key.victim_tgid != victim_tgid) continue;
+    auto it = out.find(key.victim_tgid);
+    if (it == out.end()) continue;
     if (bpf_map__lookup_elem(skel_->maps.cpu_stealers, &key, sizeof(key), &value, sizeof(value), 0) != 0) continue;
-    out.push_back({key, value});
+    it->second.push_back({key, value});
   }
   return out;
 }

@@ -76,6 +76,7 @@ class BpfLoader : public BpfBackend {
   int poll_events(int timeout_ms) override;
 
   std::vector<StealerEntry> read_stealers(uint32_t victim_tgid) const override;
+  std::map<uint32_t, std::vector<StealerEntry>> read_stealers_of(const std::vector<uint32_t>& victims) const override;
   void delete_stealers(uint32_t victim_tgid) override;
 
   const std::string& tracepoint_flavour() const { return tp_flavour_; }  // "tp_btf" or "raw_tp"
