@@ -32,6 +32,17 @@ class SchedBackend : public testing_support::QuietBackend {
   }
   std::map<std::string, std::string> kernel_probes() const override { return {{"sched_switch", sched_state}}; }
   std::vector<StealerEntry> read_stealers(uint32_t victim) const override {
+    ++single_reads;
+    return stealers_of(victim);
+  }
+  // The stats pass: one walk of the shared map for every rank.
+  std::map<uint32_t, std::vector<StealerEntry>> read_stealers_of(const std::vector<uint32_t>& victims) const override {
+    ++walks;
+    std::map<uint32_t, std::vector<StealerEntry>> out;
+    for (uint32_t v : victims) out[v] = stealers_of(v);
+    return out;
+  }
+  std::vector<StealerEntry> stealers_of(uint32_t victim) const {
     std::vector<StealerEntry> out;
     for (const auto& s : stealers)
       if (s.key.victim_tgid == victim) out.push_back(s);
@@ -68,6 +79,7 @@ class SchedBackend : public testing_support::QuietBackend {
 
   std::vector<StatEntry> stats;
   std::vector<StealerEntry> stealers;
+  mutable int walks = 0, single_reads = 0;
   std::string sched_state = "tp_btf";  // "off": --offcpu off
 };
 
@@ -103,6 +115,10 @@ TEST(AgentOffCpu, SharesStealersAndCgroupCpuFromTheKernelPass) {
   b->seen(302, clock.ns);
   b->set_stat(301, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 1, 0);
   rt->run_once(0);
+  // Two ranks, one walk of the stealer map per stats pass (never one per rank).
+  EXPECT_GE(b->walks, 1);
+  EXPECT_EQ(b->single_reads, 0);
+  const int walks_before = b->walks;
   clock.advance(4);
   b->set_stat(301, ARGUS_STAT_OFFCPU, ARGUS_OFFCPU_RUNQUEUE, 10, 2'000'000'000);
   b->set_stat(301, ARGUS_STAT_ONCPU, 0, 10, 1'000'000'000);
@@ -110,6 +126,8 @@ TEST(AgentOffCpu, SharesStealersAndCgroupCpuFromTheKernelPass) {
   put(sys.path / "fs/cgroup/cpu,cpuacct/job/r0/cpu.stat",
       "nr_periods 50\nnr_throttled 24\nthrottled_time 3000000000\n");
   rt->run_once(0);
+  EXPECT_EQ(b->walks - walks_before, 1);
+  EXPECT_EQ(b->single_reads, 0);
 
   const Snapshot snap = rt->snapshot();
   const RankSnapshot* r0 = nullptr;
