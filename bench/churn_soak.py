@@ -27,17 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from benchlib import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def metrics(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            return r.read().decode()
-    except OSError:
-        return ""
 
 
 def total(text, name, label=None):

@@ -21,17 +21,8 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 
-from benchlib import free_port
-
-
-def metrics(port):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            return r.read().decode()
-    except OSError:
-        return ""
+from benchlib import free_port, metrics
 
 
 def msum(text, name, **labels):
