@@ -6,7 +6,8 @@
 #
 # For each rank count: argus-agent (default flags) and argus-sim --ranks N
 # --step-ms 1000 (a collective a second per rank: the series, not the event
-# rate, are measured here); once the agent tracks every rank, ARGUS_BENCH_SCALE_SCRAPES
+# rate, are measured here); once the agent tracks every rank and every rank
+# has done 2 collectives (at most 300 s), ARGUS_BENCH_SCALE_SCRAPES
 # (5) scrapes of /metrics (bytes, series, curl's total time, median), then the
 # agent's CPU over ARGUS_BENCH_SCALE_WINDOW (10) seconds and its RSS. Writes
 # OUT_DIR/scale.txt.
@@ -30,7 +31,7 @@ cleanup() {
 trap cleanup EXIT
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-echo "ranks tracked_after_s metrics_bytes series series_per_rank scrape_ms_median agent_cpu_pct agent_rss_mib" >"$OUT/scale.raw"
+echo "ranks tracked_after_s stepping metrics_bytes series series_per_rank scrape_ms_median agent_cpu_pct agent_rss_mib" >"$OUT/scale.raw"
 for n in $RANK_COUNTS; do
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$AGENT" --listen "127.0.0.1:$port" --log-level warn --kmsg off >"$OUT/agent-$n.log" 2>&1 &
@@ -48,7 +49,16 @@ for n in $RANK_COUNTS; do
     sleep 0.2
   done
   after=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
-  sleep 5  # every rank has done collectives: its series exist
+  # Every rank past its communicator's init and into its steps: all its series
+  # exist (512 ranks take a while to init a communicator on 2 cores).
+  stepping=0
+  for _ in $(seq 1 300); do
+    stepping=$(curl -fsS -m 30 "http://127.0.0.1:$port/metrics" 2>/dev/null |
+      awk -v j="job_id=\"$job\"" 'index($0, "argus_nccl_last_seq{") == 1 && index($0, j) && $NF >= 2 {n++} END {print n + 0}')
+    [ "$stepping" -ge "$n" ] && break
+    sleep 1
+  done
+  sleep 2
   : >"$OUT/scrapes-$n.txt"
   for _ in $(seq 1 "$SCRAPES"); do
     curl -fsS -m 30 -o "$OUT/metrics-$n.txt" -w '%{time_total}\n' "http://127.0.0.1:$port/metrics" >>"$OUT/scrapes-$n.txt"
@@ -61,7 +71,7 @@ for n in $RANK_COUNTS; do
   c1=$(ticks "$agent"); w1=$(date +%s.%N)
   cpu=$(python3 -c "print(round(100 * ($c1 - $c0) / $(getconf CLK_TCK) / ($w1 - $w0), 2))")
   rss=$(awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$agent/status")
-  echo "$n $tracked/$n@${after}s $bytes $series $(python3 -c "print(round($series / $n, 1))") $scrape_ms $cpu $rss" >>"$OUT/scale.raw"
+  echo "$n $tracked/$n@${after}s $stepping/$n $bytes $series $(python3 -c "print(round($series / $n, 1))") $scrape_ms $cpu $rss" >>"$OUT/scale.raw"
   kill -TERM -- "-$sim" 2>/dev/null || true
   wait "$sim" 2>/dev/null || true
   sim=""
