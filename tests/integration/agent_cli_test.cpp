@@ -26,6 +26,10 @@ void expect_one_line_failure(const std::vector<std::string>& args, const std::st
 TEST(AgentCli, UnknownFlag) { expect_one_line_failure({"--bogus"}, "bogus"); }
 TEST(AgentCli, BadProbeSet) { expect_one_line_failure({"--probes", "shallow"}, "probes"); }
 TEST(AgentCli, BadWindow) { expect_one_line_failure({"--window", "-3"}, "window"); }
+TEST(AgentCli, BadScanInterval) {
+  expect_one_line_failure({"--scan-interval", "0"}, "scan-interval");
+  expect_one_line_failure({"--scan-interval", "soon"}, "scan-interval");
+}
 TEST(AgentCli, BadListenAddress) {
   ARGUS_REQUIRE_ROOT();  // the listen address is checked after the privilege check passes
   expect_one_line_failure({"--listen", "nonsense"}, "nonsense");
