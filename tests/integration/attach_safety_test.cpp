@@ -191,7 +191,7 @@ TEST_F(ChurnTest, ShortLivedRanksGiveProbesFdsAndUsdtSlotsBack) {
   // Three NCCL copies, one at a time.
   peak_probes_ = 0;
   for (int i = 100; i < 103; ++i) churn(i, 1, {lib("libnccl.so.2")}, "nccl");
-  EXPECT_GE(peak_probes_, 30);
+  EXPECT_GE(peak_probes_, 28);  // one copy's 11 collectives and 3 inits, entry + return each
 
   EXPECT_GE(metric(*agent_, "argus_agent_probe_files_released_total"), 15);
   EXPECT_EQ(std::max(0.0, metric(*agent_, "argus_agent_probed_files", {{"library", "nccl"}})), base_nccl);
