@@ -951,6 +951,16 @@ TEST(Detectors, ARankThatDiedInsideTheCollectiveIsNamedNotTheCollective) {
   EXPECT_NE(ev2[0].summary.find("rank 2 never issued it; rank 3 (it died: signal 9) issued it and died before it finished"),
             std::string::npos)
       << ev2[0].summary;
+  // One that issued it and exited cleanly (exit 0) did its part: it is not who the peers wait for.
+  HangReplay r3;
+  for (int p = 1; p <= 4; ++p) r3.t.on_arrival("c", p, 100, r3.t100 + p * kMs);
+  r3.t.on_exit(4);
+  r3.facts[4] = {"j", 3, true, "exit", 0, 0.1};
+  HangDetector h3(HangOptions{10, 5});
+  auto ev3 = h3.evaluate(r3.t.comms(), inflight, r3.facts, r3.t100 + 10'013 * kMs, 1);
+  ASSERT_EQ(ev3.size(), 1u);
+  EXPECT_EQ(ev3[0].evidence["cause"], "collective_stuck");
+  EXPECT_FALSE(h3.missing(4));
 }
 
 // A job that ended (every rank here exited) waits for nothing: no hang, however

@@ -650,7 +650,9 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       if (is_behind) behind.push_back(pid);
       auto it = ranks.find(pid);
       if (it != ranks.end() && it->second.exited) {
-        if (!is_behind) died_in.push_back(pid);
+        // One that ended cleanly (exit 0) finished its part: not who the peers wait for.
+        const bool clean = it->second.exit_reason == "exit" && it->second.exit_code == 0;
+        if (!is_behind && !clean) died_in.push_back(pid);
         continue;
       }
       ++live;
