@@ -58,6 +58,10 @@ const RankSnapshot* preferred(const std::vector<const RankSnapshot*>& members) {
   return best;
 }
 
+// Buckets of argus_agent_probe_attach_delay_seconds: le = 2^b ns, about 1 ms to 17 s.
+constexpr uint32_t kAttachBucketFirst = 20;
+constexpr uint32_t kAttachBucketLast = 34;
+
 // Buckets of argus_python_gc_pause_seconds: le = 2^b ns, about 4 us to 17 s.
 constexpr uint32_t kGcBucketFirst = 12;
 constexpr uint32_t kGcBucketLast = 34;
@@ -357,6 +361,12 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                           "one at a time, ~0.1 s each.",
                           MetricType::Gauge);
   add(detaching, {}, static_cast<double>(a.probes_detaching));
+  auto attach_delay = family("argus_agent_probe_attach_delay_seconds",
+                             "Per library file probed: from its first sight in a process's maps to its probes live "
+                             "(the first process's calls in between are not seen), by library.",
+                             MetricType::Histogram);
+  for (const auto& [lib, t] : a.probe_attach_delay)
+    add_log2_histogram(attach_delay, {{"library", lib}}, t, kAttachBucketFirst, kAttachBucketLast);
   auto caps = family("argus_agent_capability",
                      "Capabilities the agent holds (1) or lacks (0), checked at start; the log names what a "
                      "missing one blinds.",
@@ -432,7 +442,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &files, &released, &detaching, &caps, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
+                  &files, &released, &detaching, &attach_delay, &caps, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
                   &poll_err, &pod_lookup, &pod_skips, &pod_watch}) {
     out.push_back(std::move(*f));
   }

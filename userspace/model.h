@@ -3,6 +3,7 @@
 #pragma once
 #include "userspace/common/defaults.h"
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <map>
 
@@ -37,6 +38,13 @@ struct LaunchTiming {
   // log2 histogram: bucket b counts launches of [2^(b-1), 2^b) ns (b = 0: 0 ns).
   std::map<uint32_t, uint64_t> log2_buckets;
 };
+
+// One more duration in a LaunchTiming-shaped log2 histogram.
+inline void add_to_log2(LaunchTiming& t, uint64_t ns) {
+  t.count += 1;
+  t.ns += ns;
+  t.log2_buckets[static_cast<uint32_t>(std::bit_width(ns))] += 1;
+}
 
 // The rank's GPU timeline (GPU-activity records from CUPTI or the sim).
 struct GpuRankView {
@@ -230,6 +238,7 @@ struct AgentSnapshot {
   uint64_t usdt_spec_slots_used = 0;                      // libbpf USDT spec slots held by our producers
   uint64_t usdt_spec_slots_limit = 0;                     // the table's size (0: unknown)
   uint64_t probes_detaching = 0;
+  std::map<std::string, LaunchTiming> probe_attach_delay;  // library -> mapped (first seen) to probes live
   std::map<std::string, bool> capabilities;  // capability -> held (checked at start)                          // released probes the kernel is still detaching
   std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
   uint64_t tracked_processes = 0;

@@ -122,6 +122,8 @@ TEST(AgentRealLibs, ALibraryDlopenedLongAfterExecIsFoundFromTheLoadersHint) {
   EXPECT_NE(agent.log().find("to nccl library " + fs::canonical(copy).string()), std::string::npos) << agent.log();
   const std::string m = agent.get_text("/metrics");
   EXPECT_GE(metric_value(m, "argus_agent_probes_attached", {{"library", "loader"}}), 1) << m;
+  // The copy's blind window (first sight to probes live) was observed.
+  EXPECT_GE(metric_value(m, "argus_agent_probe_attach_delay_seconds_count", {{"library", "nccl"}}), 1) << m;
   fs::remove_all(dir);
 }
 

@@ -38,6 +38,7 @@ Snapshot populated_snapshot() {
   s.agent.usdt_spec_slots_used = 2;
   s.agent.usdt_spec_slots_limit = 1024;
   s.agent.probes_detaching = 1;
+  add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);
   s.agent.capabilities = {{"CAP_BPF", true}, {"CAP_SYS_PTRACE", false}};
   s.agent.discovery_skips = {{"vanished", 3}};
   s.agent.tracked_processes = 2;

@@ -93,6 +93,14 @@ TEST_P(ProbeLifecycle, ProbedOnceReleasedAfterGraceProbedAgain) {
   auto stats = pm.stats();
   EXPECT_EQ(stats.files["nccl"], 1u);
   EXPECT_EQ(stats.probes["nccl"], static_cast<uint64_t>(per_file));
+  // One attach delay per file probed (the second mapper found the probes live),
+  // and it spans at least the parse between the first sight and the attach.
+  ASSERT_EQ(stats.attach_delay.count("nccl"), 1u);
+  EXPECT_EQ(stats.attach_delay["nccl"].count, 1u);
+  EXPECT_GT(stats.attach_delay["nccl"].ns, 0u);
+  uint64_t in_buckets = 0;
+  for (const auto& [bucket, n] : stats.attach_delay["nccl"].log2_buckets) in_buckets += n;
+  EXPECT_EQ(in_buckets, 1u);
 
   // One mapper left: nothing goes. None left: it goes after the grace period.
   const int pid_a = a.pid(), pid_b = b.pid();
@@ -117,6 +125,7 @@ TEST_P(ProbeLifecycle, ProbedOnceReleasedAfterGraceProbedAgain) {
   EXPECT_EQ(probe(pm, c.pid(), *c.entry(lib.string())), LibraryKind::Nccl);
   EXPECT_EQ(backend_.uprobes, 2 * per_file);
   EXPECT_EQ(pm.stats().probes["nccl"], static_cast<uint64_t>(per_file));
+  EXPECT_EQ(pm.stats().attach_delay["nccl"].count, 2u);  // probed afresh: a second delay
   (void)pid_a;
 }
 

@@ -36,6 +36,8 @@ Snapshot make_snapshot() {
   s.agent.tracked_processes = 4;
   s.agent.capped = {{"step_sketch_time", 2}, {"communicators", 0}};
   s.agent.ringbuf_poll_errors = 6;
+  add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);  // 50 ms: in (2^25, 2^26] ns
+  add_to_log2(s.agent.probe_attach_delay["nccl"], 3'000'000'000);  // 3 s
 
   RankSnapshot r0;
   r0.pid = 100;
@@ -218,6 +220,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_uprobe_links_info", "gauge"},
       {"argus_agent_usdt_spec_slots", "gauge"},
       {"argus_agent_probes_detaching", "gauge"},
+      {"argus_agent_probe_attach_delay_seconds", "histogram"},
       {"argus_agent_kernel_probe_up", "gauge"},
       {"argus_tcp_retransmits_total", "counter"},
       {"argus_block_io_latency_seconds", "histogram"},
@@ -279,6 +282,11 @@ TEST(PrometheusExporter, SampleValues) {
            R"(argus_agent_tracked_processes 4)",
            R"(argus_agent_probe_attach_errors_total{library="libcuda.so.1"} 1)",
            R"(argus_agent_probes_attached{library="libnccl.so.2"} 24)",
+           R"(argus_agent_probe_attach_delay_seconds_count{library="nccl"} 2)",
+           R"(argus_agent_probe_attach_delay_seconds_sum{library="nccl"} 3.05)",
+           R"(argus_agent_probe_attach_delay_seconds_bucket{library="nccl",le="0.067108864"} 1)",
+           R"(argus_agent_probe_attach_delay_seconds_bucket{library="nccl",le="4.294967296"} 2)",
+           R"(argus_agent_probe_attach_delay_seconds_bucket{library="nccl",le="+Inf"} 2)",
            R"(argus_agent_bpf_errors_total{error="map_full"} 2)",
            R"(argus_agent_discovery_skips_total{reason="vanished"} 5)",
            R"(argus_agent_build_info{version="0.1.0"} 1)",
@@ -559,7 +567,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 71u);  // + uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 72u);  // + probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_uprobe_links_info{kind=\"perf\"} 1"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));

@@ -922,6 +922,7 @@ Snapshot AgentRuntime::snapshot() const {
   a.usdt_spec_slots_used = probe_stats.usdt_slots_used;
   a.usdt_spec_slots_limit = probe_stats.usdt_slots_limit;
   a.probes_detaching = probe_stats.probes_detaching;
+  a.probe_attach_delay = probe_stats.attach_delay;
   a.python_gc_files = probe_stats.python_gc_files;
   a.python_gc_unprobed_files = probe_stats.python_gc_unprobed_files;
   a.capabilities = opts_.capabilities;

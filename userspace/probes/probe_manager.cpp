@@ -79,6 +79,7 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
   }
   Library& lib = files_[key];
   lib.name = mapping.path;
+  lib.first_seen = std::chrono::steady_clock::now();
   lib.users.insert(pid);
   ++pending_;
   Parsed job{key, std::make_shared<procfs::MappedFile>(std::move(*opened)), mapping.path, {}, {}, {}};
@@ -193,9 +194,11 @@ void ProbeManager::attach_probes(const elf::SymbolTable& symbols, const std::str
   const size_t ok = attached.probes, failed = attached.errors.size();
   lib.links = std::move(attached.links);
   lib.uprobes = ok;
+  const auto delay = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - lib.first_seen);
   {
     std::lock_guard lock(counters_mu_);  // the series exists (at 0) once a library of its kind was seen
     stats_.attach_errors[library_kind_name(lib.kind)] += failed;
+    if (ok > 0) add_to_log2(stats_.attach_delay[library_kind_name(lib.kind)], static_cast<uint64_t>(delay.count()));
   }
   spdlog::info("attached {} probes ({} failed) to {} library {} ({} {} links)", ok, failed, library_kind_name(lib.kind),
                lib.name, lib.links.size(), loader_.uprobe_link_kind());

@@ -7,6 +7,7 @@
 // on the event loop through the same fd, so they land on the inode that was
 // checked. Every refusal is a counted skip, every cap a counted refusal.
 #pragma once
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -23,6 +24,7 @@
 #include "userspace/common/defaults.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/elf/elf_symbols.h"
+#include "userspace/model.h"
 #include "userspace/probes/bpf_backend.h"
 #include "userspace/probes/link_reaper.h"
 #include "userspace/procfs/mapped_file.h"
@@ -55,6 +57,10 @@ struct ProbeStats {
   uint64_t probes_detaching = 0;                  // released, still being detached
   std::map<std::string, uint64_t> python_gc_files;  // GC anchor probed -> interpreter files now
   uint64_t python_gc_unprobed_files = 0;          // interpreter files with no usable GC anchor, ever
+  // library kind -> for each file whose uprobes were attached: the time from its
+  // first sight in a process's maps to the probes being live (log2 ns buckets).
+  // The first process's calls in that window are not seen.
+  std::map<std::string, LaunchTiming> attach_delay;
 };
 
 class ProbeManager final : public LibraryProber {
@@ -98,6 +104,7 @@ class ProbeManager final : public LibraryProber {
     bool pending = true;
     LibraryKind kind = LibraryKind::None;
     std::string name;
+    std::chrono::steady_clock::time_point first_seen;  // in a process's maps (the attach delay starts)
     std::set<int> users;          // pids seen mapping it
     double unused_since = -1;     // when the last user went; -1 while used
     std::vector<Link> links;       // uprobes (a uprobe_multi link holds several)
