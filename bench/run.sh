@@ -32,10 +32,14 @@
 #     launches/s/rank, wall time with no agent, --probes default and deep, alternating rounds.
 #  m. scale (bench/scale.sh): 8, 64 and 512 simulated ranks: /metrics bytes, series, scrape
 #     time, the agent's CPU and RSS.
+#  n. rules at scale (bench/rules_scale.py): the recording and alert rules evaluated by a real
+#     Prometheus over a generated job of 1,296 and 12,960 ranks (an 8-rank agent scrape as the
+#     template): evaluation time during the run and alone, head series, Prometheus CPU and RSS,
+#     and whether the rules found exactly the injected straggler and down link.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
-# Needs root (BPF). Takes ~30 minutes on 2 CPUs (parts j-m ~20 of them; skip any with its knob).
+# Needs root (BPF). Takes ~35 minutes on 2 CPUs (parts j-n ~25 of them; skip any with its knob).
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
@@ -47,6 +51,7 @@
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
+# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -471,6 +476,7 @@ run_part ARGUS_BENCH_SKIP_ATTACH "j. attach latency" attach_latency.py attach at
 run_part ARGUS_BENCH_SKIP_RATE "k. ring-buffer events/s" event_rate.py rate rate.log event_rate_exit_code
 run_part ARGUS_BENCH_SKIP_TRAIN "l. training-loop overhead" train_overhead.sh train train.log train_overhead_exit_code
 run_part ARGUS_BENCH_SKIP_SCALE "m. scale" scale.sh scale scale.log scale_exit_code
+run_part ARGUS_BENCH_SKIP_RULES "n. rules at scale" rules_scale.py rules rules.log rules_scale_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -484,3 +490,4 @@ if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/att
 if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/rate.txt"; fi
 if [ -s "$WORK/train/train.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/train/train.txt"; fi
 if [ -s "$WORK/scale/scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/scale/scale.txt"; fi
+if [ -s "$WORK/rules/rules_scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rules/rules_scale.txt"; fi
