@@ -237,9 +237,9 @@ struct AgentSnapshot {
   uint64_t probe_files_released = 0;                      // files whose probes were detached (unused), ever
   uint64_t usdt_spec_slots_used = 0;                      // libbpf USDT spec slots held by our producers
   uint64_t usdt_spec_slots_limit = 0;                     // the table's size (0: unknown)
-  uint64_t probes_detaching = 0;
+  uint64_t probes_detaching = 0;                          // released probes the kernel is still detaching
   std::map<std::string, LaunchTiming> probe_attach_delay;  // library -> mapped (first seen) to probes live
-  std::map<std::string, bool> capabilities;  // capability -> held (checked at start)                          // released probes the kernel is still detaching
+  std::map<std::string, bool> capabilities;  // capability -> held (checked at start)
   std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
   uint64_t tracked_processes = 0;
   uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log

@@ -36,7 +36,7 @@ Snapshot make_snapshot() {
   s.agent.tracked_processes = 4;
   s.agent.capped = {{"step_sketch_time", 2}, {"communicators", 0}};
   s.agent.ringbuf_poll_errors = 6;
-  add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);  // 50 ms: in (2^25, 2^26] ns
+  add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);  // 50 ms: in [2^25, 2^26) ns
   add_to_log2(s.agent.probe_attach_delay["nccl"], 3'000'000'000);  // 3 s
 
   RankSnapshot r0;
