@@ -90,6 +90,9 @@ cpu_ticks() { sed 's/.*) //' "/proc/$1/stat" | awk '{print $12 + $13}'; }
 # Every process of this run carries this pair; the agent tracks only those.
 TAG=gpu-handoff-$$
 export ARGUS_BENCH_GPU_TAG=$TAG
+# This part measures the hand-off of every record: the library sends each kernel
+# (folding off). What folding saves is part o (bench/gpu_fold.py).
+export ARGUS_CUPTI_FOLD=0
 JOB=gpu-handoff-$$
 SIM_JOB=gpu-sketch-$$
 

@@ -36,6 +36,9 @@
 #     Prometheus over a generated job of 1,296 and 12,960 ranks (an 8-rank agent scrape as the
 #     template): evaluation time during the run and alone, head series, Prometheus CPU and RSS,
 #     and whether the rules found exactly the injected straggler and down link.
+#  o. GPU records folded (bench/gpu_fold.py): the agent's timeline cost per kernel when the
+#     producer folds compute kernels (gpu/gpu_fold.h) against one record per kernel, the
+#     records crossing per kernel, and the producer's folding cost per kernel. No root needed.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -51,7 +54,7 @@
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
-# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py),
+# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1,
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -477,6 +480,7 @@ run_part ARGUS_BENCH_SKIP_RATE "k. ring-buffer events/s" event_rate.py rate rate
 run_part ARGUS_BENCH_SKIP_TRAIN "l. training-loop overhead" train_overhead.sh train train.log train_overhead_exit_code
 run_part ARGUS_BENCH_SKIP_SCALE "m. scale" scale.sh scale scale.log scale_exit_code
 run_part ARGUS_BENCH_SKIP_RULES "n. rules at scale" rules_scale.py rules rules.log rules_scale_exit_code
+run_part ARGUS_BENCH_SKIP_FOLD "o. GPU records folded" gpu_fold.py fold fold.log gpu_fold_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -491,3 +495,4 @@ if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/ra
 if [ -s "$WORK/train/train.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/train/train.txt"; fi
 if [ -s "$WORK/scale/scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/scale/scale.txt"; fi
 if [ -s "$WORK/rules/rules_scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rules/rules_scale.txt"; fi
+if [ -s "$WORK/fold/fold.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/fold/fold.txt"; fi

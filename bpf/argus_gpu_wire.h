@@ -66,10 +66,84 @@ struct argus_gpu_rec {
 	__u8 flags;           /* ARGUS_GPU_F_* | copy dir << ARGUS_GPU_COPY_SHIFT */
 };
 
+/* Folding (gpu/gpu_fold.h). A producer may fold its compute kernels instead of
+ * sending one record each: per span of back-to-back compute kernels it sends
+ * one ARGUS_GPU_SPAN record (busy and idle time, kernel count) followed right
+ * after it (possibly in the next batch) by ARGUS_GPU_SKETCH records (per kernel name and log bucket, a
+ * count and a sum). It still sends, one record each: NCCL and P2P kernels,
+ * compute kernels longer than ARGUS_GPU_FOLD_LONG_NS, memcpys and memsets,
+ * and as ARGUS_GPU_GAP records the idle gaps of at least ARGUS_GPU_GAP_MIN_NS
+ * and every gap that ends at a kernel it sends. The agent's cost is then per
+ * span, gap and collective, not per kernel. Its kernels carry ARGUS_GPU_F_FOLDED,
+ * and their `bytes` field holds the busy time they add (see below). */
+#define ARGUS_GPU_SPAN 4
+#define ARGUS_GPU_SKETCH 5
+#define ARGUS_GPU_GAP 6
+
+/* A kernel record from a folding producer: busy time and the gap before it are
+ * accounted by the producer; `bytes` = the time it covers that no kernel before
+ * it (in start order) covered. Shares bit 4 with the copy direction, which only
+ * memcpys use. */
+#define ARGUS_GPU_F_FOLDED 0x10
+/* ARGUS_GPU_GAP flags: the gap ends at a P2P kernel that receives (or may). */
+#define ARGUS_GPU_GAP_F_BUBBLE 0x1
+
+#define ARGUS_GPU_GAP_MIN_NS 1000000ull      /* 1 ms: shorter gaps stay inside a span */
+#define ARGUS_GPU_SPAN_MAX_NS 50000000ull    /* 50 ms: a span starts at most this long after its first kernel */
+#define ARGUS_GPU_FOLD_LONG_NS 1000000000ull /* 1 s: a longer compute kernel is sent on its own */
+#define ARGUS_GPU_SPAN_MAX_ENTRIES 3072      /* sketch records per span */
+#define ARGUS_GPU_STEP_QUIET_NS 10000000ull  /* 10 ms without a collective kernel: the next one may start a step */
+/* Sketch buckets: bucket i holds durations in (g^(i-1), g^i] ns, g = (1+e)/(1-e). */
+#define ARGUS_GPU_SKETCH_REL_ERR 0.02
+
+/* kind ARGUS_GPU_SPAN: compute kernels folded by the producer. Every duration
+ * here is below 2^32 ns: a span's kernels start within ARGUS_GPU_SPAN_MAX_NS
+ * of each other and each runs less than ARGUS_GPU_FOLD_LONG_NS. */
+struct argus_gpu_span {
+	__u64 start_ns;  /* its first kernel's start */
+	__u64 end_ns;    /* the latest end among its kernels */
+	__u64 kernel_ns; /* sum of its kernels' durations */
+	__u32 busy_ns;   /* time its kernels cover that no earlier kernel covered */
+	__u32 idle_ns;   /* gaps shorter than ARGUS_GPU_GAP_MIN_NS before its kernels */
+	__u32 kernels;   /* how many kernels it folds (>= 1) */
+	__u16 device_id;
+	__u8 kind;       /* ARGUS_GPU_SPAN */
+	__u8 flags;      /* 0 */
+};
+
+/* kind ARGUS_GPU_SKETCH: one kernel name and duration bucket of the span sent
+ * just before it. */
+struct argus_gpu_sketch_rec {
+	__u64 start_ns;  /* the span's start */
+	__u64 sum_ns;    /* sum of the durations */
+	__u32 count;     /* kernels */
+	__s32 bucket;    /* log bucket (ARGUS_GPU_SKETCH_REL_ERR) */
+	__u32 reserved0;
+	__u32 name_id;   /* as in argus_gpu_rec */
+	__u32 reserved1;
+	__u16 device_id;
+	__u8 kind;       /* ARGUS_GPU_SKETCH */
+	__u8 flags;      /* 0 */
+};
+/* kind ARGUS_GPU_GAP uses struct argus_gpu_rec: [start_ns, end_ns) with no
+ * kernel running, flags ARGUS_GPU_GAP_F_BUBBLE, the other fields 0. */
+
 #ifdef __cplusplus
+#include <cstddef>
 static_assert(sizeof(struct argus_gpu_rec) == 40, "argus_gpu_rec layout");
+static_assert(sizeof(struct argus_gpu_span) == 40 && offsetof(struct argus_gpu_span, kind) == 38,
+	      "argus_gpu_span overlays argus_gpu_rec");
+static_assert(sizeof(struct argus_gpu_sketch_rec) == 40 && offsetof(struct argus_gpu_sketch_rec, kind) == 38 &&
+		  offsetof(struct argus_gpu_sketch_rec, name_id) == 28,
+	      "argus_gpu_sketch_rec overlays argus_gpu_rec");
 #else
 _Static_assert(sizeof(struct argus_gpu_rec) == 40, "argus_gpu_rec layout");
+_Static_assert(sizeof(struct argus_gpu_span) == 40 && __builtin_offsetof(struct argus_gpu_span, kind) == 38,
+	       "argus_gpu_span overlays argus_gpu_rec");
+_Static_assert(sizeof(struct argus_gpu_sketch_rec) == 40 &&
+		   __builtin_offsetof(struct argus_gpu_sketch_rec, kind) == 38 &&
+		   __builtin_offsetof(struct argus_gpu_sketch_rec, name_id) == 28,
+	       "argus_gpu_sketch_rec overlays argus_gpu_rec");
 #endif
 
 #endif /* ARGUS_GPU_WIRE_H */

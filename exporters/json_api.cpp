@@ -109,6 +109,7 @@ json rank_json(const RankSnapshot& r) {
                 {"bubble_ratio", g.window_valid ? json(g.bubble_ratio) : json(nullptr)},
                 {"records", g.records},
                 {"kernels", g.kernels},
+                {"kernels_folded", g.folded_kernels},
                 {"kernel_seconds", static_cast<double>(g.kernel_ns) / 1e9},
                 {"nccl_kernel_seconds", static_cast<double>(g.nccl_kernel_ns) / 1e9},
                 {"idle_seconds", static_cast<double>(g.idle_ns) / 1e9},

@@ -127,6 +127,21 @@ odd = [rec(5 * ms, 4 * ms, 0, 1, 1, 1, 0, 1, 0), rec(1 * ms, 9 * ms, 0, 2, 1, 1,
 open(f"{out}/odd", "wb").write(frame(batch(9, 10 * ms, odd, sent=300, dropped=17)) + frame(batch(9, 11 * ms, [], dropped=5))
                                 + frame(batch(9, 1, [odd[0]])[:-3]))
 open(f"{out}/names", "wb").write(frame(name(5, 0, "")) + frame(name(5, 4000000000, "x" * 300)))
+# A folding producer (gpu/gpu_fold.h): span + sketch records, gap records, a kept NCCL
+# kernel with its busy share, then a span that lies, and sketch records with no span.
+def span(start, end, kernel_ns, busy, idle, kernels):
+    return struct.pack("<QQQIIIHBB", start, end, kernel_ns, busy, idle, kernels, 0, 4, 0)
+def sketch(start, sum_ns, count, bucket, nid):
+    return struct.pack("<QQIiIIIHBB", start, sum_ns, count, bucket, 0, nid, 0, 0, 5, 0)
+def gap(start, end, bubble): return rec(start, end, 0, 0, 0, 0, 0, 6, 1 if bubble else 0)
+t = 2_000 * ms
+folded = [gap(t - 3 * ms, t, True), span(t, t + 8 * ms, 7 * ms, 7 * ms, ms // 2, 40),
+          sketch(t, 4 * ms, 30, 700, 1), sketch(t, 3 * ms, 10, 720, 2),
+          rec(t + 8 * ms, t + 10 * ms, 2 * ms, 41, 3, 9, 0, 1, 0x1 | 0x10),
+          span(t + 10 * ms, t + 9 * ms, 1, 2**32 - 1, 2**32 - 1, 0), sketch(t, 2**64 - 1, 2**32 - 1, -2**31, 7)]
+flood = [sketch(t + 20 * ms, 5, 1, 2**31 - 1, i) for i in range(256)]
+open(f"{out}/folded", "wb").write(frame(coll(11, t, 1)) + frame(batch(11, t + 30 * ms, folded))
+                                  + frame(batch(11, t + 31 * ms, flood)) + frame(coll(11, t + 100 * ms, 2)))
 PY
 
 # ---- HTTP query values ----------------------------------------------------------------

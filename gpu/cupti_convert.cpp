@@ -197,6 +197,7 @@ BufferResult process_buffer(Converter& conv, NextRecordFn next, uint8_t* buffer,
             ++r.names;
           }
           ++r.records;
+          if (batch[n].kind == ARGUS_GPU_KERNEL) ++r.kernels;
           if (++n == ARGUS_GPU_BATCH_MAX) fire();
           break;
         case Outcome::kSkippedKind:

@@ -117,6 +117,7 @@ class Sink {
 
 struct BufferResult {
   uint64_t records = 0;  // converted and handed to the sink
+  uint64_t kernels = 0;  // ... of them kernels
   uint64_t batches = 0;  // on_batch calls
   uint64_t names = 0;    // on_name calls
   uint64_t skipped = 0;  // unknown activity kinds

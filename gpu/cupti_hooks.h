@@ -25,6 +25,12 @@ struct argus_cupti_stats {
 	int32_t clock_identity; /* 1: CUPTI stamps CLOCK_MONOTONIC itself (timestamp callback) */
 	int32_t pad;
 	int64_t clock_offset_ns; /* else: added to CUPTI timestamps */
+	/* appended: callers built before these copy less */
+	uint64_t kernels;   /* kernel activities converted (folded or not) */
+	uint64_t folded;    /* ... of them folded into span records (gpu/gpu_fold.h) */
+	uint64_t spans;     /* span records fired */
+	int32_t folding;    /* 1: folding on (the default; ARGUS_CUPTI_FOLD=0 sends every kernel) */
+	int32_t pad2;
 };
 
 /* Runs the buffer-completed path (walk, convert, gpu_name + gpu_batch USDT

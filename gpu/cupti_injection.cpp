@@ -1,7 +1,9 @@
 // libargus-cupti.so: the CUPTI injection library. CUDA calls InitializeInjection
 // when CUDA_INJECTION64_PATH names this file. Completed activity buffers are
 // converted to the wire format of bpf/argus_gpu_wire.h and handed to the agent
-// through the USDT probes argus:gpu_name / argus:gpu_batch.
+// through the USDT probes argus:gpu_name / argus:gpu_batch. By default compute
+// kernels are folded (gpu/gpu_fold.h) once per buffer, so the agent's work is per
+// span and collective, not per kernel; ARGUS_CUPTI_FOLD=0 sends every kernel.
 //
 // Rule one: the training process must never be harmed. Everything crossing the
 // boundary is caught; any failure logs one "argus-cupti:" line and disables the
@@ -27,6 +29,7 @@
 
 #include "gpu/cupti_convert.h"
 #include "gpu/cupti_hooks.h"
+#include "gpu/gpu_fold.h"
 
 #define ARGUS_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -64,6 +67,10 @@ struct State {
   std::mutex conv_mu;
   NameTable names;
   Converter conv{names};
+  // Folding (under conv_mu); read once from ARGUS_CUPTI_FOLD.
+  int folding = -1;
+  argus_gpu_folder* folder = nullptr;
+  std::vector<argus_gpu_rec> fold_scratch;
 
   std::atomic<bool> init_called{false};
   std::atomic<bool> active{false};
@@ -72,7 +79,7 @@ struct State {
   std::atomic<int64_t> clock_offset{0};
 
   std::atomic<uint64_t> records{0}, batches{0}, names_fired{0}, skipped{0}, untimed{0}, dropped{0},
-      buffers{0}, buffer_denied{0};
+      buffers{0}, buffer_denied{0}, kernels{0}, folded{0}, spans{0};
 
   CuptiApi api;
   pid_t init_pid = 0;
@@ -163,20 +170,72 @@ class UsdtSink final : public Sink {
   }
 };
 
+void fire_folded(void*, const argus_gpu_rec* recs, uint32_t n, uint64_t dropped) {
+  UsdtSink().on_batch(recs, n, dropped);
+}
+
+// Converted chunks go to the folder (names straight to the probe, so each is
+// announced before the folded batch that uses it); one flush per buffer.
+class FoldingSink final : public Sink {
+ public:
+  explicit FoldingSink(State& s) : s_(s) {}
+  void on_name(uint32_t id, const char* name) noexcept override { UsdtSink().on_name(id, name); }
+  void on_batch(const argus_gpu_rec* recs, uint32_t n, uint64_t dropped) noexcept override {
+    s_.fold_scratch.assign(recs, recs + n);  // capacity reserved up front: no allocation here
+    for (uint32_t i = 0; i < n; ++i) kernels_ += recs[i].kind == ARGUS_GPU_KERNEL;
+    argus_fold_add(s_.folder, s_.fold_scratch.data(), n, dropped);
+  }
+  uint64_t kernels() const { return kernels_; }
+
+ private:
+  State& s_;
+  uint64_t kernels_ = 0;
+};
+
+// Folding on unless ARGUS_CUPTI_FOLD=0; off (every kernel sent) if its state cannot be had.
+bool folding_on(State& s) {
+  if (s.folding < 0) {
+    const char* v = std::getenv("ARGUS_CUPTI_FOLD");
+    s.folding = !(v && std::strcmp(v, "0") == 0);
+    if (s.folding) {
+      try {
+        s.fold_scratch.reserve(ARGUS_GPU_BATCH_MAX);
+        s.folder = new argus_gpu_folder;
+        argus_fold_init(s.folder, &fire_folded, nullptr);
+      } catch (...) {
+        s.folding = 0;
+        log_line("folding off: no memory for its state; every kernel is sent");
+      }
+    }
+  }
+  return s.folding == 1;
+}
+
 int handle_buffer(uint8_t* buffer, size_t valid, uint64_t dropped) noexcept {
   try {
     State& s = S();
     // CUPTI's own walker once collection is on; the packed walker (same layout)
     // for hand-built buffers when it is not.
     NextRecordFn next = (s.active.load() && s.api.next_record) ? s.api.next_record : &packed_next_record;
-    UsdtSink sink;
     BufferResult r;
     {
       std::lock_guard<std::mutex> lk(s.conv_mu);
       ClockMap clock;
       clock.offset_ns = s.clock_identity.load() ? 0 : s.clock_offset.load();
       s.conv.set_clock(clock);
-      r = process_buffer(s.conv, next, buffer, valid, dropped, sink);
+      if (folding_on(s)) {
+        const argus_fold_stats before = s.folder->stats;
+        FoldingSink sink(s);
+        r = process_buffer(s.conv, next, buffer, valid, dropped, sink);
+        argus_fold_flush(s.folder);
+        s.kernels.fetch_add(sink.kernels(), std::memory_order_relaxed);
+        s.folded.fetch_add(s.folder->stats.folded - before.folded, std::memory_order_relaxed);
+        s.spans.fetch_add(s.folder->stats.spans - before.spans, std::memory_order_relaxed);
+      } else {
+        UsdtSink sink;
+        r = process_buffer(s.conv, next, buffer, valid, dropped, sink);
+        s.kernels.fetch_add(r.kernels, std::memory_order_relaxed);
+      }
     }
     s.buffers.fetch_add(1, std::memory_order_relaxed);
     s.skipped.fetch_add(r.skipped, std::memory_order_relaxed);
@@ -415,6 +474,10 @@ ARGUS_EXPORT int argus_cupti_stats(struct argus_cupti_stats* out, size_t size) {
   st.disabled = s.disabled.load() ? 1 : 0;
   st.clock_identity = s.clock_identity.load() ? 1 : 0;
   st.clock_offset_ns = s.clock_offset.load();
+  st.kernels = s.kernels.load();
+  st.folded = s.folded.load();
+  st.spans = s.spans.load();
+  st.folding = s.folding == 1 ? 1 : 0;
   std::memcpy(out, &st, std::min(size, sizeof st));
   return 0;
 }

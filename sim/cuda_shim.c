@@ -32,6 +32,7 @@
 #include "sim_gpu.h"
 
 #include <argus_gpu_wire.h>
+#include "gpu/gpu_fold.h"
 #include <sys/sdt.h>
 
 #include <errno.h>
@@ -330,52 +331,97 @@ static int rec_cmp(const void *a, const void *b)
 	return 0;
 }
 
+/* Adds one record to the totals (what the agent must count). */
+static void count_record(const struct argus_gpu_rec *r)
+{
+	const uint64_t ns = r->end_ns - r->start_ns;
+	if (r->kind == ARGUS_GPU_KERNEL) {
+		g_totals.kernels++;
+		g_totals.kernel_ns += ns;
+		if (r->flags & ARGUS_GPU_F_NCCL) {
+			g_totals.nccl_kernels++;
+			g_totals.nccl_kernel_ns += ns;
+		}
+		if ((r->flags & (ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV)) == (ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV))
+			g_totals.recv_kernels++;
+	} else if (r->kind == ARGUS_GPU_MEMCPY) {
+		g_totals.memcpy++;
+		unsigned dir = (unsigned)r->flags >> ARGUS_GPU_COPY_SHIFT;
+		if (dir == ARGUS_GPU_COPY_HTOD)
+			g_totals.memcpy_bytes_htod += r->bytes;
+		else if (dir == ARGUS_GPU_COPY_DTOH)
+			g_totals.memcpy_bytes_dtoh += r->bytes;
+		else if (dir == ARGUS_GPU_COPY_DTOD)
+			g_totals.memcpy_bytes_dtod += r->bytes;
+	}
+}
+
+static void announce_names(const struct argus_gpu_rec *recs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned id = recs[i].name_id;
+		if (id >= 1 && id <= g_nnames && !g_names[id - 1].announced) {
+			g_names[id - 1].announced = 1;
+			fire_gpu_name(id, g_names[id - 1].name);
+			g_totals.names++;
+		}
+	}
+}
+
+static void fire_and_count(const struct argus_gpu_rec *recs, unsigned n, unsigned long long dropped)
+{
+	fire_gpu_batch(recs, n, dropped);
+	g_totals.batches++;
+	g_totals.records += n;
+	g_totals.dropped += dropped;
+}
+
+/* --gpu-fold (ARGUS_SIM_GPU_FOLD=1): records go through the producer's folder. */
+static int g_fold = -1;
+static struct argus_gpu_folder *g_folder;
+
+static void folded_batch(void *ctx, const struct argus_gpu_rec *recs, uint32_t n, uint64_t dropped)
+{
+	(void)ctx;
+	fire_and_count(recs, n, dropped);
+}
+
+static int fold_on(void)
+{
+	if (g_fold < 0) {
+		const char *v = getenv(ARGUS_SIM_GPU_FOLD_ENV);
+		g_fold = v && strcmp(v, "1") == 0;
+		if (g_fold && (g_folder = malloc(sizeof *g_folder)) != NULL)
+			argus_fold_init(g_folder, folded_batch, NULL);
+		else
+			g_fold = 0;
+	}
+	return g_fold;
+}
+
 /* Hands `n` sorted records (and the drops not yet reported) to the agent in
  * chunks of at most ARGUS_GPU_BATCH_MAX, announcing new names first, and adds
- * them to the totals. */
-static void emit(const struct argus_gpu_rec *recs, size_t n)
+ * them to the totals. Folding, the folder makes the batches (one flush per call:
+ * the end of a producer buffer). */
+static void emit(struct argus_gpu_rec *recs, size_t n)
 {
+	for (size_t i = 0; i < n; i++)
+		count_record(&recs[i]);
+	if (fold_on()) {
+		announce_names(recs, n);
+		unsigned long long dropped = g_dropped_unreported;
+		g_dropped_unreported = 0;
+		argus_fold_add(g_folder, recs, n, dropped);
+		argus_fold_flush(g_folder);
+		return;
+	}
 	size_t off = 0;
 	do {
 		size_t m = n - off < ARGUS_GPU_BATCH_MAX ? n - off : ARGUS_GPU_BATCH_MAX;
-		for (size_t i = off; i < off + m; i++) {
-			unsigned id = recs[i].name_id;
-			if (id >= 1 && id <= g_nnames && !g_names[id - 1].announced) {
-				g_names[id - 1].announced = 1;
-				fire_gpu_name(id, g_names[id - 1].name);
-				g_totals.names++;
-			}
-		}
+		announce_names(recs + off, m);
 		unsigned long long dropped = g_dropped_unreported;
 		g_dropped_unreported = 0;
-		fire_gpu_batch(recs + off, (unsigned)m, dropped);
-		g_totals.batches++;
-		g_totals.dropped += dropped;
-		for (size_t i = off; i < off + m; i++) {
-			const struct argus_gpu_rec *r = &recs[i];
-			const uint64_t ns = r->end_ns - r->start_ns;
-			g_totals.records++;
-			if (r->kind == ARGUS_GPU_KERNEL) {
-				g_totals.kernels++;
-				g_totals.kernel_ns += ns;
-				if (r->flags & ARGUS_GPU_F_NCCL) {
-					g_totals.nccl_kernels++;
-					g_totals.nccl_kernel_ns += ns;
-				}
-				if ((r->flags & (ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV)) ==
-				    (ARGUS_GPU_F_P2P | ARGUS_GPU_F_RECV))
-					g_totals.recv_kernels++;
-			} else if (r->kind == ARGUS_GPU_MEMCPY) {
-				g_totals.memcpy++;
-				unsigned dir = (unsigned)r->flags >> ARGUS_GPU_COPY_SHIFT;
-				if (dir == ARGUS_GPU_COPY_HTOD)
-					g_totals.memcpy_bytes_htod += r->bytes;
-				else if (dir == ARGUS_GPU_COPY_DTOH)
-					g_totals.memcpy_bytes_dtoh += r->bytes;
-				else if (dir == ARGUS_GPU_COPY_DTOD)
-					g_totals.memcpy_bytes_dtod += r->bytes;
-			}
-		}
+		fire_and_count(recs + off, (unsigned)m, dropped);
 		off += m;
 	} while (off < n);
 }

@@ -130,6 +130,8 @@ std::vector<std::string> rank_env(const SimConfig &cfg, int rank, int local_rank
 		{ARGUS_SIM_PP_RECV_DELAY_ENV, std::to_string(pp_recv_delay_us(cfg, rank))},
 		// --nccl-mode: what the NCCL shim emulates (always set, for the same reason).
 		{ARGUS_SIM_NCCL_MODE_ENV, cfg.nccl_async ? "async" : "blocking"},
+		// --gpu-fold (always set, for the same reason).
+		{ARGUS_SIM_GPU_FOLD_ENV, cfg.gpu_fold ? "1" : "0"},
 	};
 	std::vector<std::string> env;
 	for (char **e = environ; e && *e; e++) {

@@ -146,6 +146,7 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"init_ms", cfg.init_ms},
 		{"kernels_per_step", cfg.kernels_per_step},
 		{"nccl_mode", cfg.nccl_async ? "async" : "blocking"},
+		{"gpu_fold", cfg.gpu_fold},
 		{"sync_before_coll", cfg.sync_before_coll},
 		{"buckets", cfg.buckets},
 		{"sync_every", cfg.sync_every},
@@ -196,6 +197,7 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.init_ms = j.at("init_ms").get<int>();
 	c.kernels_per_step = j.at("kernels_per_step").get<int>();
 	c.nccl_async = j.value("nccl_mode", std::string("async")) != "blocking";
+	c.gpu_fold = j.value("gpu_fold", false);
 	c.sync_before_coll = j.value("sync_before_coll", false);
 	c.buckets = j.value("buckets", 0);
 	c.sync_every = j.value("sync_every", 1);
@@ -397,6 +399,9 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(0, 3600 * 1000));
 	app.add_option("--kernels-per-step", cfg.kernels_per_step, "kernel launches per step")
 		->check(CLI::Range(0, 100000));
+	app.add_flag("--gpu-fold", cfg.gpu_fold,
+		     "the emulated GPU folds its compute kernels into spans and sketches, as "
+		     "libargus-cupti.so does by default, instead of sending one record per kernel");
 	std::string nccl_mode = "async";
 	app.add_option("--nccl-mode", nccl_mode,
 		       "async (default; real NCCL: a collective only enqueues its kernel, peers wait on "

@@ -64,6 +64,7 @@ struct SimConfig {
 	// its kernel; peers wait on the GPU and the host sees it in its next
 	// synchronize) or blocking (the call returns once every rank called it, as Gloo).
 	bool nccl_async = true;
+	bool gpu_fold = false;         // --gpu-fold: the emulated GPU folds compute kernels (gpu/gpu_fold.h)
 	bool sync_before_coll = false; // cuStreamSynchronize right before the step's collectives (loss.item())
 	int buckets = 0;               // DDP-like gradient all-reduces issued during backward, per step
 	int sync_every = 1;            // the step-end synchronize only every K steps (the host runs ahead)

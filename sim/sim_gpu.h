@@ -60,6 +60,9 @@ struct argus_sim_gpu_totals {
 };
 
 #define ARGUS_SIM_GPU_ACTIVITY_ENV "ARGUS_SIM_GPU_ACTIVITY"
+/* "1": records are folded (gpu/gpu_fold.h) before they cross argus:gpu_batch;
+ * the totals still count every kernel, `records` what crossed. */
+#define ARGUS_SIM_GPU_FOLD_ENV "ARGUS_SIM_GPU_FOLD"
 /* Per-rank extra delay before an eager ncclRecv's kernel starts (--pp/--bubble). */
 #define ARGUS_SIM_PP_RECV_DELAY_ENV "ARGUS_SIM_PP_RECV_DELAY_US"
 

@@ -54,6 +54,7 @@ struct GpuRankView {
   double nccl_ratio = 0;      // ... with an NCCL kernel running
   double bubble_ratio = 0;    // ... idle before a pipeline P2P kernel
   uint64_t records = 0, kernels = 0, memcpys = 0, memsets = 0;
+  uint64_t folded_kernels = 0;  // ... of the kernels, those the producer folded into spans
   uint64_t kernel_ns = 0, nccl_kernel_ns = 0, idle_ns = 0, bubble_ns = 0;
   uint64_t lost = 0;  // records the producer dropped, plus any BPF truncated
   std::map<std::string, uint64_t> memcpy_bytes;  // direction -> bytes

@@ -99,16 +99,17 @@ TEST(GpuLayer, EveryRecordTheSimSentIsCountedExactly) {
   EXPECT_EQ(none->status, 404);
 }
 
-TEST(GpuLayer, SlowGpuNamedWithReasonGpuAndNobodyElse) {
-  ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("gpu-slow");
+// fold: the sim's GPU folds its compute kernels as libargus-cupti.so does by default.
+void slow_gpu_named_alone(const std::string& job, bool fold) {
+  const auto dir = make_temp_dir(job);
   Agent agent(dir, {"--window", "5"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const std::string job = "gpu-slow";
   const int slow = 5;
-  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms", "1500", "--job-id", job,
-             "--gpu-slow", std::to_string(slow) + ":3", "--quiet"},
-            dir / "sim.log");
+  std::vector<std::string> args = {bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60",
+                                   "--init-ms", "1500", "--job-id", job, "--gpu-slow", std::to_string(slow) + ":3",
+                                   "--quiet"};
+  if (fold) args.push_back("--gpu-fold");
+  Child sim(args, dir / "sim.log");
   auto evs = wait_events(agent, "straggler", job, 45s);
   ASSERT_EQ(evs.size(), 1u) << evs.dump() << agent.log();
   EXPECT_EQ(evs[0]["rank"], slow);
@@ -129,18 +130,35 @@ TEST(GpuLayer, SlowGpuNamedWithReasonGpuAndNobodyElse) {
   const std::string m = agent.get_text("/metrics");
   EXPECT_NE(m.find("argus_straggler{job_id=\"" + job + "\",rank=\"" + std::to_string(slow) + "\"} 1"),
             std::string::npos);
+  if (fold) {  // the figures came from spans
+    for (const auto& r : (*doc)["ranks"]) {
+      if (r.value("job_id", json()) == job) {
+        EXPECT_GT(r["gpu"]["kernels_folded"].get<uint64_t>(), 0u) << r.dump();
+      }
+    }
+  }
 }
 
-TEST(GpuLayer, BubbleStageNamedAndItsRanksIdleMost) {
+TEST(GpuLayer, SlowGpuNamedWithReasonGpuAndNobodyElse) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("gpu-bubble");
+  slow_gpu_named_alone("gpu-slow", false);
+}
+
+TEST(GpuLayer, SlowGpuNamedFromFoldedRecords) {
+  ARGUS_REQUIRE_ROOT();
+  slow_gpu_named_alone("gpu-slow-fold", true);
+}
+
+void bubble_stage_named(const std::string& job, bool fold) {
+  const auto dir = make_temp_dir(job);
   Agent agent(dir, {"--window", "5"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const std::string job = "gpu-bubble";
   const auto out = dir / "truth";
-  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "80", "--init-ms", "1500", "--job-id", job,
-             "--pp", "4", "--bubble", "1:30", "--out", out.string(), "--quiet"},
-            dir / "sim.log");
+  std::vector<std::string> args = {bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "80",
+                                   "--init-ms", "1500", "--job-id", job, "--pp", "4", "--bubble", "1:30",
+                                   "--out", out.string(), "--quiet"};
+  if (fold) args.push_back("--gpu-fold");
+  Child sim(args, dir / "sim.log");
   auto evs = wait_events(agent, "pipeline_bubble", job, 45s, 2);
   std::this_thread::sleep_for(3s);
   evs = events_of(agent, "pipeline_bubble", job);
@@ -168,6 +186,57 @@ TEST(GpuLayer, BubbleStageNamedAndItsRanksIdleMost) {
     const bool bubble_stage = t.value("pp_stage", -1) == 1;
     EXPECT_EQ(bubble_stage, rank == 2 || rank == 3) << rank;
   }
+}
+
+TEST(GpuLayer, BubbleStageNamedAndItsRanksIdleMost) {
+  ARGUS_REQUIRE_ROOT();
+  bubble_stage_named("gpu-bubble", false);
+}
+
+TEST(GpuLayer, BubbleStageNamedFromFoldedRecords) {
+  ARGUS_REQUIRE_ROOT();
+  bubble_stage_named("gpu-bubble-fold", true);
+}
+
+// Folded (--gpu-fold): the kernels, their time and the NCCL time the agent keeps
+// still equal what the sim's GPU ran, to the kernel and the nanosecond, though
+// only spans, sketches, gaps and the NCCL kernels crossed (the sim is not
+// kernel-heavy: it flushes after every synchronize, so its spans are small and
+// folding saves it nothing; the unit tests and the bench measure the saving); the per-step sketches
+// count the same 4 forward GEMMs a step.
+TEST(GpuLayer, FoldedRecordsFromTheSimAreCountedExactly) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-fold");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const auto out = dir / "truth";
+  auto args = sim_args(out, "gpu-fold", 4, 40);
+  args.push_back("--gpu-fold");
+  auto r = run_command(args, dir, 120s);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 4u);
+  EXPECT_EQ(wait_for_truth(agent, truth, diff_gpu, 10s), "") << agent.log();
+  auto doc = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(doc.has_value());
+  for (const auto& rk : (*doc)["ranks"]) {
+    if (rk.value("job_id", json()) != "gpu-fold") continue;
+    const auto& t = truth.at(rk["rank"].get<int>()).at("gpu");
+    // Every compute kernel came folded (none ran 1 s); only the NCCL ones alone.
+    EXPECT_EQ(rk["gpu"]["kernels_folded"].get<uint64_t>(),
+              t.at("kernels").get<uint64_t>() - t.at("nccl_kernels").get<uint64_t>())
+        << rk.dump();
+  }
+  auto steps = agent.get_json("/api/v1/ranks/gpu-fold/0/gpu-steps?last=30");
+  ASSERT_TRUE(steps.has_value());
+  ASSERT_GE((*steps)["steps"].size(), 10u) << steps->dump();
+  std::vector<uint64_t> fwd;
+  for (const auto& st : (*steps)["steps"])
+    for (const auto& k : st["kernels"])
+      if (k["name"] == "sim_gemm_fwd") fwd.push_back(k["count"].get<uint64_t>());
+  ASSERT_FALSE(fwd.empty());
+  std::sort(fwd.begin(), fwd.end());
+  EXPECT_EQ(fwd[fwd.size() / 2], 4u) << steps->dump();
 }
 
 // The trace opens in a real, independent JSON parser (Python's) and every
@@ -216,10 +285,12 @@ TEST(GpuLayer, CuptiInjectionLibraryBatchesReachTheAgent) {
   auto st = smoke.wait_for(60s);
   const std::string log = read_text(dir / "smoke.log");
   ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << log;
-  const auto at = log.find("\nrecords=");
+  // Folded by default: the agent counts every kernel the library converted.
+  const auto at = log.find("\nkernels=");
   ASSERT_NE(at, std::string::npos) << log;
   const uint64_t fired = std::stoull(log.substr(at + 9));
   ASSERT_EQ(fired, 10000u) << log;
+  ASSERT_NE(log.find("\nfolded=10000\n"), std::string::npos) << log;
   double got = 0;
   for (int i = 0; i < 40 && got != static_cast<double>(fired); ++i) {
     got = metric_value(agent.get_text("/metrics"), "argus_gpu_records_total",

@@ -163,8 +163,9 @@ TEST(CuptiInjection, DisabledByEnvironment) {
 
 TEST(CuptiInjection, ProcessBufferHookFiresBatches) {
   if (!built()) GTEST_SKIP() << "libargus-cupti.so not built";
-  // Without InitializeInjection at all: the hook alone, 1000 records of 7 names.
-  auto c = run_smoke({}, {"--no-init", "--process", "1000", "--names", "7", "--work-ms", "10"});
+  // Without InitializeInjection at all: the hook alone, 1000 records of 7 names,
+  // every kernel sent (folding off).
+  auto c = run_smoke({"ARGUS_CUPTI_FOLD=0"}, {"--no-init", "--process", "1000", "--names", "7", "--work-ms", "10"});
   ASSERT_TRUE(c.exited_zero()) << c.err;
   EXPECT_TRUE(c.argus_lines.empty()) << c.err;
   EXPECT_EQ(c.kv["converted"], "1000");
@@ -173,6 +174,23 @@ TEST(CuptiInjection, ProcessBufferHookFiresBatches) {
   EXPECT_EQ(c.kv["names"], "7");
   EXPECT_EQ(c.kv["wire_version"], "1");
   EXPECT_EQ(c.kv["disabled"], "0");
+}
+
+// By default compute kernels are folded: the smoke's 1000 kernels (1 µs apart, 7
+// names, one duration) cross as one span and its 7 sketch records.
+TEST(CuptiInjection, FoldsComputeKernelsByDefault) {
+  if (!built()) GTEST_SKIP() << "libargus-cupti.so not built";
+  auto c = run_smoke({}, {"--no-init", "--process", "1000", "--names", "7", "--work-ms", "10"});
+  ASSERT_TRUE(c.exited_zero()) << c.err;
+  EXPECT_TRUE(c.argus_lines.empty()) << c.err;
+  EXPECT_EQ(c.kv["converted"], "1000");
+  EXPECT_EQ(c.kv["folding"], "1");
+  EXPECT_EQ(c.kv["kernels"], "1000");
+  EXPECT_EQ(c.kv["folded"], "1000");
+  EXPECT_EQ(c.kv["spans"], "1");
+  EXPECT_EQ(c.kv["records"], "8");
+  EXPECT_EQ(c.kv["batches"], "1");
+  EXPECT_EQ(c.kv["names"], "7");
 }
 
 TEST(CuptiInjection, ExportsOnlyTheContract) {

@@ -61,16 +61,23 @@ double KernelDistribution::quantile_ns(double q) const {
 }
 
 void StepSketch::add(uint32_t name_id, uint64_t duration_ns) {
-  entries_.push_back({name_id, bucket_of(duration_ns), duration_ns});
+  entries_.push_back({name_id, bucket_of(duration_ns), 1, duration_ns});
+  count_ += 1;
+}
+
+void StepSketch::add_bucket(uint32_t name_id, int32_t bucket, uint64_t count, uint64_t sum_ns) {
+  if (count == 0) return;
+  entries_.push_back({name_id, bucket, count, sum_ns});
+  count_ += count;
 }
 
 std::map<uint32_t, KernelDistribution> StepSketch::kernels() const {
   std::map<uint32_t, KernelDistribution> out;
   for (const auto& e : entries_) {
     auto& k = out[e.name_id];
-    k.count += 1;
-    k.sum_ns += e.duration_ns;
-    k.buckets[e.bucket] += 1;
+    k.count += e.count;
+    k.sum_ns += e.sum_ns;
+    k.buckets[e.bucket] += e.count;
   }
   return out;
 }
@@ -89,20 +96,21 @@ std::vector<uint8_t> StepSketch::encode() {
   for (size_t i = 0; i < entries_.size();) {
     const uint32_t id = entries_[i].name_id;
     size_t end = i;
-    uint64_t sum = 0, nb = 0;
+    uint64_t sum = 0, nb = 0, count = 0;
     for (; end < entries_.size() && entries_[end].name_id == id; ++end) {
-      sum += entries_[end].duration_ns;
+      sum += entries_[end].sum_ns;
+      count += entries_[end].count;
       if (end == i || entries_[end].bucket != entries_[end - 1].bucket) ++nb;
     }
     put_varint(out, id);
-    put_varint(out, end - i);
+    put_varint(out, count);
     put_varint(out, (sum + 500) / 1000);
     put_varint(out, nb);
     int64_t prev = 0;
     for (size_t j = i; j < end;) {
       const int32_t b = entries_[j].bucket;
-      size_t n = 0;
-      for (; j < end && entries_[j].bucket == b; ++j) ++n;
+      uint64_t n = 0;
+      for (; j < end && entries_[j].bucket == b; ++j) n += entries_[j].count;
       put_varint(out, zigzag(static_cast<int64_t>(b) - prev));
       put_varint(out, n);
       prev = b;

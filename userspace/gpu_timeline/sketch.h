@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "bpf/argus_gpu_wire.h"
+
 namespace argus::gpu {
 
-inline constexpr double kSketchRelativeError = 0.02;
+// The producer's folder buckets durations too (ARGUS_GPU_SKETCH records): one constant.
+inline constexpr double kSketchRelativeError = ARGUS_GPU_SKETCH_REL_ERR;
 
 struct KernelDistribution {
   uint64_t count = 0;
@@ -38,9 +41,14 @@ class DecodedSketch {
 class StepSketch {
  public:
   void add(uint32_t name_id, uint64_t duration_ns);
+  // `count` kernels of one name in one bucket, as a folding producer sends them.
+  void add_bucket(uint32_t name_id, int32_t bucket, uint64_t count, uint64_t sum_ns);
   bool empty() const { return entries_.empty(); }
-  size_t size() const { return entries_.size(); }
-  void clear() { entries_.clear(); }
+  uint64_t count() const { return count_; }  // kernels added
+  void clear() {
+    entries_.clear();
+    count_ = 0;
+  }
 
   std::vector<uint8_t> encode();
   // The distributions of what was added (what decode(encode()) gives, before rounding).
@@ -55,9 +63,11 @@ class StepSketch {
   struct Entry {
     uint32_t name_id;
     int32_t bucket;
-    uint64_t duration_ns;
+    uint64_t count;
+    uint64_t sum_ns;
   };
   std::vector<Entry> entries_;
+  uint64_t count_ = 0;
 };
 
 }  // namespace argus::gpu

@@ -1,6 +1,7 @@
 #include "userspace/gpu_timeline/timeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string_view>
 
 namespace argus::gpu {
@@ -110,21 +111,49 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
   auto by_start = [](const argus_gpu_rec& a, const argus_gpu_rec& b) { return a.start_ns < b.start_ns; };
   if (!std::is_sorted(batch.begin(), batch.end(), by_start)) std::stable_sort(batch.begin(), batch.end(), by_start);
   for (const auto& r : batch) {
-    if (r.end_ns < r.start_ns) {  // malformed: counted as such, never used
+    // Malformed: counted as such, never used. (A sketch record's second word is a sum, not an end.)
+    if (r.kind != ARGUS_GPU_SKETCH && r.end_ns < r.start_ns) {
       totals_.malformed += 1;
       continue;
     }
     totals_.records += 1;
-    recent_.push_back(r);
     switch (r.kind) {
       case ARGUS_GPU_KERNEL:
-        add_kernel(r, max_gap_ns);
+        recent_.push_back(r);
+        if (r.flags & ARGUS_GPU_F_FOLDED) {
+          add_kept_kernel(r);
+        } else {
+          add_kernel(r, max_gap_ns);
+        }
+        break;
+      case ARGUS_GPU_SPAN: {
+        recent_.push_back(r);
+        argus_gpu_span span;
+        std::memcpy(&span, &r, sizeof span);
+        add_span(span);
+        break;
+      }
+      case ARGUS_GPU_SKETCH: {
+        argus_gpu_sketch_rec k;
+        std::memcpy(&k, &r, sizeof k);
+        if (open_.count() >= opts_.max_step_kernels) {  // a producer that sends no span: still bounded
+          count_cap(opts_.caps, Cap::kStepSketchRecords);
+          close_step(k.start_ns, "kernels");
+        }
+        if (open_.empty()) open_first_ns_ = k.start_ns;  // normally its span's start, set by sketch_start()
+        open_.add_bucket(k.name_id, k.bucket, k.count, k.sum_ns);
+        break;
+      }
+      case ARGUS_GPU_GAP:
+        add_gap(r.start_ns, r.end_ns, (r.flags & ARGUS_GPU_GAP_F_BUBBLE) != 0, max_gap_ns);
         break;
       case ARGUS_GPU_MEMCPY:
+        recent_.push_back(r);
         totals_.memcpys += 1;
         totals_.memcpy_bytes[copy_direction_label(r.flags >> ARGUS_GPU_COPY_SHIFT)] += r.bytes;
         break;
       case ARGUS_GPU_MEMSET:
+        recent_.push_back(r);
         totals_.memsets += 1;
         break;
       default:
@@ -142,20 +171,70 @@ void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {
   if (first_ns_ == 0 || r.start_ns < first_ns_) first_ns_ = r.start_ns;
   busy_.add(r.start_ns, r.end_ns);
   if (is_nccl(r)) nccl_.add(r.start_ns, r.end_ns);
-  if (frontier_ns_ != 0 && r.start_ns > frontier_ns_) {
-    const uint64_t gap = r.start_ns - frontier_ns_;
-    if (gap <= max_gap_ns) {
-      const bool bubble = ends_in_receive(r);
-      totals_.idle_ns += gap;
-      if (bubble) totals_.bubble_ns += gap;
-      gaps_.push_back({r.start_ns, gap, bubble});
-      gaps_idle_ns_ += gap;
-      if (bubble) gaps_bubble_ns_ += gap;
-      recent_gaps_.push_back({r.start_ns, gap, bubble});
-    }
-  }
+  if (frontier_ns_ != 0 && r.start_ns > frontier_ns_) add_gap(frontier_ns_, r.start_ns, ends_in_receive(r), max_gap_ns);
   frontier_ns_ = std::max<uint64_t>(frontier_ns_, r.end_ns);
-  sketch_kernel(r);
+  sketch_start(r.start_ns);
+  open_.add(r.name_id, r.end_ns - r.start_ns);
+}
+
+// An idle gap: counted when it is inside a step (not longer than max_gap_ns).
+void Timeline::add_gap(uint64_t start_ns, uint64_t end_ns, bool bubble, uint64_t max_gap_ns) {
+  if (end_ns <= start_ns) return;
+  const uint64_t gap = end_ns - start_ns;
+  if (gap > max_gap_ns) return;
+  totals_.idle_ns += gap;
+  if (bubble) totals_.bubble_ns += gap;
+  gaps_.push_back({end_ns, gap, bubble});
+  gaps_idle_ns_ += gap;
+  if (bubble) gaps_bubble_ns_ += gap;
+  recent_gaps_.push_back({end_ns, gap, bubble});
+}
+
+void Timeline::add_busy_chunk(uint64_t end_ns, uint64_t ns) {
+  if (ns == 0) return;
+  busy_chunks_.push_back({end_ns, ns, false});
+  busy_chunks_ns_ += ns;
+}
+
+void Timeline::note_extent(uint64_t start_ns, uint64_t end_ns) {
+  if (first_ns_ == 0 || start_ns < first_ns_) first_ns_ = start_ns;
+  frontier_ns_ = std::max<uint64_t>(frontier_ns_, end_ns);
+}
+
+// A kernel a folding producer kept: the producer already accounted the gap before
+// it (a gap record) and its share of busy time (`bytes`).
+void Timeline::add_kept_kernel(const argus_gpu_rec& r) {
+  const uint64_t d = r.end_ns - r.start_ns;
+  totals_.kernels += 1;
+  totals_.kernel_ns += d;
+  if (is_nccl(r)) {
+    totals_.nccl_kernel_ns += d;
+    nccl_.add(r.start_ns, r.end_ns);
+  }
+  add_busy_chunk(r.end_ns, std::min<uint64_t>(r.bytes, d));
+  note_extent(r.start_ns, r.end_ns);
+  sketch_start(r.start_ns);
+  open_.add(r.name_id, d);
+}
+
+// Compute kernels a producer folded: their sketch records follow in the batch.
+void Timeline::add_span(const argus_gpu_span& s) {
+  if (s.end_ns < s.start_ns || s.kernels == 0) {
+    totals_.malformed += 1;
+    return;
+  }
+  totals_.kernels += s.kernels;
+  totals_.folded_kernels += s.kernels;
+  totals_.spans += 1;
+  totals_.kernel_ns += s.kernel_ns;
+  add_busy_chunk(s.end_ns, std::min<uint64_t>(s.busy_ns, s.end_ns - s.start_ns));
+  if (s.idle_ns != 0) {  // short in-step gaps (each < ARGUS_GPU_GAP_MIN_NS): window only, never drawn
+    totals_.idle_ns += s.idle_ns;
+    gaps_.push_back({s.end_ns, s.idle_ns, false});
+    gaps_idle_ns_ += s.idle_ns;
+  }
+  note_extent(s.start_ns, s.end_ns);
+  sketch_start(s.start_ns);
 }
 
 void Timeline::mark_step(uint64_t ts_ns) {
@@ -168,8 +247,10 @@ void Timeline::mark_step(uint64_t ts_ns) {
   }
 }
 
-void Timeline::sketch_kernel(const argus_gpu_rec& r) {
-  while (!marks_.empty() && r.start_ns >= marks_.front()) {
+// Closes the sketches that a kernel starting at start_ns is past: steps whose next
+// mark it reached, or one open too long or holding too many kernels.
+void Timeline::sketch_start(uint64_t start_ns) {
+  while (!marks_.empty() && start_ns >= marks_.front()) {
     close_step(marks_.front());
     marks_.pop_front();
   }
@@ -178,16 +259,15 @@ void Timeline::sketch_kernel(const argus_gpu_rec& r) {
   if (!open_.empty()) {
     const uint64_t begun = open_step_ns_ != 0 ? open_step_ns_ : open_first_ns_;
     const auto max_ns = static_cast<uint64_t>(opts_.max_step_seconds * kNs);
-    if (r.start_ns >= begun + max_ns) {
+    if (start_ns >= begun + max_ns) {
       count_cap(opts_.caps, Cap::kStepSketchTime);
-      close_step(r.start_ns, "time");
-    } else if (open_.size() >= opts_.max_step_kernels) {
+      close_step(start_ns, "time");
+    } else if (open_.count() >= opts_.max_step_kernels) {
       count_cap(opts_.caps, Cap::kStepSketchRecords);
-      close_step(r.start_ns, "kernels");
+      close_step(start_ns, "kernels");
     }
   }
-  if (open_.empty()) open_first_ns_ = r.start_ns;
-  open_.add(r.name_id, r.end_ns - r.start_ns);
+  if (open_.empty()) open_first_ns_ = start_ns;
 }
 
 // closed_by "step": a step mark closes it, kept when a mark also opened it (the
@@ -230,6 +310,12 @@ void Timeline::trim() {
     gaps_.pop_front();
   };
   while (!gaps_.empty() && gaps_.front().end_ns < lo) pop_gap();
+  auto pop_chunk = [this] {
+    busy_chunks_ns_ -= busy_chunks_.front().ns;
+    busy_chunks_.pop_front();
+  };
+  while (!busy_chunks_.empty() && busy_chunks_.front().end_ns < lo) pop_chunk();
+  for (; busy_chunks_.size() > opts_.max_intervals; pop_chunk()) count_cap(opts_.caps, Cap::kGpuWindowIntervals);
   for (; gaps_.size() > opts_.max_intervals; pop_gap()) count_cap(opts_.caps, Cap::kGpuGaps);
   while (!recent_gaps_.empty() && recent_gaps_.front().end_ns < keep_lo) recent_gaps_.pop_front();
   for (; recent_gaps_.size() > opts_.max_records; recent_gaps_.pop_front()) count_cap(opts_.caps, Cap::kGpuGaps);
@@ -239,7 +325,7 @@ WindowStats Timeline::window(uint64_t now_ns) const {
   WindowStats w;
   const auto window_ns = static_cast<uint64_t>(opts_.window_seconds * kNs);
   window_visits_ = 0;
-  if (frontier_ns_ == 0 || busy_.size() == 0) return w;
+  if (frontier_ns_ == 0 || (busy_.size() == 0 && busy_chunks_.empty())) return w;
   // Records arrive after they complete; a rank whose GPU has gone quiet for a
   // whole window has no current figures.
   if (now_ns > frontier_ns_ && now_ns - frontier_ns_ > window_ns) return w;
@@ -251,7 +337,15 @@ WindowStats Timeline::window(uint64_t now_ns) const {
   w.span_s = span / kNs;
   // Every span and gap ends at or before hi (the latest kernel end); the ones
   // that start before lo are the oldest few, clipped.
-  w.busy_ratio = static_cast<double>(busy_.covered_since(lo, window_visits_)) / span;
+  // Busy time a folding producer summed (spans, kept kernels) comes as chunks
+  // [end - ns, end), clipped like the gaps: exact to within one span (50 ms).
+  uint64_t chunks = busy_chunks_ns_;
+  for (const auto& c : busy_chunks_) {
+    ++window_visits_;
+    if (c.end_ns - c.ns >= lo) break;
+    chunks -= c.end_ns <= lo ? c.ns : lo - (c.end_ns - c.ns);
+  }
+  w.busy_ratio = static_cast<double>(busy_.covered_since(lo, window_visits_) + chunks) / span;
   w.nccl_ratio = static_cast<double>(nccl_.covered_since(lo, window_visits_)) / span;
   uint64_t idle = gaps_idle_ns_, bubble = gaps_bubble_ns_;
   for (const auto& g : gaps_) {  // by end; they never overlap

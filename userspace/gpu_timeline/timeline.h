@@ -42,6 +42,8 @@ struct GpuTotals {
   uint64_t bubble_ns = 0;       // ... that end at a P2P kernel
   uint64_t dropped = 0;         // records the producer lost
   uint64_t malformed = 0;       // records that end before they start: never counted
+  uint64_t folded_kernels = 0;  // kernels that came folded in spans (included in kernels)
+  uint64_t spans = 0;           // span records from a folding producer
   std::map<std::string, uint64_t> memcpy_bytes;  // direction label -> bytes
 };
 
@@ -122,7 +124,12 @@ class Timeline {
 
  private:
   void add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns);
-  void sketch_kernel(const argus_gpu_rec& r);
+  void add_kept_kernel(const argus_gpu_rec& r);
+  void add_span(const argus_gpu_span& s);
+  void add_gap(uint64_t start_ns, uint64_t end_ns, bool bubble, uint64_t max_gap_ns);
+  void add_busy_chunk(uint64_t end_ns, uint64_t ns);
+  void note_extent(uint64_t start_ns, uint64_t end_ns);
+  void sketch_start(uint64_t start_ns);
   void close_step(uint64_t next_start_ns, const char* closed_by = "step");
   void trim();
 
@@ -138,6 +145,8 @@ class Timeline {
   uint64_t gaps_idle_ns_ = 0;    // sum over gaps_
   uint64_t gaps_bubble_ns_ = 0;  // ... of the bubbles
   std::deque<Gap> recent_gaps_;  // within the trace horizon
+  std::deque<Gap> busy_chunks_;  // busy time summed by a folding producer, by end (bubble unused)
+  uint64_t busy_chunks_ns_ = 0;
   mutable uint64_t window_visits_ = 0;
   std::deque<uint64_t> marks_;  // step starts not yet reached by the records
   uint64_t open_step_ns_ = 0;   // the step mark that opened the sketch (0: none yet)

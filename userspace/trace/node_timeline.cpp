@@ -1,6 +1,7 @@
 #include "userspace/trace/node_timeline.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace argus {
 namespace {
@@ -10,6 +11,7 @@ constexpr double kNs = 1e9;
 std::string kernel_category(const argus_gpu_rec& r) {
   if (r.kind == ARGUS_GPU_MEMCPY) return "memcpy";
   if (r.kind == ARGUS_GPU_MEMSET) return "memset";
+  if (r.kind == ARGUS_GPU_SPAN) return "kernels";
   return (r.flags & ARGUS_GPU_F_NCCL) ? "nccl_kernel" : "kernel";
 }
 
@@ -78,6 +80,7 @@ GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
   v.bubble_ratio = w.bubble_ratio;
   v.records = t.records;
   v.kernels = t.kernels;
+  v.folded_kernels = t.folded_kernels;
   v.memcpys = t.memcpys;
   v.memsets = t.memsets;
   v.kernel_ns = t.kernel_ns;
@@ -171,6 +174,16 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
     if (g.kind == ARGUS_GPU_KERNEL) {
       s.track = "GPU stream " + std::to_string(g.stream_id);
       s.name = raw.names.at(g.name_id);
+    } else if (g.kind == ARGUS_GPU_SPAN) {  // compute kernels the producer folded: one slice
+      argus_gpu_span span;
+      std::memcpy(&span, &g, sizeof span);
+      s.track = "GPU compute (folded)";
+      s.name = std::to_string(span.kernels) + (span.kernels == 1 ? " kernel" : " kernels");
+      s.args["kernels"] = std::to_string(span.kernels);
+      s.args["busy_us"] = std::to_string(span.busy_ns / 1000);
+      s.args["device"] = std::to_string(span.device_id);
+      tr.spans.push_back(std::move(s));
+      continue;
     } else {
       s.track = "GPU copies";
       s.name = s.category == "memcpy"

@@ -1,0 +1,83 @@
+/* Folding GPU activity in the producer (bpf/argus_gpu_wire.h, "Folding").
+ *
+ * The producer (libargus-cupti.so, the sim's emulated GPU) hands its completed
+ * records to a folder instead of the USDT probe. The folder keeps NCCL/P2P
+ * kernels, long kernels, copies and memsets as they are, turns runs of compute
+ * kernels into one span record plus sketch records (per kernel name and
+ * duration bucket), and sends idle gaps of at least ARGUS_GPU_GAP_MIN_NS and
+ * those that end at a kept kernel as gap records. A span ends at a gap record,
+ * at the first kept kernel after ARGUS_GPU_STEP_QUIET_NS without one (where a
+ * step likely starts), after ARGUS_GPU_SPAN_MAX_NS, at ARGUS_GPU_SPAN_MAX_ENTRIES
+ * sketch records, and at each flush. It computes busy and idle
+ * time exactly as the agent would for records in start order, so the agent's
+ * busy, idle and bubble figures are the same while its work is per span.
+ *
+ * Plain C, no allocation, no clock, no I/O: the producer calls it under its own
+ * lock and unit tests drive it with hand-built records. */
+#ifndef ARGUS_GPU_FOLD_H
+#define ARGUS_GPU_FOLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bpf/argus_gpu_wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ARGUS_FOLD_SLOTS 4096 /* hash slots for a span's (name, bucket) pairs; at most ARGUS_GPU_SPAN_MAX_ENTRIES used */
+
+/* Where folded batches go: at most ARGUS_GPU_BATCH_MAX records, `dropped` as
+ * in argus:gpu_batch. A span's sketch records come right after it, possibly in
+ * the next batch. */
+typedef void (*argus_fold_emit_fn)(void *ctx, const struct argus_gpu_rec *recs, uint32_t n, uint64_t dropped);
+
+struct argus_fold_slot {
+	uint64_t sum_ns;
+	uint32_t name_id;
+	int32_t bucket;
+	uint32_t count; /* 0: free */
+};
+
+struct argus_fold_stats {
+	uint64_t kernels_in; /* kernel records folded or kept */
+	uint64_t folded;     /* ... folded into spans */
+	uint64_t spans;
+	uint64_t sketch_recs;
+	uint64_t gaps;
+	uint64_t batches;    /* emit calls */
+	uint64_t records_out;
+};
+
+struct argus_gpu_folder {
+	argus_fold_emit_fn emit;
+	void *ctx;
+	uint64_t frontier_ns;       /* latest end of any kernel seen */
+	uint64_t last_alone_ns;     /* latest start of a kernel sent on its own */
+	int open;                   /* a span is open */
+	struct argus_gpu_span span; /* ... this one */
+	uint32_t nused;             /* slots in use */
+	uint16_t used[ARGUS_GPU_SPAN_MAX_ENTRIES]; /* their indices, in first-use order */
+	struct argus_fold_slot slots[ARGUS_FOLD_SLOTS];
+	struct argus_gpu_rec out[ARGUS_GPU_BATCH_MAX];
+	uint32_t nout;
+	uint64_t dropped; /* reported with the next batch */
+	struct argus_fold_stats stats;
+};
+
+void argus_fold_init(struct argus_gpu_folder *f, argus_fold_emit_fn emit, void *ctx);
+/* Folds `n` records (sorted by start here, in place). `dropped`: records the
+ * producer lost before them. Emits whenever a batch fills. */
+void argus_fold_add(struct argus_gpu_folder *f, struct argus_gpu_rec *recs, size_t n, uint64_t dropped);
+/* Closes the open span and emits what is pending (a batch with n = 0 when only
+ * drops are left to report). Call at the end of each producer buffer. */
+void argus_fold_flush(struct argus_gpu_folder *f);
+/* The sketch bucket of a duration: the agent's StepSketch::bucket_of. */
+int32_t argus_fold_bucket(uint64_t duration_ns);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ARGUS_GPU_FOLD_H */
