@@ -42,7 +42,7 @@
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
-# Needs root (BPF). Takes ~35 minutes on 2 CPUs (parts j-n ~25 of them; skip any with its knob).
+# Needs root (BPF). Takes ~38 minutes on 2 CPUs (parts j-o ~28 of them; skip any with its knob).
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),

@@ -4,7 +4,7 @@ parser: every rank of the job is a process, every track's complete events are
 well nested (disjoint or contained, never partly overlapping), and the trace
 holds GPU kernels, NCCL kernels, collectives, synchronize waits and bubbles.
 
-usage: check_trace.py TRACE.json JOB_ID RANKS"""
+usage: check_trace.py TRACE.json JOB_ID RANKS [--folded]"""
 import json
 import sys
 from collections import defaultdict
@@ -12,6 +12,8 @@ from collections import defaultdict
 
 def main():
     path, job, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    # "--folded": the producer folded its compute kernels, drawn as "kernels" spans.
+    compute = "kernels" if sys.argv[4:] == ["--folded"] else "kernel"
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     events = doc["traceEvents"]
@@ -43,7 +45,7 @@ def main():
                 problems.append(f"track {key}: {s} partly overlaps {stack[-1]}")
                 break
             stack.append(s)
-    for cat in ("kernel", "nccl_kernel", "collective", "sync", "bubble"):
+    for cat in (compute, "nccl_kernel", "collective", "sync", "bubble"):
         if cats[cat] == 0:
             problems.append(f"no '{cat}' spans (have {dict(cats)})")
     if problems:

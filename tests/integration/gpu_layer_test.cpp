@@ -242,28 +242,42 @@ TEST(GpuLayer, FoldedRecordsFromTheSimAreCountedExactly) {
 // The trace opens in a real, independent JSON parser (Python's) and every
 // track's spans are well nested; it holds kernels, collectives, synchronize
 // waits and bubbles of every rank.
-TEST(GpuLayer, TraceIsChromeJsonWithEveryRankAndWellNestedTracks) {
-  ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("gpu-trace");
+void trace_well_nested(const std::string& job, bool fold) {
+  const auto dir = make_temp_dir(job);
   Agent agent(dir, {"--window", "5", "--debug-routes"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
-  const std::string job = "gpu-trace";
-  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50", "--init-ms", "1500", "--job-id", job,
-             "--pp", "2", "--bubble", "1:10", "--quiet"},
-            dir / "sim.log");
+  std::vector<std::string> args = {bin("argus-sim"), "--ranks", "4", "--steps", "0", "--step-ms", "50",
+                                   "--init-ms", "1500", "--job-id", job, "--pp", "2", "--bubble", "1:10", "--quiet"};
+  if (fold) args.push_back("--gpu-fold");
+  Child sim(args, dir / "sim.log");
   std::this_thread::sleep_for(6s);
   const auto file = dir / "trace.json";
   auto r = run_command({bin("argusctl"), "trace", "--agent", agent.url(""), "--seconds", "3", "-o", file.string()},
                        dir, 30s);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto check = fs::path(ARGUS_SOURCE_DIR) / "tests" / "integration" / "check_trace.py";
-  auto c = run_command({"python3", check.string(), file.string(), job, "4"}, dir, 60s);
+  std::vector<std::string> check_args = {"python3", check.string(), file.string(), job, "4"};
+  if (fold) check_args.push_back("--folded");
+  auto c = run_command(check_args, dir, 60s);
   EXPECT_EQ(c.exit_code, 0) << c.output;
   // Bad requests get a clear 400, never a trace.
   auto bad = cli::http_get(agent.url("/api/v1/trace?seconds=abc"), 5s);
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->status, 400);
   EXPECT_NE(bad->body.find("seconds"), std::string::npos);
+  if (fold) {  // the compute kernels came as folded spans, drawn on their own track
+    EXPECT_NE(read_text(file).find("GPU compute (folded)"), std::string::npos);
+  }
+}
+
+TEST(GpuLayer, TraceIsChromeJsonWithEveryRankAndWellNestedTracks) {
+  ARGUS_REQUIRE_ROOT();
+  trace_well_nested("gpu-trace", false);
+}
+
+TEST(GpuLayer, FoldedTraceIsChromeJsonAndWellNestedToo) {
+  ARGUS_REQUIRE_ROOT();
+  trace_well_nested("gpu-trace-fold", true);
 }
 
 // The real CUPTI injection library, driven with hand-built CUPTI buffers (no
