@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "bpf/argus_py_sample.h"
+#include "userspace/probes/map_dump.h"
 #include "userspace/probes/uprobe_multi.h"
 
 #include "argus.skel.h"
@@ -348,17 +349,13 @@ std::optional<argus_py_gc_snap> BpfLoader::read_python_gc(uint32_t tgid) const {
 
 std::vector<StatEntry> BpfLoader::read_stats(uint32_t only_tgid) const {
   std::vector<StatEntry> out;
+  const size_t value_size = static_cast<size_t>(ncpus_) * sizeof(argus_stat_val);  // per CPU, 8-byte aligned
+  const MapDump d = dump_hash_map(bpf_map__fd(skel_->maps.stats), sizeof(argus_stat_key), value_size);
   std::vector<argus_stat_val> per_cpu(static_cast<size_t>(ncpus_));
-  const size_t value_size = per_cpu.size() * sizeof(argus_stat_val);
-  argus_stat_key key{};
-  argus_stat_key next{};
-  const argus_stat_key* prev = nullptr;
-  while (bpf_map__get_next_key(skel_->maps.stats, prev, &next, sizeof(next)) == 0) {
-    key = next;
-    prev = &key;
+  for (size_t i = 0; i < d.n; ++i) {
+    const auto key = d.key<argus_stat_key>(i);
     if (only_tgid != 0 && key.tgid != only_tgid) continue;
-    if (bpf_map__lookup_elem(skel_->maps.stats, &key, sizeof(key), per_cpu.data(), value_size, 0) != 0)
-      continue;  // deleted meanwhile
+    std::memcpy(per_cpu.data(), d.value(i), value_size);
     StatEntry e{key, {0, 0}};
     for (const auto& v : per_cpu) {
       e.value.count += v.count;
@@ -375,15 +372,11 @@ void BpfLoader::delete_stats(uint32_t tgid) {
 
 std::vector<TcpRetransEntry> BpfLoader::read_tcp_retransmits() const {
   std::vector<TcpRetransEntry> out;
-  argus_tcp_key key{};
-  argus_tcp_key next{};
-  const argus_tcp_key* prev = nullptr;
-  while (bpf_map__get_next_key(skel_->maps.tcp_retrans, prev, &next, sizeof(next)) == 0) {
-    key = next;
-    prev = &key;
+  const MapDump d = dump_hash_map(bpf_map__fd(skel_->maps.tcp_retrans), sizeof(argus_tcp_key), sizeof(uint64_t));
+  for (size_t i = 0; i < d.n; ++i) {
     uint64_t segs = 0;
-    if (bpf_map__lookup_elem(skel_->maps.tcp_retrans, &key, sizeof(key), &segs, sizeof(segs), 0) != 0) continue;
-    out.push_back({key, segs});
+    std::memcpy(&segs, d.value(i), sizeof segs);
+    out.push_back({d.key<argus_tcp_key>(i), segs});
   }
   return out;
 }
@@ -414,13 +407,11 @@ std::map<std::string, uint64_t> BpfLoader::read_errors() const {
 
 std::vector<InflightCall> BpfLoader::read_inflight_waits() const {
   std::vector<InflightCall> out;
-  argus_inflight_key key{}, next{};
-  const argus_inflight_key* prev = nullptr;
-  argus_inflight value{};
-  while (bpf_map__get_next_key(skel_->maps.inflight, prev, &next, sizeof(next)) == 0) {
-    key = next;
-    prev = &key;
-    if (bpf_map__lookup_elem(skel_->maps.inflight, &key, sizeof(key), &value, sizeof(value), 0) != 0) continue;
+  const MapDump d = dump_hash_map(bpf_map__fd(skel_->maps.inflight), sizeof(argus_inflight_key), sizeof(argus_inflight));
+  for (size_t i = 0; i < d.n; ++i) {
+    const auto key = d.key<argus_inflight_key>(i);
+    argus_inflight value{};
+    std::memcpy(&value, d.value(i), sizeof value);
     if (value.kind != ARGUS_STAT_NCCL_WAIT && value.kind != ARGUS_STAT_CUDA_SYNC) continue;
     out.push_back({static_cast<uint32_t>(key.pid_tgid >> 32), static_cast<uint32_t>(key.pid_tgid), value.start_ns,
                    value.ptr, value.id, value.kind});
@@ -445,19 +436,19 @@ std::vector<StealerEntry> BpfLoader::read_stealers(uint32_t victim_tgid) const {
   return std::move(all[victim_tgid]);
 }
 
-// One walk of the map for every victim asked for: a lookup only for their keys.
+// One read of the map for every victim asked for.
 std::map<uint32_t, std::vector<StealerEntry>> BpfLoader::read_stealers_of(const std::vector<uint32_t>& victims) const {
   std::map<uint32_t, std::vector<StealerEntry>> out;
   for (uint32_t v : victims) out[v];
-  argus_stealer_key key{}, next{};
-  const argus_stealer_key* prev = nullptr;
-  argus_stealer_val value{};
-  while (bpf_map__get_next_key(skel_->maps.cpu_stealers, prev, &next, sizeof(next)) == 0) {
-    key = next;
-    prev = &key;
+  if (victims.empty()) return out;  // no rank to read for: the map is not touched
+  const MapDump d =
+      dump_hash_map(bpf_map__fd(skel_->maps.cpu_stealers), sizeof(argus_stealer_key), sizeof(argus_stealer_val));
+  for (size_t i = 0; i < d.n; ++i) {
+    const auto key = d.key<argus_stealer_key>(i);
     auto it = out.find(key.victim_tgid);
     if (it == out.end()) continue;
-    if (bpf_map__lookup_elem(skel_->maps.cpu_stealers, &key, sizeof(key), &value, sizeof(value), 0) != 0) continue;
+    argus_stealer_val value{};
+    std::memcpy(&value, d.value(i), sizeof value);
     it->second.push_back({key, value});
   }
   return out;
