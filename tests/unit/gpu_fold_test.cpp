@@ -14,6 +14,7 @@
 
 #include "userspace/gpu_timeline/sketch.h"
 #include "userspace/gpu_timeline/timeline.h"
+#include "userspace/trace/node_timeline.h"
 
 namespace argus::gpu {
 namespace {
@@ -358,6 +359,46 @@ TEST(GpuTimeline, SketchRecordsWithoutASpanStayBounded) {
     EXPECT_EQ(n, 1000u);
   }
   EXPECT_EQ(t.totals().malformed, 0u);  // a sketch record's second word is a sum, not an end
+}
+
+// Spans of kernels on two streams overlap; the trace's folded track never has
+// partly overlapping slices, and keeps every kernel.
+TEST(GpuFold, OverlappingSpansDrawWellNested) {
+  auto span = [](uint64_t start, uint64_t end, uint32_t kernels) {
+    argus_gpu_span s{};
+    s.start_ns = start;
+    s.end_ns = end;
+    s.kernels = kernels;
+    s.kernel_ns = end - start;
+    s.busy_ns = static_cast<uint32_t>(end - start);
+    s.kind = ARGUS_GPU_SPAN;
+    argus_gpu_rec r;
+    std::memcpy(&r, &s, sizeof r);
+    return r;
+  };
+  std::vector<argus_gpu_rec> recs = {span(kT0, kT0 + 10 * kMs, 5), span(kT0 + 5 * kMs, kT0 + 20 * kMs, 7),
+                                     span(kT0 + 6 * kMs, kT0 + 8 * kMs, 2), span(kT0 + 30 * kMs, kT0 + 31 * kMs, 1)};
+  NodeTimeline tl;
+  tl.on_gpu_batch(42, recs, 0, 0.05);
+  const auto ranks = tl.trace(0, UINT64_MAX);
+  ASSERT_EQ(ranks.size(), 1u);
+  std::vector<TraceSpan> drawn;
+  for (const auto& sp : ranks[0].spans)
+    if (sp.category == "kernels") drawn.push_back(sp);
+  ASSERT_EQ(drawn.size(), 3u);
+  uint64_t kernels = 0;
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    EXPECT_EQ(drawn[i].track, "GPU compute (folded)");
+    EXPECT_LT(drawn[i].start_ns, drawn[i].end_ns);
+    if (i > 0) {
+      EXPECT_GE(drawn[i].start_ns, drawn[i - 1].end_ns);
+    }
+    kernels += std::stoull(drawn[i].args.at("kernels"));
+  }
+  EXPECT_EQ(kernels, 15u);
+  EXPECT_EQ(drawn[1].start_ns, kT0 + 10 * kMs);  // clipped to the first one's end
+  EXPECT_EQ(drawn[0].args.at("kernels"), "5");
+  EXPECT_EQ(drawn[1].args.at("kernels"), "9");   // 7, and the 2 of the span wholly inside it
 }
 
 TEST(GpuTimeline, MalformedSpanIsCountedNotUsed) {

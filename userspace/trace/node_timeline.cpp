@@ -15,6 +15,45 @@ std::string kernel_category(const argus_gpu_rec& r) {
   return (r.flags & ARGUS_GPU_F_NCCL) ? "nccl_kernel" : "kernel";
 }
 
+// Folded spans, one slice each on a track per device. Spans of kernels on several
+// streams can overlap; a track's slices must not partly overlap, so a span that
+// starts inside the previous one starts at its end, and one wholly inside it is
+// merged into it (its kernels counted there).
+void add_folded_spans(TraceRank& tr, std::vector<argus_gpu_span> spans) {
+  std::sort(spans.begin(), spans.end(), [](const argus_gpu_span& a, const argus_gpu_span& b) {
+    return a.device_id != b.device_id ? a.device_id < b.device_id : a.start_ns < b.start_ns;
+  });
+  const size_t first = tr.spans.size();
+  uint64_t kernels = 0, busy_ns = 0;
+  auto finish = [&] {
+    if (tr.spans.size() == first) return;
+    TraceSpan& last = tr.spans.back();
+    last.name = std::to_string(kernels) + (kernels == 1 ? " kernel" : " kernels");
+    last.args["kernels"] = std::to_string(kernels);
+    last.args["busy_us"] = std::to_string(busy_ns / 1000);
+  };
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const argus_gpu_span& sp = spans[i];
+    const bool same_track = i > 0 && spans[i - 1].device_id == sp.device_id && tr.spans.size() > first;
+    if (same_track && sp.end_ns <= tr.spans.back().end_ns) {  // inside the previous slice
+      kernels += sp.kernels;
+      busy_ns += sp.busy_ns;
+      continue;
+    }
+    finish();
+    TraceSpan s;
+    s.track = "GPU compute (folded)" + (sp.device_id != 0 ? " device " + std::to_string(sp.device_id) : std::string());
+    s.category = "kernels";
+    s.start_ns = same_track ? std::max<uint64_t>(sp.start_ns, tr.spans.back().end_ns) : sp.start_ns;
+    s.end_ns = sp.end_ns;
+    s.args["device"] = std::to_string(sp.device_id);
+    tr.spans.push_back(std::move(s));
+    kernels = sp.kernels;
+    busy_ns = sp.busy_ns;
+  }
+  finish();
+}
+
 }  // namespace
 
 NodeTimeline::Rank& NodeTimeline::rank(int pid) {
@@ -155,6 +194,7 @@ NodeTimeline::RawTrace NodeTimeline::copy_trace(int pid, const Rank& r, uint64_t
 }
 
 TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
+  std::vector<argus_gpu_span> folded;
   TraceRank tr;
   tr.pid = raw.pid;
   tr.left_out = raw.left_out;
@@ -174,15 +214,10 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
     if (g.kind == ARGUS_GPU_KERNEL) {
       s.track = "GPU stream " + std::to_string(g.stream_id);
       s.name = raw.names.at(g.name_id);
-    } else if (g.kind == ARGUS_GPU_SPAN) {  // compute kernels the producer folded: one slice
+    } else if (g.kind == ARGUS_GPU_SPAN) {  // compute kernels the producer folded: drawn below
       argus_gpu_span span;
       std::memcpy(&span, &g, sizeof span);
-      s.track = "GPU compute (folded)";
-      s.name = std::to_string(span.kernels) + (span.kernels == 1 ? " kernel" : " kernels");
-      s.args["kernels"] = std::to_string(span.kernels);
-      s.args["busy_us"] = std::to_string(span.busy_ns / 1000);
-      s.args["device"] = std::to_string(span.device_id);
-      tr.spans.push_back(std::move(s));
+      folded.push_back(span);
       continue;
     } else {
       s.track = "GPU copies";
@@ -195,6 +230,7 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
     s.args["correlation_id"] = std::to_string(g.correlation_id);
     tr.spans.push_back(std::move(s));
   }
+  add_folded_spans(tr, std::move(folded));
   // The in-step idle gaps the metrics count (gaps outside steps are not drawn),
   // bubbles named as such.
   for (const auto& g : raw.gaps)
