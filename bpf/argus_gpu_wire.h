@@ -125,11 +125,34 @@ struct argus_gpu_sketch_rec {
 	__u8 kind;       /* ARGUS_GPU_SKETCH */
 	__u8 flags;      /* 0 */
 };
+/* Listening (wire version 1, unchanged): a producer declares USDT semaphores
+ * (argus_gpu_batch_semaphore, argus_gpu_name_semaphore). The kernel raises them
+ * while an agent's probe is attached, so the producer knows whether anyone
+ * listens. Batches fired to nobody are not lost silently: the producer counts
+ * them and, once an agent listens, announces every kernel name again and sends
+ * one ARGUS_GPU_UNHEARD record (alone in its batch, its `dropped` the drops of
+ * that time) before anything else. */
+#define ARGUS_GPU_UNHEARD 7
+
+/* kind ARGUS_GPU_UNHEARD: what the producer fired while no agent listened. */
+struct argus_gpu_unheard_rec {
+	__u64 start_ns;     /* 0 */
+	__u64 end_ns;       /* 0 */
+	__u64 records;      /* wire records fired to nobody */
+	__u64 kernels;      /* kernels among them (folded ones counted one each) */
+	__u32 nccl_kernels; /* NCCL collective kernels (not P2P) among them, saturating */
+	__u16 device_id;
+	__u8 kind;          /* ARGUS_GPU_UNHEARD */
+	__u8 flags;         /* 0 */
+};
+
 /* kind ARGUS_GPU_GAP uses struct argus_gpu_rec: [start_ns, end_ns) with no
  * kernel running, flags ARGUS_GPU_GAP_F_BUBBLE, the other fields 0. */
 
 #ifdef __cplusplus
 #include <cstddef>
+static_assert(sizeof(struct argus_gpu_unheard_rec) == 40 && offsetof(struct argus_gpu_unheard_rec, kind) == 38,
+	      "argus_gpu_unheard_rec overlays argus_gpu_rec");
 static_assert(sizeof(struct argus_gpu_rec) == 40, "argus_gpu_rec layout");
 static_assert(sizeof(struct argus_gpu_span) == 40 && offsetof(struct argus_gpu_span, kind) == 38,
 	      "argus_gpu_span overlays argus_gpu_rec");
@@ -137,6 +160,9 @@ static_assert(sizeof(struct argus_gpu_sketch_rec) == 40 && offsetof(struct argus
 		  offsetof(struct argus_gpu_sketch_rec, name_id) == 28,
 	      "argus_gpu_sketch_rec overlays argus_gpu_rec");
 #else
+_Static_assert(sizeof(struct argus_gpu_unheard_rec) == 40 &&
+		   __builtin_offsetof(struct argus_gpu_unheard_rec, kind) == 38,
+	       "argus_gpu_unheard_rec overlays argus_gpu_rec");
 _Static_assert(sizeof(struct argus_gpu_rec) == 40, "argus_gpu_rec layout");
 _Static_assert(sizeof(struct argus_gpu_span) == 40 && __builtin_offsetof(struct argus_gpu_span, kind) == 38,
 	       "argus_gpu_span overlays argus_gpu_rec");

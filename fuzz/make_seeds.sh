@@ -139,6 +139,8 @@ folded = [gap(t - 3 * ms, t, True), span(t, t + 8 * ms, 7 * ms, 7 * ms, ms // 2,
           sketch(t, 4 * ms, 30, 700, 1), sketch(t, 3 * ms, 10, 720, 2),
           rec(t + 8 * ms, t + 10 * ms, 2 * ms, 41, 3, 9, 0, 1, 0x1 | 0x10),
           span(t + 10 * ms, t + 9 * ms, 1, 2**32 - 1, 2**32 - 1, 0), sketch(t, 2**64 - 1, 2**32 - 1, -2**31, 7)]
+unheard = struct.pack("<QQQQIHBB", 0, 0, 2**64 - 1, 12345, 2**32 - 1, 0, 7, 0)  # what nobody heard, saturated
+folded.insert(0, unheard)
 flood = [sketch(t + 20 * ms, 5, 1, 2**31 - 1, i) for i in range(256)]
 open(f"{out}/folded", "wb").write(frame(coll(11, t, 1)) + frame(batch(11, t + 30 * ms, folded))
                                   + frame(batch(11, t + 31 * ms, flood)) + frame(coll(11, t + 100 * ms, 2)))

@@ -65,6 +65,11 @@ class NameTable {
   Ref intern(const char* raw);
   size_t size() const { return by_name_.size(); }
   uint64_t overflow() const { return overflow_; }
+  // Every interned name: f(id, display). (Announced again when a new agent listens.)
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& [raw, e] : by_name_) f(e.id, e.display->c_str());
+  }
 
  private:
   struct Entry {

@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 struct argus_cupti_stats {
-	uint64_t records;   /* wire records handed to argus:gpu_batch */
+	uint64_t records;   /* wire records handed to argus:gpu_batch while an agent listened */
 	uint64_t batches;   /* argus:gpu_batch fires */
 	uint64_t names;     /* argus:gpu_name fires */
 	uint64_t skipped;   /* CUPTI records of kinds we do not convert */
@@ -30,7 +30,8 @@ struct argus_cupti_stats {
 	uint64_t folded;    /* ... of them folded into span records (gpu/gpu_fold.h) */
 	uint64_t spans;     /* span records fired */
 	int32_t folding;    /* 1: folding on (the default; ARGUS_CUPTI_FOLD=0 sends every kernel) */
-	int32_t pad2;
+	int32_t listening;  /* 1: an agent's probe is attached (the USDT semaphore is raised) */
+	uint64_t unheard;   /* records produced while no agent listened (reported to the next one) */
 };
 
 /* Runs the buffer-completed path (walk, convert, gpu_name + gpu_batch USDT

@@ -101,12 +101,13 @@ int main(int argc, char** argv) {
   stats(&st, sizeof st);
   std::printf("init_rc=%d\nwire_version=%u\nconverted=%d\nrecords=%llu\nbatches=%llu\nnames=%llu\n"
               "skipped=%llu\nactive=%d\ndisabled=%d\nclock_identity=%d\nwork=%llu\nkernels=%llu\n"
-              "folded=%llu\nspans=%llu\nfolding=%d\n",
+              "folded=%llu\nspans=%llu\nfolding=%d\nunheard=%llu\nlistening=%d\n",
               init_rc, ver(), converted, static_cast<unsigned long long>(st.records),
               static_cast<unsigned long long>(st.batches), static_cast<unsigned long long>(st.names),
               static_cast<unsigned long long>(st.skipped), st.active, st.disabled, st.clock_identity,
               static_cast<unsigned long long>(sink.load() & 1), static_cast<unsigned long long>(st.kernels),
-              static_cast<unsigned long long>(st.folded), static_cast<unsigned long long>(st.spans), st.folding);
+              static_cast<unsigned long long>(st.folded), static_cast<unsigned long long>(st.spans), st.folding,
+              static_cast<unsigned long long>(st.unheard), st.listening);
   std::fflush(stdout);
   return 0;
 }

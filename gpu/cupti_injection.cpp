@@ -9,6 +9,9 @@
 // boundary is caught; any failure logs one "argus-cupti:" line and disables the
 // library. libcupti is dlopen'ed, never linked.
 #include <dlfcn.h>
+// USDT semaphores (bpf/argus_gpu_wire.h, "Listening"): the kernel raises them
+// while an agent's probe is attached.
+#define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,6 +35,12 @@
 #include "gpu/gpu_fold.h"
 
 #define ARGUS_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Named by the probes' notes (provider_name_semaphore); written only by the kernel.
+extern "C" {
+__extension__ unsigned short argus_gpu_batch_semaphore __attribute__((unused, section(".probes"), visibility("hidden")));
+__extension__ unsigned short argus_gpu_name_semaphore __attribute__((unused, section(".probes"), visibility("hidden")));
+}
 
 #ifndef ARGUS_CUPTI_TOOLKIT_LIBDIR
 #define ARGUS_CUPTI_TOOLKIT_LIBDIR "/usr/local/cuda/lib64"
@@ -79,7 +88,8 @@ struct State {
   std::atomic<int64_t> clock_offset{0};
 
   std::atomic<uint64_t> records{0}, batches{0}, names_fired{0}, skipped{0}, untimed{0}, dropped{0},
-      buffers{0}, buffer_denied{0}, kernels{0}, folded{0}, spans{0};
+      buffers{0}, buffer_denied{0}, kernels{0}, folded{0}, spans{0}, unheard{0};
+  argus_unheard unheard_since{};  // fired to nobody, not yet reported (under conv_mu)
 
   CuptiApi api;
   pid_t init_pid = 0;
@@ -155,13 +165,45 @@ bool measure_offset(int64_t* out) {
   return true;
 }
 
+// Both probes: the agent attaches gpu_batch, then gpu_name, and needs the names too.
+bool agent_listening() {
+  return __atomic_load_n(&argus_gpu_batch_semaphore, __ATOMIC_RELAXED) != 0 &&
+         __atomic_load_n(&argus_gpu_name_semaphore, __ATOMIC_RELAXED) != 0;
+}
+
+// Always called with conv_mu held (the converter's and the folder's output).
 class UsdtSink final : public Sink {
  public:
   void on_name(uint32_t id, const char* name) noexcept override {
+    if (!agent_listening()) {
+      S().unheard_since.names_stale = 1;  // announced again once someone listens
+      return;
+    }
+    fire_name(id, name);
+  }
+  void on_batch(const argus_gpu_rec* recs, uint32_t n, uint64_t dropped) noexcept override {
+    State& s = S();
+    if (!agent_listening()) {  // counted, and reported to the next agent
+      argus_unheard_add(&s.unheard_since, recs, n, dropped);
+      s.unheard.fetch_add(n, std::memory_order_relaxed);
+      return;
+    }
+    if (s.unheard_since.names_stale) {
+      s.names.for_each([](uint32_t id, const char* name) { fire_name(id, name); });
+      s.unheard_since.names_stale = 0;
+    }
+    argus_gpu_rec u;
+    uint64_t u_dropped = 0;
+    if (argus_unheard_take(&s.unheard_since, &u, &u_dropped)) fire(&u, 1, u_dropped);
+    fire(recs, n, dropped);
+  }
+
+ private:
+  static void fire_name(uint32_t id, const char* name) {
     STAP_PROBE2(argus, gpu_name, id, name);
     S().names_fired.fetch_add(1, std::memory_order_relaxed);
   }
-  void on_batch(const argus_gpu_rec* recs, uint32_t n, uint64_t dropped) noexcept override {
+  static void fire(const argus_gpu_rec* recs, uint32_t n, uint64_t dropped) {
     STAP_PROBE3(argus, gpu_batch, recs, n, dropped);
     State& s = S();
     s.batches.fetch_add(1, std::memory_order_relaxed);
@@ -478,6 +520,8 @@ ARGUS_EXPORT int argus_cupti_stats(struct argus_cupti_stats* out, size_t size) {
   st.folded = s.folded.load();
   st.spans = s.spans.load();
   st.folding = s.folding == 1 ? 1 : 0;
+  st.unheard = s.unheard.load();
+  st.listening = agent_listening() ? 1 : 0;
   std::memcpy(out, &st, std::min(size, sizeof st));
   return 0;
 }

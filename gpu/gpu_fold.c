@@ -202,3 +202,39 @@ void argus_fold_flush(struct argus_gpu_folder *f)
 	close_span(f);
 	emit_pending(f);
 }
+
+void argus_unheard_add(struct argus_unheard *u, const struct argus_gpu_rec *recs, uint32_t n, uint64_t dropped)
+{
+	u->records += n;
+	u->dropped += dropped;
+	u->names_stale = 1;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct argus_gpu_rec *r = &recs[i];
+		if (r->kind == ARGUS_GPU_SPAN) {
+			struct argus_gpu_span s;
+			memcpy(&s, r, sizeof s);
+			u->kernels += s.kernels;
+		} else if (r->kind == ARGUS_GPU_KERNEL) {
+			u->kernels++;
+			if ((r->flags & ARGUS_GPU_F_NCCL) && !(r->flags & ARGUS_GPU_F_P2P) && u->nccl_kernels != UINT32_MAX)
+				u->nccl_kernels++;
+		}
+	}
+}
+
+int argus_unheard_take(struct argus_unheard *u, struct argus_gpu_rec *out, uint64_t *dropped)
+{
+	if (u->records == 0 && u->dropped == 0)
+		return 0;
+	struct argus_gpu_unheard_rec r;
+	memset(&r, 0, sizeof r);
+	r.records = u->records;
+	r.kernels = u->kernels;
+	r.nccl_kernels = u->nccl_kernels;
+	r.kind = ARGUS_GPU_UNHEARD;
+	memcpy(out, &r, sizeof r);
+	*dropped = u->dropped;
+	u->records = u->kernels = u->dropped = 0;
+	u->nccl_kernels = 0;
+	return 1;
+}

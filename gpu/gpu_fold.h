@@ -76,6 +76,18 @@ void argus_fold_flush(struct argus_gpu_folder *f);
 /* The sketch bucket of a duration: the agent's StepSketch::bucket_of. */
 int32_t argus_fold_bucket(uint64_t duration_ns);
 
+/* What a producer fired while no agent listened (bpf/argus_gpu_wire.h, "Listening"). */
+struct argus_unheard {
+	uint64_t records, kernels, dropped;
+	uint32_t nccl_kernels;
+	int names_stale; /* names announced to nobody (or to an agent that left): announce all again */
+};
+/* A batch fired to nobody. */
+void argus_unheard_add(struct argus_unheard *u, const struct argus_gpu_rec *recs, uint32_t n, uint64_t dropped);
+/* Once someone listens: 1 and the ARGUS_GPU_UNHEARD record (and its batch's
+ * `dropped`) when anything was counted, reset; 0 when nothing was. */
+int argus_unheard_take(struct argus_unheard *u, struct argus_gpu_rec *out, uint64_t *dropped);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,7 +33,12 @@
 
 #include <argus_gpu_wire.h>
 #include "gpu/gpu_fold.h"
+/* USDT semaphores (argus_gpu_wire.h, "Listening"), as libargus-cupti.so has them. */
+#define _SDT_HAS_SEMAPHORES 1
 #include <sys/sdt.h>
+
+__extension__ unsigned short argus_gpu_batch_semaphore __attribute__((unused, section(".probes")));
+__extension__ unsigned short argus_gpu_name_semaphore __attribute__((unused, section(".probes")));
 
 #include <errno.h>
 #include <pthread.h>
@@ -356,8 +361,31 @@ static void count_record(const struct argus_gpu_rec *r)
 	}
 }
 
+static struct argus_unheard g_unheard; /* fired while no agent listened, not yet reported */
+
+/* Both probes: the agent attaches gpu_batch, then gpu_name, and needs the names too. */
+static int g_assume_listening = -1; /* ARGUS_SIM_GPU_ASSUME_LISTENING, read once */
+
+static int agent_listening(void)
+{
+	if (g_assume_listening < 0) {
+		const char *v = getenv(ARGUS_SIM_GPU_ASSUME_LISTENING_ENV);
+		g_assume_listening = v && strcmp(v, "1") == 0;
+	}
+	if (g_assume_listening)
+		return 1;
+	return __atomic_load_n(&argus_gpu_batch_semaphore, __ATOMIC_RELAXED) != 0 &&
+	       __atomic_load_n(&argus_gpu_name_semaphore, __ATOMIC_RELAXED) != 0;
+}
+
+/* A name is announced only to a listening agent; one announced to nobody is
+ * announced again (with all the others) once one listens. */
 static void announce_names(const struct argus_gpu_rec *recs, size_t n)
 {
+	if (!agent_listening()) {
+		g_unheard.names_stale = 1;
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
 		unsigned id = recs[i].name_id;
 		if (id >= 1 && id <= g_nnames && !g_names[id - 1].announced) {
@@ -370,6 +398,28 @@ static void announce_names(const struct argus_gpu_rec *recs, size_t n)
 
 static void fire_and_count(const struct argus_gpu_rec *recs, unsigned n, unsigned long long dropped)
 {
+	if (!agent_listening()) { /* counted, and reported to the next agent */
+		argus_unheard_add(&g_unheard, recs, n, dropped);
+		g_totals.unheard_records += n;
+		g_totals.dropped_unheard += dropped;
+		return;
+	}
+	if (g_unheard.names_stale) {
+		for (size_t i = 0; i < g_nnames; i++) {
+			fire_gpu_name((unsigned)(i + 1), g_names[i].name);
+			g_names[i].announced = 1;
+			g_totals.names++;
+		}
+		g_unheard.names_stale = 0;
+	}
+	struct argus_gpu_rec u;
+	uint64_t u_dropped = 0;
+	if (argus_unheard_take(&g_unheard, &u, &u_dropped)) {
+		fire_gpu_batch(&u, 1, u_dropped);
+		g_totals.batches++;
+		g_totals.records++;
+		g_totals.dropped += u_dropped;
+	}
 	fire_gpu_batch(recs, n, dropped);
 	g_totals.batches++;
 	g_totals.records += n;

@@ -57,12 +57,17 @@ struct argus_sim_gpu_totals {
 	uint64_t dropped;        /* sum of the `dropped` argument of gpu_batch */
 	uint64_t names;          /* gpu_name fires */
 	uint64_t memcpy_bytes_dtod; /* appended: callers built before it copy less */
+	uint64_t unheard_records;   /* records produced while no agent listened (not in `records`) */
+	uint64_t dropped_unheard;   /* drops of that time (reported later, then in `dropped`) */
 };
 
 #define ARGUS_SIM_GPU_ACTIVITY_ENV "ARGUS_SIM_GPU_ACTIVITY"
 /* "1": records are folded (gpu/gpu_fold.h) before they cross argus:gpu_batch;
  * the totals still count every kernel, `records` what crossed. */
 #define ARGUS_SIM_GPU_FOLD_ENV "ARGUS_SIM_GPU_FOLD"
+/* "1": behave as if an agent listened (fire every batch; the USDT semaphores are
+ * not read). For the unit tests, which run the sim without an agent. */
+#define ARGUS_SIM_GPU_ASSUME_LISTENING_ENV "ARGUS_SIM_GPU_ASSUME_LISTENING"
 /* Per-rank extra delay before an eager ncclRecv's kernel starts (--pp/--bubble). */
 #define ARGUS_SIM_PP_RECV_DELAY_ENV "ARGUS_SIM_PP_RECV_DELAY_US"
 

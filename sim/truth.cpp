@@ -64,6 +64,7 @@ nlohmann::json Truth::to_json() const
 					     {"dtod", gpu.memcpy_bytes_dtod}};
 			g["dropped"] = gpu.dropped;
 			g["names"] = gpu.names;
+			g["unheard_records"] = gpu.unheard_records;
 		}
 		if (pp_stage >= 0) {
 			g["pp_stage"] = pp_stage;

@@ -55,6 +55,8 @@ struct GpuRankView {
   double bubble_ratio = 0;    // ... idle before a pipeline P2P kernel
   uint64_t records = 0, kernels = 0, memcpys = 0, memsets = 0;
   uint64_t folded_kernels = 0;  // ... of the kernels, those the producer folded into spans
+  // Produced while no agent listened (never received; the records are in `lost` too).
+  uint64_t unheard_records = 0, unheard_kernels = 0, unheard_nccl_kernels = 0;
   uint64_t kernel_ns = 0, nccl_kernel_ns = 0, idle_ns = 0, bubble_ns = 0;
   uint64_t lost = 0;  // records the producer dropped, plus any BPF truncated
   std::map<std::string, uint64_t> memcpy_bytes;  // direction -> bytes

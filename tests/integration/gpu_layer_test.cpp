@@ -4,6 +4,7 @@
 // recorded, and the injected GPU faults must be named.
 #include <algorithm>
 #include <set>
+#include <sstream>
 
 #include "tests/integration/harness.h"
 
@@ -278,6 +279,54 @@ TEST(GpuLayer, TraceIsChromeJsonWithEveryRankAndWellNestedTracks) {
 TEST(GpuLayer, FoldedTraceIsChromeJsonAndWellNestedToo) {
   ARGUS_REQUIRE_ROOT();
   trace_well_nested("gpu-trace-fold", true);
+}
+
+// An agent that starts after the job: what the emulated GPU produced while no
+// agent listened is counted (the USDT semaphore tells the producer), never
+// silently lost, and every kernel name is announced again for the late agent.
+TEST(GpuLayer, RecordsFiredBeforeTheAgentListensAreCounted) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-late");
+  const auto out = dir / "truth";
+  Child sim({bin("argus-sim"), "--ranks", "2", "--steps", "150", "--step-ms", "40", "--init-ms", "300", "--job-id",
+             "gpu-late", "--out", out.string(), "--quiet"},
+            dir / "sim.log");
+  std::this_thread::sleep_for(2500ms);  // ~50 steps with nobody listening
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  auto st = sim.wait_for(60s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 2u);
+  auto diff = [](const json& t, const json& a) {
+    std::ostringstream d;
+    const json& tg = t.at("gpu");
+    const json g = a.value("gpu", json());
+    if (g.is_null()) return std::string(" no gpu figures");
+    const uint64_t unheard = tg.at("unheard_records").get<uint64_t>();
+    if (unheard == 0) d << " the sim fired nothing before the agent listened";
+    if (g.value("records", 0ull) != tg.at("records").get<uint64_t>())
+      d << " records " << g.value("records", 0ull) << "!=" << tg.at("records");
+    if (g.value("records_unheard", 0ull) != unheard) d << " records_unheard " << g.value("records_unheard", 0ull)
+                                                        << "!=" << unheard;
+    if (g.value("kernels", 0ull) + g.value("kernels_unheard", 0ull) != tg.at("kernels").get<uint64_t>())
+      d << " kernels " << g.value("kernels", 0ull) << "+" << g.value("kernels_unheard", 0ull) << "!=" << tg.at("kernels");
+    if (g.value("nccl_kernels_unheard", 0ull) == 0) d << " no NCCL kernel counted before the agent";
+    if (g.value("records_lost", 0ull) != unheard + tg.at("dropped").get<uint64_t>())
+      d << " records_lost " << g.value("records_lost", 0ull) << "!=" << unheard << "+" << tg.at("dropped");
+    return d.str();
+  };
+  EXPECT_EQ(wait_for_truth(agent, truth, diff, 10s), "") << agent.log();
+  // Names announced to nobody were announced again: the steps' kernels have names.
+  auto steps = agent.get_json("/api/v1/ranks/gpu-late/0/gpu-steps?last=5");
+  ASSERT_TRUE(steps.has_value());
+  ASSERT_FALSE((*steps)["steps"].empty()) << steps->dump();
+  bool named = false;
+  for (const auto& k : (*steps)["steps"].back()["kernels"]) {
+    EXPECT_EQ(k["name"].get<std::string>().rfind("kernel#", 0), std::string::npos) << k.dump();
+    named = named || k["name"] == "sim_gemm_fwd";
+  }
+  EXPECT_TRUE(named) << steps->dump();
 }
 
 // The real CUPTI injection library, driven with hand-built CUPTI buffers (no

@@ -164,20 +164,24 @@ TEST(CuptiInjection, DisabledByEnvironment) {
 TEST(CuptiInjection, ProcessBufferHookFiresBatches) {
   if (!built()) GTEST_SKIP() << "libargus-cupti.so not built";
   // Without InitializeInjection at all: the hook alone, 1000 records of 7 names,
-  // every kernel sent (folding off).
+  // every kernel sent (folding off). No agent listens here: nothing is fired,
+  // every record is counted as unheard (for the next agent; the integration test
+  // GpuLayer.CuptiInjectionLibraryBatchesReachTheAgent has one listening).
   auto c = run_smoke({"ARGUS_CUPTI_FOLD=0"}, {"--no-init", "--process", "1000", "--names", "7", "--work-ms", "10"});
   ASSERT_TRUE(c.exited_zero()) << c.err;
   EXPECT_TRUE(c.argus_lines.empty()) << c.err;
   EXPECT_EQ(c.kv["converted"], "1000");
-  EXPECT_EQ(c.kv["records"], "1000");
-  EXPECT_EQ(c.kv["batches"], "4");  // 256 + 256 + 256 + 232
-  EXPECT_EQ(c.kv["names"], "7");
+  EXPECT_EQ(c.kv["listening"], "0");
+  EXPECT_EQ(c.kv["unheard"], "1000");  // in 4 batches: 256 + 256 + 256 + 232
+  EXPECT_EQ(c.kv["records"], "0");
+  EXPECT_EQ(c.kv["batches"], "0");
+  EXPECT_EQ(c.kv["names"], "0");
   EXPECT_EQ(c.kv["wire_version"], "1");
   EXPECT_EQ(c.kv["disabled"], "0");
 }
 
 // By default compute kernels are folded: the smoke's 1000 kernels (1 µs apart, 7
-// names, one duration) cross as one span and its 7 sketch records.
+// names, one duration) become one span and its 7 sketch records.
 TEST(CuptiInjection, FoldsComputeKernelsByDefault) {
   if (!built()) GTEST_SKIP() << "libargus-cupti.so not built";
   auto c = run_smoke({}, {"--no-init", "--process", "1000", "--names", "7", "--work-ms", "10"});
@@ -188,9 +192,8 @@ TEST(CuptiInjection, FoldsComputeKernelsByDefault) {
   EXPECT_EQ(c.kv["kernels"], "1000");
   EXPECT_EQ(c.kv["folded"], "1000");
   EXPECT_EQ(c.kv["spans"], "1");
-  EXPECT_EQ(c.kv["records"], "8");
-  EXPECT_EQ(c.kv["batches"], "1");
-  EXPECT_EQ(c.kv["names"], "7");
+  EXPECT_EQ(c.kv["unheard"], "8");  // no agent here: counted for the next one
+  EXPECT_EQ(c.kv["records"], "0");
 }
 
 TEST(CuptiInjection, ExportsOnlyTheContract) {
@@ -230,11 +233,13 @@ TEST(CuptiInjection, HasArgusUsdtNotes) {
   };
   EXPECT_NE(probe("gpu_batch").find("Provider: argus"), std::string::npos) << notes;
   EXPECT_NE(probe("gpu_name").find("Provider: argus"), std::string::npos) << notes;
-  // gpu_batch(recs, n, dropped): pointer, 32-bit count, 64-bit count; no semaphore.
+  // gpu_batch(recs, n, dropped): pointer, 32-bit count, 64-bit count; with a
+  // semaphore, so the library knows whether an agent listens.
   auto b = notes.find("Name: gpu_batch");
   ASSERT_NE(b, std::string::npos);
   std::string block = notes.substr(b, 200);
-  EXPECT_NE(block.find("Semaphore: 0x0000000000000000"), std::string::npos) << block;
+  EXPECT_NE(block.find("Semaphore: 0x"), std::string::npos) << block;
+  EXPECT_EQ(block.find("Semaphore: 0x0000000000000000"), std::string::npos) << block;
   auto args = block.find("Arguments: ");
   ASSERT_NE(args, std::string::npos);
   std::istringstream as(block.substr(args + 11));

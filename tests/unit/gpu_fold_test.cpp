@@ -401,6 +401,43 @@ TEST(GpuFold, OverlappingSpansDrawWellNested) {
   EXPECT_EQ(drawn[1].args.at("kernels"), "9");   // 7, and the 2 of the span wholly inside it
 }
 
+// What a producer fires while no agent listens is counted and reported once.
+TEST(GpuFold, UnheardBatchesAreCountedAndReportedOnce) {
+  argus_unheard u{};
+  std::vector<argus_gpu_rec> a = {kernel(kT0, kT0 + 1, 1), kernel(kT0 + 2, kT0 + 3, 2, ARGUS_GPU_F_NCCL),
+                                  kernel(kT0 + 4, kT0 + 5, 3, ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P)};
+  argus_gpu_span s{};
+  s.start_ns = kT0 + 10;
+  s.end_ns = kT0 + 20;
+  s.kernels = 10;
+  s.kind = ARGUS_GPU_SPAN;
+  argus_gpu_rec sr;
+  std::memcpy(&sr, &s, sizeof sr);
+  argus_unheard_add(&u, a.data(), static_cast<uint32_t>(a.size()), 4);
+  argus_unheard_add(&u, &sr, 1, 1);
+  EXPECT_TRUE(u.names_stale);
+  argus_gpu_rec out;
+  uint64_t dropped = 0;
+  ASSERT_EQ(argus_unheard_take(&u, &out, &dropped), 1);
+  EXPECT_EQ(dropped, 5u);
+  argus_gpu_unheard_rec r;
+  std::memcpy(&r, &out, sizeof r);
+  EXPECT_EQ(r.kind, ARGUS_GPU_UNHEARD);
+  EXPECT_EQ(r.records, 4u);
+  EXPECT_EQ(r.kernels, 13u);      // 3 sent + 10 folded
+  EXPECT_EQ(r.nccl_kernels, 1u);  // the collective, not the P2P kernel
+  EXPECT_EQ(argus_unheard_take(&u, &out, &dropped), 0);  // reported once
+
+  Timeline t;
+  t.add_batch({out}, 5, 0.05);
+  EXPECT_EQ(t.totals().unheard_records, 4u);
+  EXPECT_EQ(t.totals().unheard_kernels, 13u);
+  EXPECT_EQ(t.totals().unheard_nccl_kernels, 1u);
+  EXPECT_EQ(t.totals().dropped, 5u);
+  EXPECT_EQ(t.totals().kernels, 0u);
+  EXPECT_EQ(t.totals().malformed, 0u);
+}
+
 TEST(GpuTimeline, MalformedSpanIsCountedNotUsed) {
   argus_gpu_span s{};
   s.start_ns = kT0 + 10;

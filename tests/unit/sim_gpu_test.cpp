@@ -143,6 +143,27 @@ TEST(SimGpuTest, TruthCountsWhatCrossedTheProbe)
 	}
 }
 
+// With no agent listening (the USDT semaphores stay 0), the emulated GPU fires
+// nothing and counts it all, for the next agent.
+TEST(SimGpuTest, NothingFiredWithoutAnAgentButEverythingCounted)
+{
+	TempDir dir;
+	const fs::path out = dir.path / "truth";
+	ASSERT_EQ(run_sim(with({"--ranks", "2", "--steps", "3", "--step-ms", "5"}, out), dir.path,
+			  {"ARGUS_SIM_GPU_ASSUME_LISTENING=0"}),
+		  0)
+		<< slurp(dir.path / "stderr.txt");
+	for (int r = 0; r < 2; r++) {
+		const json g = truth_of(out, r)["gpu"];
+		EXPECT_EQ(g["records"], 0);
+		EXPECT_EQ(g["batches"], 0);
+		EXPECT_EQ(g["names"], 0);
+		EXPECT_GT(g["kernels"].get<std::uint64_t>(), 0u);
+		EXPECT_EQ(g["unheard_records"].get<std::uint64_t>(),
+			  g["kernels"].get<std::uint64_t>() + g["memcpy"].get<std::uint64_t>());
+	}
+}
+
 TEST(SimGpuTest, ActivityCanBeTurnedOff)
 {
 	TempDir dir;
@@ -387,7 +408,7 @@ TEST(SimGpuTest, CudaShimCarriesTheUsdtProbesAndTheProducerSymbol)
 	EXPECT_EQ(by_name.size(), 2u);
 	for (const auto &[name, n] : by_name) {
 		SCOPED_TRACE(name);
-		EXPECT_EQ(n.semaphore, 0u); // plain STAP_PROBEn: no semaphores
+		EXPECT_NE(n.semaphore, 0u); // semaphores: the producer knows whether an agent listens
 	}
 	// (recs pointer, u32 n, u64 dropped) and (u32 id, pointer)
 	EXPECT_EQ(lines_of(by_name[ARGUS_GPU_USDT_BATCH].args).size(), 1u);
@@ -419,6 +440,7 @@ long long mono_ns()
 
 TEST(SimGpuTest, EmulatedTimelineInProcess)
 {
+	setenv(ARGUS_SIM_GPU_ASSUME_LISTENING_ENV, "1", 1); // no agent here; read at the first batch
 	void *lib = dlopen(kCudaLib.c_str(), RTLD_NOW | RTLD_LOCAL);
 	ASSERT_NE(lib, nullptr) << dlerror();
 	using CUresult = int;

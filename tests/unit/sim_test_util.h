@@ -141,11 +141,19 @@ template <typename Fn> Fn sym(void *lib, const char *name)
 }
 
 // Runs argus-sim to completion (killed after `timeout`); its exit code or -1.
+// No agent listens here: its emulated GPU is told to fire as if one did
+// (ARGUS_SIM_GPU_ASSUME_LISTENING=1) unless `env` says otherwise.
 inline int run_sim(const std::vector<std::string> &args, const fs::path &dir, const std::vector<std::string> &env = {},
 		   std::chrono::milliseconds timeout = std::chrono::seconds(30))
 {
+	std::vector<std::string> e = env;
+	bool set = false;
+	for (const auto &kv : env)
+		set = set || kv.rfind("ARGUS_SIM_GPU_ASSUME_LISTENING=", 0) == 0;
+	if (!set)
+		e.push_back("ARGUS_SIM_GPU_ASSUME_LISTENING=1");
 	SimProcess p;
-	if (!p.start(args, dir, env))
+	if (!p.start(args, dir, e))
 		return -1;
 	return p.wait(timeout);
 }

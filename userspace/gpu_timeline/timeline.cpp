@@ -144,6 +144,14 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
         open_.add_bucket(k.name_id, k.bucket, k.count, k.sum_ns);
         break;
       }
+      case ARGUS_GPU_UNHEARD: {
+        argus_gpu_unheard_rec u;
+        std::memcpy(&u, &r, sizeof u);
+        totals_.unheard_records += u.records;
+        totals_.unheard_kernels += u.kernels;
+        totals_.unheard_nccl_kernels += u.nccl_kernels;
+        break;
+      }
       case ARGUS_GPU_GAP:
         add_gap(r.start_ns, r.end_ns, (r.flags & ARGUS_GPU_GAP_F_BUBBLE) != 0, max_gap_ns);
         break;

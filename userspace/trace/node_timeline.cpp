@@ -120,13 +120,16 @@ GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
   v.records = t.records;
   v.kernels = t.kernels;
   v.folded_kernels = t.folded_kernels;
+  v.unheard_records = t.unheard_records;
+  v.unheard_kernels = t.unheard_kernels;
+  v.unheard_nccl_kernels = t.unheard_nccl_kernels;
   v.memcpys = t.memcpys;
   v.memsets = t.memsets;
   v.kernel_ns = t.kernel_ns;
   v.nccl_kernel_ns = t.nccl_kernel_ns;
   v.idle_ns = t.idle_ns;
   v.bubble_ns = t.bubble_ns;
-  v.lost = t.dropped + t.malformed;
+  v.lost = t.dropped + t.malformed + t.unheard_records;
   v.memcpy_bytes = t.memcpy_bytes;
   v.step_summary_bytes = r.gpu.mean_step_bytes(100);
   v.steps_summarized = r.gpu.steps().size();
