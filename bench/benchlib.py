@@ -1,5 +1,6 @@
 """Small helpers the Python benches share (each bench runs as bench/NAME.py, so
 this directory is on sys.path)."""
+import re
 import socket
 import urllib.request
 
@@ -20,3 +21,16 @@ def metrics(port):
             return r.read().decode()
     except OSError:
         return ""
+
+
+def msum(text, name, **labels):
+    """The sum of the samples of metric `name` in /metrics text whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)', line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(m.group(4))
+    return total

@@ -22,19 +22,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import free_port, metrics
-
-
-def msum(text, name, **labels):
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)', line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(4))
-    return total
+from benchlib import free_port, metrics, msum
 
 
 def cpu_s(pid):

@@ -16,26 +16,13 @@ Writes OUT_DIR/timeline-cost.json, OUT_DIR/fold.txt. Exit 1 when the bench fails
 """
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, metrics  # noqa: E402
-
-
-def msum(text, name, **labels):
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)', line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(m.group(4))
-    return total
+from benchlib import free_port, metrics, msum  # noqa: E402
 
 
 def cpu_s(pid):
