@@ -2,6 +2,7 @@
 this directory is on sys.path)."""
 import re
 import socket
+import subprocess
 import urllib.request
 
 
@@ -34,3 +35,12 @@ def msum(text, name, **labels):
         if all(have.get(k) == v for k, v in labels.items()):
             total += float(m.group(4))
     return total
+
+
+def stop(proc, timeout=120):
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from benchlib import free_port, metrics, msum
+from benchlib import free_port, metrics, msum, stop
 
 
 def cpu_s(pid):
@@ -88,11 +88,7 @@ def main():
                     100 * (c1 - c0) / (t1 - t0)))
                 print(lines[-1], flush=True)
         finally:
-            agent.terminate()
-            try:
-                agent.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                agent.kill()
+            stop(agent)
             log.close()
     with open(os.path.join(out, "rate.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -22,7 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, metrics, msum  # noqa: E402
+from benchlib import free_port, metrics, msum, stop  # noqa: E402
 
 
 def cpu_s(pid):
@@ -76,11 +76,7 @@ def end_to_end(build, out):
                 print("  round %d fold %d: agent %.2f s CPU for %d kernels in %.1f s" % (rnd, fold, c1 - c0, got,
                                                                                           t1 - t0), flush=True)
     finally:
-        agent.terminate()
-        try:
-            agent.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            agent.kill()
+        stop(agent)
         log.close()
     launched = max([n for _, n, _ in res[0] + res[1]] or [0])  # the same job launches the same kernels
     if not launched or any(n != launched for _, n, _ in res[0] + res[1]):

@@ -18,30 +18,11 @@ namespace {
 
 constexpr uint64_t kUs = 1000;
 
-// One step of a realistic rank: `kernels` compute kernels of `names` kinds,
-// back to back with small gaps, then 8 NCCL kernels.
-std::vector<argus_gpu_rec> make_step(uint64_t t0, int kernels, int names) {
-  std::vector<argus_gpu_rec> v;
-  uint64_t t = t0;
-  for (int i = 0; i < kernels + 8; ++i) {
-    argus_gpu_rec r{};
-    const bool nccl = i >= kernels;
-    r.start_ns = t;
-    r.end_ns = t + (nccl ? 400 : 20 + (i % 17) * 3) * kUs / 10;
-    r.name_id = nccl ? 1000 + (i - kernels) : 1 + static_cast<uint32_t>(i % names);
-    r.stream_id = nccl ? 9 : 7;
-    r.kind = ARGUS_GPU_KERNEL;
-    r.flags = nccl ? ARGUS_GPU_F_NCCL : 0;
-    r.correlation_id = static_cast<uint32_t>(i);
-    v.push_back(r);
-    t = r.end_ns + 2 * kUs;
-  }
-  return v;
-}
-
-// One step where each kernel name has its own shape, ±3% from call to call (the
-// realistic case), then 8 NCCL kernels.
-std::vector<argus_gpu_rec> make_shaped_step(uint64_t t0, int kernels, int names, std::mt19937& rng) {
+// One step of a rank: `kernels` compute kernels of `names` kinds, back to back
+// with small gaps, then 8 NCCL kernels. Without `rng` the durations are harsh
+// (each name's spread ~3x over 17 values); with it each name has its own shape,
+// +-3% from call to call (the realistic case).
+std::vector<argus_gpu_rec> make_step(uint64_t t0, int kernels, int names, std::mt19937* rng = nullptr) {
   std::uniform_int_distribution<int> jitter(0, 60);
   std::vector<argus_gpu_rec> v;
   uint64_t t = t0;
@@ -49,9 +30,10 @@ std::vector<argus_gpu_rec> make_shaped_step(uint64_t t0, int kernels, int names,
     argus_gpu_rec r{};
     const bool nccl = i >= kernels;
     const auto name = static_cast<uint32_t>(i % names);
-    const uint64_t base = (20 + (name % 17) * 3) * kUs / 10;
+    const uint64_t compute = rng ? (20 + (name % 17) * 3) * kUs / 10 * (970 + static_cast<uint64_t>(jitter(*rng))) / 1000
+                                 : (20 + (i % 17) * 3) * kUs / 10;
     r.start_ns = t;
-    r.end_ns = t + (nccl ? 40 * kUs : base * (970 + static_cast<uint64_t>(jitter(rng))) / 1000);
+    r.end_ns = t + (nccl ? 40 * kUs : compute);
     r.name_id = nccl ? 1000 + (i - kernels) : 1 + name;
     r.stream_id = nccl ? 9 : 7;
     r.kind = ARGUS_GPU_KERNEL;
@@ -88,7 +70,7 @@ void BM_TimelineAddFolded(benchmark::State& state) {
   for (auto& st : steps) {
     argus_fold_init(folder.get(), &collect, &st);
     marks.push_back(t0);
-    auto recs = shaped ? make_shaped_step(t0, kernels, 150, rng) : make_step(t0, kernels, 150);
+    auto recs = make_step(t0, kernels, 150, shaped ? &rng : nullptr);
     for (size_t off = 0; !fold && off < recs.size(); off += ARGUS_GPU_BATCH_MAX)
       st.batches.emplace_back(recs.begin() + static_cast<long>(off),
                               recs.begin() + static_cast<long>(std::min(recs.size(), off + ARGUS_GPU_BATCH_MAX)));
@@ -125,7 +107,7 @@ BENCHMARK(BM_TimelineAddFolded)
 // buffers, never one that launches work): argus_fold_add + a flush per 4096.
 void BM_FoldKernels(benchmark::State& state) {
   std::mt19937 rng(5);
-  auto recs = make_shaped_step(1'000'000'000'000ull, 4096 - 8, 150, rng);
+  auto recs = make_step(1'000'000'000'000ull, 4096 - 8, 150, &rng);
   auto folder = std::make_unique<argus_gpu_folder>();
   FoldOut sink;
   argus_fold_init(folder.get(), [](void*, const argus_gpu_rec*, uint32_t, uint64_t) {}, &sink);

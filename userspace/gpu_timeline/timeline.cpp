@@ -233,7 +233,6 @@ void Timeline::add_span(const argus_gpu_span& s) {
   }
   totals_.kernels += s.kernels;
   totals_.folded_kernels += s.kernels;
-  totals_.spans += 1;
   totals_.kernel_ns += s.kernel_ns;
   add_busy_chunk(s.end_ns, std::min<uint64_t>(s.busy_ns, s.end_ns - s.start_ns));
   if (s.idle_ns != 0) {  // short in-step gaps (each < ARGUS_GPU_GAP_MIN_NS): window only, never drawn

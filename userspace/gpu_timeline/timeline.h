@@ -43,7 +43,6 @@ struct GpuTotals {
   uint64_t dropped = 0;         // records the producer lost
   uint64_t malformed = 0;       // records that end before they start: never counted
   uint64_t folded_kernels = 0;  // kernels that came folded in spans (included in kernels)
-  uint64_t spans = 0;           // span records from a folding producer
   // What the producer fired while no agent listened (ARGUS_GPU_UNHEARD): never received.
   uint64_t unheard_records = 0, unheard_kernels = 0, unheard_nccl_kernels = 0;
   std::map<std::string, uint64_t> memcpy_bytes;  // direction label -> bytes
