@@ -46,6 +46,15 @@ nlohmann::json rank_states(const CommView& c, const std::map<int, const Inflight
   return out;
 }
 
+bool exited_cleanly(const RankInfoForHang& r) { return r.exited && r.exit_reason == "exit" && r.exit_code == 0; }
+
+size_t ranks_that_left_cleanly(const CommView& c, const std::map<int, RankInfoForHang>& ranks) {
+  size_t n = 0;
+  for (const auto& [pid, m] : c.members)
+    if (auto it = ranks.find(pid); it != ranks.end() && exited_cleanly(it->second)) ++n;
+  return n;
+}
+
 DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
                          const std::map<int, const InflightWait*>& blocked,
                          const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix) {
@@ -98,6 +107,15 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
     ev.rank = it == ranks.end() ? -1 : it->second.rank;
     ev.summary = head + ": " + names + (waiting.empty() ? "" : "; its peers here: " + waiting);
     cause = never.empty() ? "rank_died" : "missing_rank";
+  } else if (const size_t left = ranks_that_left_cleanly(c, ranks); left > 0) {
+    // Equal counts with peers gone (exit 0): what remains waits either for a
+    // collective whose peers left before their part ran, or on work of its own.
+    ev.summary = head + ": every rank here issued it; " + std::to_string(left) + " of the " + std::to_string(here) +
+                 " then exited cleanly (exit 0) and the rest are blocked (" + waiting +
+                 "). If those that left exited before their part of the collective ran (no synchronize or "
+                 "ncclCommDestroy before exit), the rest wait forever; if the rest are running work of their "
+                 "own (a final evaluation or save), this clears when it ends";
+    cause = "peers_exited";
   } else if (c.nranks > here) {
     ev.summary = head + ": all " + std::to_string(here) + " ranks on this node issued it and are blocked (" + waiting +
                  "); none here is missing: a rank on another node never issued it, or the collective itself is stuck";
@@ -651,8 +669,7 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       auto it = ranks.find(pid);
       if (it != ranks.end() && it->second.exited) {
         // One that ended cleanly (exit 0) finished its part: not who the peers wait for.
-        const bool clean = it->second.exit_reason == "exit" && it->second.exit_code == 0;
-        if (!is_behind && !clean) died_in.push_back(pid);
+        if (!is_behind && !exited_cleanly(it->second)) died_in.push_back(pid);
         continue;
       }
       ++live;
