@@ -7,7 +7,7 @@
 # for ARGUS_BENCH_IDLE_SETTLE (8) seconds, then reads each thread's scheduler
 # run time (/proc/PID/task/TID/schedstat, ns) over ARGUS_BENCH_IDLE_WINDOW (60)
 # seconds. Prints one line per thread (name, CPU µs, share of one core, run
-# slices) and the total, and writes them to OUT_DIR/idle.txt. Other processes
+# slices in the window) and the total, and writes them to OUT_DIR/idle.txt. Other processes
 # starting on the machine meanwhile (exec events, /proc rechecks) are part of
 # what it measures: run it on a quiet machine.
 set -euo pipefail
@@ -26,18 +26,34 @@ trap 'kill -KILL $agent 2>/dev/null || true' EXIT
 sleep "$SETTLE"
 kill -0 "$agent" || { echo "agent_idle: the agent exited; its log:" >&2; cat "$OUT/agent-idle.log" >&2; exit 1; }
 
-declare -A before
-for t in /proc/"$agent"/task/*; do before[$t]=$(cut -d' ' -f1 "$t/schedstat"); done
-procs_before=$(ls /proc | grep -c '^[0-9]')
-sleep "$WINDOW"
-{
-  echo "thread cpu_us share_of_core_pct slices (window ${WINDOW} s, $procs_before processes on the machine, load $(cut -d' ' -f1-3 /proc/loadavg))"
-  total=0
+# Nothing in the window may start a process: each exec is work for the agent
+# (an exec event, follow-up reads of its maps, a parse of libraries it has not
+# seen). So the window is read with shell builtins only, before and after, and
+# the arithmetic comes after the second read.
+procs_before=0
+for p in /proc/[0-9]*; do procs_before=$((procs_before + 1)); done
+declare -A before after
+read_threads() {  # $1: name of the array to fill with "run_ns slices" per thread
+  local -n into=$1
+  local t ns waited slices
   for t in /proc/"$agent"/task/*; do
-    read -r ns _ slices <"$t/schedstat"
-    d=$((ns - ${before[$t]:-0}))
+    read -r ns waited slices <"$t/schedstat"
+    into[$t]="$ns $slices"
+  done
+}
+read_threads before
+sleep "$WINDOW"
+read_threads after
+load=$(</proc/loadavg)
+{
+  echo "thread cpu_us share_of_core_pct slices_in_window (window ${WINDOW} s, $procs_before processes on the machine, load ${load% * *})"
+  total=0
+  for t in "${!after[@]}"; do
+    read -r ns slices <<<"${after[$t]}"
+    read -r ns0 slices0 <<<"${before[$t]:-0 0}"
+    d=$((ns - ns0))
     total=$((total + d))
-    printf '%s %d %.4f %d\n' "$(cat "$t/comm")" $((d / 1000)) "$(python3 -c "print($d / ($WINDOW * 1e9) * 100)")" "$slices"
+    printf '%s %d %.4f %d\n' "$(cat "$t/comm")" $((d / 1000)) "$(python3 -c "print($d / ($WINDOW * 1e9) * 100)")" $((slices - slices0))
   done
   printf 'total %d %.4f\n' $((total / 1000)) "$(python3 -c "print($total / ($WINDOW * 1e9) * 100)")"
 } | tee "$OUT/idle.txt"

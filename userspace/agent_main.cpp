@@ -405,8 +405,10 @@ int main(int argc, char** argv) {
         spdlog::warn("link {}:{} degraded ({}): {}", ev.device, ev.port, ev.reason, ev.detail);
         for (auto& e : argus::link_degraded_events(ev, snap, ranks)) rt.add_event(std::move(e));
       }
+      // No port to poll: look for one (a driver loaded after the agent) every 10 s.
+      const auto pause = snap.ports.empty() ? std::chrono::seconds(10) : std::chrono::seconds(1);
       std::unique_lock lock(rdma_mu);
-      rdma_cv.wait_for(lock, std::chrono::seconds(1), [&] { return rdma_stop.load(); });
+      rdma_cv.wait_for(lock, pause, [&] { return rdma_stop.load(); });
     }
   });
 

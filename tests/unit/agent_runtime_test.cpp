@@ -5,11 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "exporters/json_api.h"
 #include "exporters/prometheus_exporter.h"
@@ -47,7 +51,12 @@ class FakeBackend : public BpfBackend {
   std::vector<InflightCall> read_inflight_waits() const override { return inflight; }
   void delete_seqs(uint32_t) override {}
   void set_event_handler(EventHandler h) override { handler = std::move(h); }
-  int poll_events(int) override {
+  int poll_events(int timeout_ms) override {
+    if (record_waits) {  // the loop runs on its own thread: record its waits, and let time pass
+      std::lock_guard lock(waits_mu);
+      waits.push_back(timeout_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     if (poll_result < 0) return poll_result;
     int n = 0;
     for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
@@ -82,7 +91,28 @@ class FakeBackend : public BpfBackend {
   std::map<std::string, uint64_t> errors{{"ringbuf_full_nccl", 2}, {"stats_map_full", 0}};
   std::map<uint32_t, argus_tgid_state> tgids;
   int poll_result = 0;  // < 0: the next polls fail with it
+  void interrupt_poll() override { ++interrupts; }
+  std::vector<int> recorded_waits() {
+    std::lock_guard lock(waits_mu);
+    return waits;
+  }
+
+  std::atomic<bool> record_waits{false};
+  std::mutex waits_mu;
+  std::vector<int> waits;
+  std::atomic<int> interrupts{0};
 };
+
+// Runs the runtime's own loop until it has polled `n` times (at most 10 s), then stops it.
+std::vector<int> loop_waits(AgentRuntime& rt, FakeBackend& backend, size_t n) {
+  backend.record_waits = true;
+  rt.start();
+  for (int i = 0; i < 10'000 && backend.recorded_waits().size() < n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  rt.stop();
+  backend.record_waits = false;
+  return backend.recorded_waits();
+}
 
 argus_event_header header(uint32_t type, int pid, uint64_t ts) { return {type, static_cast<uint32_t>(pid), static_cast<uint32_t>(pid), 0, ts}; }
 
@@ -250,6 +280,31 @@ TEST(AgentRuntime, MalformedRecordsAreCountedNotTrusted) {
   r.rt->run_once(0);
   EXPECT_EQ(r.rt->snapshot().agent.bpf_errors.at("malformed_record"), 2u);
   EXPECT_EQ(r.rank(0).comm_seq.begin()->second, 0u);  // nothing was made of them
+}
+
+// The loop's waits (the manual clock stands still): with nothing to watch it
+// sleeps until the stats pass and the /proc scan are due, at the idle pace,
+// with no fixed turn in between; with ranks it turns every 50 ms (their hot
+// events come without a wakeup). stop() cuts the wait short.
+TEST(AgentRuntime, TheLoopSleepsUntilSomethingIsDueAndStopWakesIt) {
+  ManualClock clock{1'000'000 * kMs, 1'790'000'000};
+  FakeProc proc;
+  AgentOptions opts;
+  opts.node = "n";
+  opts.proc_root = proc.root().string();
+  auto b = std::make_unique<FakeBackend>();
+  FakeBackend& backend = *b;
+  auto idle = AgentRuntime::with_backend(opts, clock, std::move(b));
+  const auto waits = loop_waits(*idle, backend, 4);
+  ASSERT_GE(waits.size(), 4u);
+  EXPECT_EQ(waits[0], 0);  // the first scan and stats pass are due at once
+  const int idle_ms = static_cast<int>(std::max(opts.stats_interval_seconds, opts.idle_scan_interval_seconds) * 1000);
+  for (size_t i = 1; i < waits.size(); ++i) EXPECT_EQ(waits[i], idle_ms) << i;
+  EXPECT_EQ(backend.interrupts, 1);
+
+  Replay r;  // four ranks tracked
+  for (int w : loop_waits(*r.rt, *r.backend, 4)) EXPECT_EQ(w, 50);
+  EXPECT_EQ(r.backend->interrupts, 1);
 }
 
 TEST(AgentRuntime, FailedRingBufferPollsAreCounted) {

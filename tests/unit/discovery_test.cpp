@@ -25,6 +25,7 @@ class NameProber : public LibraryProber {
     if (m.path.find("nccl") != std::string::npos) return LibraryKind::Nccl;
     if (m.path.find("libcuda") != std::string::npos) return LibraryKind::Cuda;
     if (m.path.find("libpython") != std::string::npos) return LibraryKind::Python;
+    if (m.path.find("ld-linux") != std::string::npos) return LibraryKind::Loader;  // its hook attached
     return LibraryKind::None;
   }
   int calls = 0;
@@ -157,6 +158,64 @@ TEST(Discovery, LinkMapHintsBringALookSoonAndCoalesce) {
   d.on_link_map_change(4242, 108.0);
   EXPECT_TRUE(d.run_due(108.02).empty());
   EXPECT_EQ(d.skips()["vanished"], 1u);
+}
+
+// A process whose loader is probed tells of each dlopen itself, and one with no
+// mappings (a kernel thread) maps nothing until an exec: neither is re-read at
+// the young or old pace (on a busy node, most of a scan's cost), only at the
+// hinted net's, while a hint or an exec still brings a look at once.
+TEST(Discovery, ProcessesThatHintAndKernelThreadsAreRecheckedOnlyAsANet) {
+  const std::string loader_maps =
+      "7f0000600000-7f0000700000 r-xp 00000000 fd:01 5 /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2\n" + kPlainMaps;
+  FakeProc proc;
+  proc.add(70, loader_maps, env({"RANK=0"}));  // its dlopens hint
+  proc.add(71, "", "");                        // a kernel thread: no mappings
+  proc.add(72, kPlainMaps, env({"RANK=2"}));   // no loader hook: rechecked as before
+  NameProber prober;
+  DiscoveryOptions opts{proc.root().string(), 0};
+  Discovery d(opts, prober);
+  EXPECT_TRUE(d.scan(0).empty());
+  // All three now map NCCL without a hint (a loader the hook missed, an exec unseen).
+  proc.add(70, loader_maps + kNcclMaps, env({"RANK=0"}));
+  proc.add(71, kNcclMaps, env({"RANK=1"}));
+  proc.add(72, kNcclMaps, env({"RANK=2"}));
+  auto pids_of = [](const std::vector<FoundProcess>& found) {
+    std::set<int> pids;
+    for (const auto& f : found) pids.insert(f.pid);
+    return pids;
+  };
+  EXPECT_EQ(pids_of(d.scan(opts.young_recheck_seconds)), (std::set<int>{72}));
+  EXPECT_EQ(pids_of(d.scan(opts.old_recheck_seconds + 1)), (std::set<int>{72}));  // a rank, rechecked as one
+  d.on_link_map_change(70, 40);  // a dlopen: looked at within the settle time
+  EXPECT_EQ(pids_of(d.run_due(40.02)), (std::set<int>{70}));
+  d.on_exec(71, 41);  // a new image: followed up at once
+  EXPECT_EQ(pids_of(d.run_due(41)), (std::set<int>{71}));
+
+  // After an exec, a process whose loader is probed keeps only the follow-ups
+  // of the first 0.1 s (a hand-made mmap at start); later dlopens hint.
+  FakeProc proc3;
+  proc3.add(73, loader_maps, env({"RANK=3"}));
+  proc3.add(74, kPlainMaps, env({"RANK=4"}));
+  Discovery d3({proc3.root().string(), 0}, prober);
+  d3.on_exec(73, 50);
+  EXPECT_TRUE(d3.run_due(50).empty());
+  EXPECT_EQ(d3.next_followup(), 50.02);
+  EXPECT_TRUE(d3.run_due(50.02).empty());
+  EXPECT_EQ(d3.next_followup(), 50.1);
+  EXPECT_TRUE(d3.run_due(50.1).empty());
+  EXPECT_EQ(d3.next_followup(), std::numeric_limits<double>::infinity());  // not 50.3, 51 and 53
+  d3.on_exec(74, 60);  // one whose loader is not probed keeps them all
+  EXPECT_TRUE(d3.run_due(60.1).empty());
+  EXPECT_EQ(d3.next_followup(), 60.3);
+
+  // Unhinted, they would have been found by the net.
+  FakeProc proc2;
+  proc2.add(71, "", "");
+  Discovery d2({proc2.root().string(), 0}, prober);
+  EXPECT_TRUE(d2.scan(0).empty());
+  proc2.add(71, kNcclMaps, env({"RANK=1"}));
+  EXPECT_TRUE(d2.scan(opts.hinted_recheck_seconds - 1).empty());
+  EXPECT_EQ(pids_of(d2.scan(opts.hinted_recheck_seconds)), (std::set<int>{71}));
 }
 
 TEST(Discovery, MalformedAndVanishedEntriesAreCountedSkips) {

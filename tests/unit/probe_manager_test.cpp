@@ -49,6 +49,12 @@ class RecordingBackend : public BpfBackend {
   int uprobes = 0;
 };
 
+// Every uprobe attach fails (a kernel that refuses the offset, a missing PMU).
+class RefusingBackend : public RecordingBackend {
+ public:
+  Result<Link> attach_uprobe(const std::string&, const ProbeSpec&) override { return make_error("refused"); }
+};
+
 class ProbeLifecycle : public ::testing::TestWithParam<bool> {
  protected:
   ProbeManagerOptions options() const {
@@ -171,6 +177,25 @@ TEST_P(ProbeLifecycle, UnprobedFilesAreForgottenWithTheirMappers) {
   EXPECT_EQ(pm.stats().files_known, 0u);
   EXPECT_EQ(pm.stats().files_released, 0u);  // nothing was attached, nothing released
   EXPECT_EQ(backend_.uprobes, 0);
+}
+
+// The dynamic loader is told as such (its processes' dlopens will hint, so
+// discovery rechecks them rarely) only when its hook attached.
+TEST_P(ProbeLifecycle, TheLoaderIsToldOnlyWhenItsHookAttached) {
+  if (!fs::exists("/lib64/ld-linux-x86-64.so.2")) GTEST_SKIP() << "no /lib64/ld-linux-x86-64.so.2";
+  const fs::path ld = fs::canonical("/lib64/ld-linux-x86-64.so.2");  // as the child's maps name it
+  MappingChild a(ld.string());
+  ASSERT_TRUE(a.mapped());
+  ASSERT_TRUE(a.entry(ld.string()).has_value());
+  {
+    ProbeManager pm(backend_, options());
+    EXPECT_EQ(probe(pm, a.pid(), *a.entry(ld.string())), LibraryKind::Loader);
+    EXPECT_EQ(backend_.uprobes, 1);
+  }
+  RefusingBackend refusing;
+  ProbeManager pm(refusing, options());
+  EXPECT_EQ(probe(pm, a.pid(), *a.entry(ld.string())), LibraryKind::None);
+  EXPECT_EQ(pm.stats().attach_errors["loader"], 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(ParseMode, ProbeLifecycle, ::testing::Values(false, true),

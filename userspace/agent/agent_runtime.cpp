@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -151,6 +152,7 @@ void AgentRuntime::start() {
 
 void AgentRuntime::stop() {
   if (!running_.exchange(false)) return;
+  loader_->interrupt_poll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -158,20 +160,22 @@ double AgentRuntime::seconds_since_heartbeat() const {
   return static_cast<double>(clock_.monotonic_ns() - heartbeat_ns_.load()) / 1e9;
 }
 
-// While ranks run or a library is being parsed, the loop turns every 50 ms (a
-// parsed library's probes attach at the next turn). With nothing to watch it
-// turns every 250 ms: exec and exit events still wake it at once, hot events
-// wake it when the ring fills, and each turn costs ~50 us of CPU here, so an
-// idle agent's floor is set by these turns and the /proc scan. An exec
-// follow-up due sooner (the loader maps libraries just after exec) shortens
-// the wait to it.
+// While ranks run or a library is being parsed, the loop turns every 50 ms:
+// hot events arrive without a wakeup, and a parsed library's probes attach at
+// the next turn. With nothing to watch it sleeps until the next thing due (the
+// stats pass, the /proc scan, an exec follow-up), at most kIdleTurnMaxSeconds:
+// exec, exit, dlopen and first-call events wake it at once, and stop()
+// interrupts the wait. An idle agent's floor is these few turns a second.
 void AgentRuntime::loop() {
-  while (running_) {
-    int ms = registry_.tracked_count() > 0 || probes_->parses_pending() ? 50 : 250;
-    const double until_followup = discovery_->next_followup() - now_s();
-    if (until_followup < ms / 1000.0) ms = std::max(0, static_cast<int>(std::ceil(until_followup * 1000)));
-    run_once(ms);
-  }
+  while (running_) run_once(next_wait_ms());
+}
+
+bool AgentRuntime::watching() const { return registry_.tracked_count() > 0 || probes_->parses_pending(); }
+
+int AgentRuntime::next_wait_ms() const {
+  const double due = std::min({next_scan_, next_stats_, discovery_->next_followup()});
+  const double cap = watching() ? kBusyTurnSeconds : kIdleTurnMaxSeconds;
+  return static_cast<int>(std::ceil(std::clamp(due - now_s(), 0.0, cap) * 1000));
 }
 
 void AgentRuntime::run_once(int poll_ms) {
@@ -188,16 +192,18 @@ void AgentRuntime::run_once(int poll_ms) {
     for (const auto& f : discovery_->scan(now)) track_found(f);
     probes_->sweep(now, discovery_->alive_pids());
     std::erase_if(workers_seen_, [&](int pid) { return !discovery_->alive_pids().count(pid); });
-    next_scan_ = now + (registry_.tracked_count() > 0
-                            ? opts_.scan_interval_seconds
-                            : std::max(opts_.scan_interval_seconds, opts_.idle_scan_interval_seconds));
+    next_scan_ = now + (watching() ? opts_.scan_interval_seconds
+                                   : std::max(opts_.scan_interval_seconds, opts_.idle_scan_interval_seconds));
   }
   if (now >= next_stats_) {
     refresh_stats();
     reap_vanished();
     registry_.tick();
     evaluate_detectors();
-    next_stats_ = now + opts_.stats_interval_seconds;
+    // With no rank the pass only refreshes the agent's own counters and looks
+    // for ranks whose first-call event was lost: at the idle scan's pace.
+    next_stats_ = now + (watching() ? opts_.stats_interval_seconds
+                                    : std::max(opts_.stats_interval_seconds, opts_.idle_scan_interval_seconds));
   }
   heartbeat_ns_ = clock_.monotonic_ns();
 }

@@ -107,6 +107,10 @@ class AgentRuntime : public ApiSource {
  private:
   AgentRuntime(const AgentOptions& opts, const Clock& clock, std::unique_ptr<BpfBackend> loader);
   void loop();
+  bool watching() const;     // a rank is tracked or a library is being parsed
+  int next_wait_ms() const;  // the loop's wait before its next turn
+  static constexpr double kBusyTurnSeconds = 0.05;
+  static constexpr double kIdleTurnMaxSeconds = 2;  // well inside /healthz's stall limit
   void handle_record(const void* data, size_t size);
   void handle_event(DecodedEvent& ev);
   void track_found(const FoundProcess& f);

@@ -18,6 +18,11 @@ constexpr double kExecFollowups[] = {0.0, 0.02, 0.1, 0.3, 1.0, 3.0};
 // times: one look per process per this many seconds at most.
 constexpr double kLinkMapSettleSeconds = 0.01;
 
+// A process whose loader is probed tells of its later dlopens itself: only the
+// follow-ups this soon after exec stay, for libraries mapped without the
+// loader's help (a hand-made mmap at start), the others would read its maps for nothing.
+constexpr double kHintedExecFollowupsSeconds = 0.1;
+
 bool worth_probing(const procfs::MapEntry& m) {
   if (!m.executable() || !m.file_backed()) return false;
   if (m.path.rfind("/memfd:", 0) == 0 || m.path.rfind("/dev/", 0) == 0) return false;
@@ -48,11 +53,19 @@ std::map<std::string, uint64_t> Discovery::skips() const {
   return skips_;
 }
 
+void Discovery::drop_hinted_followups(PidState& st, double now_s) {
+  // Looks that hints asked for are never later than now + the settle time.
+  const double keep_until = std::max(st.first_seen + kHintedExecFollowupsSeconds, now_s + kLinkMapSettleSeconds);
+  std::erase_if(st.followups, [&](double at) { return at > keep_until; });
+}
+
 bool Discovery::due(const PidState& st, double now_s) const {
   const double age = now_s - st.first_seen;
   double interval = opts_.old_recheck_seconds;
   if (st.is_rank)
     interval = opts_.rank_recheck_seconds;
+  else if (st.hinted)
+    interval = opts_.hinted_recheck_seconds;
   else if (age < opts_.young_seconds && !st.unreadable)
     interval = opts_.young_recheck_seconds;
   return now_s - st.last_check >= interval;
@@ -82,14 +95,17 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   found.pid = pid;
   std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen_files;
   bool python_only = true;  // every probed file is a Python interpreter
+  st.hinted = maps->entries.empty();
   for (const auto& m : maps->entries) {
     if (!worth_probing(m)) continue;
     if (!seen_files.insert({m.dev_major, m.dev_minor, m.inode}).second) continue;
     const LibraryKind kind = prober_.consider(pid, m);
+    if (kind == LibraryKind::Loader) st.hinted = true;   // its dlopens will tell us
     if (kind == LibraryKind::None || kind == LibraryKind::Loader) continue;  // every process maps a loader
     found.libraries.push_back(m.path);
     if (kind != LibraryKind::Python) python_only = false;
   }
+  if (st.hinted) drop_hinted_followups(st, now_s);
   if (found.libraries.empty()) return std::nullopt;
   // A process with only a Python interpreter is a rank only when its
   // environment names one (a launcher's RANK and job id): a plain system

@@ -44,6 +44,10 @@ struct DiscoveryOptions {
   double young_recheck_seconds = 2;  // ... is rechecked this often
   double old_recheck_seconds = 30;   // older non-ranks (and unreadable ones) this often
   double rank_recheck_seconds = 10;  // ranks, for libraries loaded later
+  // Non-ranks whose dynamic loader is probed tell of every dlopen themselves
+  // (on_link_map_change), and a process with no mappings (a kernel thread)
+  // maps nothing until an exec: both are rechecked only this often, as a net.
+  double hinted_recheck_seconds = 300;
   // --only-env KEY=VALUE: track only processes whose environment has it (several
   // agents sharing one machine, each watching its own simulated node).
   std::string only_env_key{};
@@ -82,9 +86,11 @@ class Discovery {
     double last_check = 0;
     bool is_rank = false;
     bool unreadable = false;  // permission denied: rechecking every scan would not help
+    bool hinted = false;      // its loader is probed (each dlopen hints) or it maps nothing
     std::vector<double> followups;
   };
   bool due(const PidState& st, double now_s) const;
+  static void drop_hinted_followups(PidState& st, double now_s);
 
   DiscoveryOptions opts_;
   LibraryProber& prober_;

@@ -166,6 +166,8 @@ class BpfBackend {
   using EventHandler = std::function<void(const void* data, size_t size)>;
   virtual void set_event_handler(EventHandler handler) = 0;
   virtual int poll_events(int timeout_ms) = 0;
+  // Ends a poll_events() wait now (from another thread): a stop needs no turn.
+  virtual void interrupt_poll() {}
 };
 
 }  // namespace argus

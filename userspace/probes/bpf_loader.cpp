@@ -5,6 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <linux/perf_event.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -211,7 +213,39 @@ Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) 
                                 self.get());
       rc != 0)
     return make_error("cannot map the Python sample ring buffer: " + errno_text(rc));
+  self->open_wakeable_poll();
   return self;
+}
+
+// The loop's wait covers the ring buffers and an eventfd, so that stop() ends
+// a long idle wait at once. Without it (no eventfd or epoll: never seen) the
+// poll falls back to the ring buffers alone, and a stop waits out the turn.
+void BpfLoader::open_wakeable_poll() {
+  UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  UniqueFd ep(epoll_create1(EPOLL_CLOEXEC));
+  if (!wake.valid() || !ep.valid()) {
+    spdlog::debug("no wakeable poll ({}): a stop waits for the loop's turn", errno_text(errno));
+    return;
+  }
+  epoll_event rings{};
+  rings.events = EPOLLIN;
+  rings.data.fd = ring_buffer__epoll_fd(ringbuf_);
+  epoll_event woken{};
+  woken.events = EPOLLIN;
+  woken.data.fd = wake.get();
+  if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, rings.data.fd, &rings) != 0 ||
+      epoll_ctl(ep.get(), EPOLL_CTL_ADD, wake.get(), &woken) != 0) {
+    spdlog::debug("no wakeable poll ({}): a stop waits for the loop's turn", errno_text(errno));
+    return;
+  }
+  wake_fd_ = std::move(wake);
+  poll_fd_ = std::move(ep);
+}
+
+void BpfLoader::interrupt_poll() {
+  if (!wake_fd_.valid()) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = write(wake_fd_.get(), &one, sizeof(one));  // full (2^64-2 wakes pending): already woken
 }
 
 Result<bool> BpfLoader::attach_kernel_programs(const LoaderOptions& opts) {
@@ -533,8 +567,17 @@ Result<int> BpfLoader::start_python_sampling(uint32_t hz) {
 }
 
 int BpfLoader::poll_events(int timeout_ms) {
-  const int woken = ring_buffer__poll(ringbuf_, timeout_ms);
-  if (woken < 0) return woken;
+  int woken = 0;
+  if (poll_fd_.valid()) {
+    epoll_event ready[2];
+    if (epoll_wait(poll_fd_.get(), ready, 2, timeout_ms) < 0) return -errno;
+    uint64_t wakes = 0;
+    while (read(wake_fd_.get(), &wakes, sizeof(wakes)) > 0) {
+    }
+  } else {
+    woken = ring_buffer__poll(ringbuf_, timeout_ms);
+    if (woken < 0) return woken;
+  }
   // Hot events come without a wakeup (argus_submit_hot in bpf/helpers.bpf.h):
   // the poll may time out with records waiting. Drain them every time.
   const int waiting = ring_buffer__consume(ringbuf_);

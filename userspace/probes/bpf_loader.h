@@ -13,6 +13,7 @@
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/defaults.h"
 #include "userspace/common/result.h"
+#include "userspace/common/unique_fd.h"
 #include "userspace/probes/bpf_backend.h"
 
 struct argus_bpf;     // the bpftool skeleton
@@ -74,6 +75,7 @@ class BpfLoader : public BpfBackend {
   void delete_seqs(uint32_t tgid) override;
   void set_event_handler(EventHandler handler) override { handler_ = std::move(handler); }
   int poll_events(int timeout_ms) override;
+  void interrupt_poll() override;
 
   std::vector<StealerEntry> read_stealers(uint32_t victim_tgid) const override;
   std::map<uint32_t, std::vector<StealerEntry>> read_stealers_of(const std::vector<uint32_t>& victims) const override;
@@ -88,11 +90,14 @@ class BpfLoader : public BpfBackend {
   BpfLoader() = default;
   Result<bool> attach_kernel_programs(const LoaderOptions& opts);
   Result<Link> attach_multi(const std::string& path, const std::vector<const ProbeSpec*>& specs);
+  void open_wakeable_poll();
   static int on_ringbuf_record(void* ctx, void* data, size_t size);
   static int on_py_sample(void* ctx, void* data, size_t size);
 
   argus_bpf* skel_ = nullptr;
   ring_buffer* ringbuf_ = nullptr;
+  UniqueFd wake_fd_;  // interrupt_poll() ends poll_events() early
+  UniqueFd poll_fd_;  // epoll over the ring buffers' own epoll and wake_fd_
   std::vector<Link> proc_links_;
   EventHandler handler_;
   std::function<void(const void*, size_t)> py_sample_handler_;

@@ -51,12 +51,18 @@ void ProbeManager::skip(const std::string& reason) {
   if (skips_ != nullptr) skips_->count_skip(reason);
 }
 
+// A loader whose hook did not attach sends no dlopen hints: discovery must keep
+// rechecking its processes as if it were any other file.
+LibraryKind ProbeManager::told_kind(const Library& lib) {
+  return lib.kind == LibraryKind::Loader && lib.uprobes == 0 ? LibraryKind::None : lib.kind;
+}
+
 LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
   const FileKey key{mapping.dev_major, mapping.dev_minor, mapping.inode};
   if (auto it = files_.find(key); it != files_.end()) {
     it->second.users.insert(pid);
     it->second.unused_since = -1;
-    return it->second.pending ? LibraryKind::None : it->second.kind;
+    return it->second.pending ? LibraryKind::None : told_kind(it->second);
   }
   if (refused_.count({key, pid})) return LibraryKind::None;  // this process's path was refused: said once
   if (pending_ >= opts_.max_pending_parses) {
@@ -86,7 +92,7 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
   if (!opts_.parse_in_background) {
     parse(job, opts_.elf, opts_.python_gc);
     finish(job);
-    return lib.kind;
+    return told_kind(lib);
   }
   {
     std::lock_guard lock(queue_mu_);

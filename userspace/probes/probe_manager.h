@@ -126,6 +126,7 @@ class ProbeManager final : public LibraryProber {
   static void parse(Parsed& job, const elf::ReadOptions& ropts, bool python_gc);
   void worker_loop();
   void finish(Parsed& done);
+  static LibraryKind told_kind(const Library& lib);
   void attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib);
   void attach_gpu_producer(const Parsed& done, Library& lib);
   void attach_python_gc(Library& lib);
