@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,8 +21,12 @@ class MappingChild {
   explicit MappingChild(const std::string& path) {
     int ready[2];
     if (::pipe(ready) != 0) return;
+    const pid_t parent = ::getpid();
     pid_ = ::fork();
     if (pid_ == 0) {  // only async-signal-safe calls from here
+      // A parent that crashes must not leave it paused, holding the test runner's pipe.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(1);  // the parent is already gone
       ::close(ready[0]);
       const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       void* p = fd < 0 ? MAP_FAILED : ::mmap(nullptr, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
