@@ -6,19 +6,27 @@
    against when the producer folds compute kernels (gpu/gpu_fold.h), the records
    that cross per kernel, and what folding costs the producer per kernel.
 2. As root: the whole agent (BPF copy, ring buffer, decoding, timeline) watching a
-   kernel-heavy argus-sim job, rounds alternating without and with --gpu-fold: the
-   agent's CPU per 10^6 kernels received, and every kernel counted.
+   kernel-heavy argus-sim job, rounds alternating every kernel sent, folded, folded
+   with spans cut at each emulated buffer (as before spans went on across buffers)
+   and no GPU records: the agent's CPU per 10^6 kernels received, every kernel counted.
+3. Same agent, folded: its GPU cost per step at 200, 2 000 and 10 000 kernels a step
+   of the sim's 4 kernel names, and at 2 000 a step of 150 names, each +-3% from
+   launch to launch (--kernel-names, ARGUS_SIM_GPU_JITTER_PCT: a real step's shape).
 
 Usage: bench/gpu_fold.py OUT_DIR   (BUILD_DIR, default build; ARGUS_BENCH_REPS, default 3;
-       ARGUS_BENCH_FOLD_ROUNDS, default 3 (0 skips part 2); ARGUS_BENCH_FOLD_KERNELS, default 2000
-       kernels a step; ARGUS_BENCH_FOLD_STEPS, default 100; ARGUS_BENCH_FOLD_RANKS, default 2)
+       ARGUS_BENCH_FOLD_ROUNDS, default 3 (0 skips parts 2 and 3); ARGUS_BENCH_FOLD_KERNELS, default 2000
+       kernels a step; ARGUS_BENCH_FOLD_STEPS, default 100; ARGUS_BENCH_FOLD_RANKS, default 2;
+       ARGUS_BENCH_FOLD_STEP_KERNELS, default 200,10000: part 3's other step sizes;
+       ARGUS_BENCH_FOLD_NAMES, default 150: part 3's many-name shape, 4 or less skips it)
 Writes OUT_DIR/timeline-cost.json, OUT_DIR/fold.txt. Exit 1 when the bench fails.
 """
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,21 +45,60 @@ def cpu_s(pid):
     return total / 1e9
 
 
+MODES = {0: "every kernel sent", 1: "--gpu-fold", 3: "--gpu-fold, cut per buffer", 2: "no GPU records"}
+
+
+def run_job(build, agent, port, kernels, steps, ranks, mode, tag, names=4):
+    """One sim job in `mode` (0 sent, 1 folded, 3 folded with spans cut at each
+    emulated buffer, as before spans went on across buffers, 2 no GPU records):
+    (agent CPU s, kernels the agent counted, wall s, (records, batches) that crossed
+    argus:gpu_batch by the sim's own count)."""
+    job = "fold-e2e-%d-%s-%d" % (os.getpid(), tag, mode)
+    truth = tempfile.mkdtemp(prefix="fold-truth-")
+    args = [os.path.join(build, "bin", "argus-sim"), "--ranks", ranks, "--steps", steps, "--step-ms",
+            "20", "--kernels-per-step", str(kernels), "--init-ms", "300", "--job-id", job, "--quiet",
+            "--out", truth, "--kernel-names", str(names)]
+    if mode in (1, 3):
+        args.append("--gpu-fold")
+    env = dict(os.environ, ARGUS_SIM_GPU_ACTIVITY="0" if mode == 2 else "1",
+               ARGUS_SIM_GPU_FOLD_PER_BUFFER="1" if mode == 3 else "0",
+               ARGUS_SIM_GPU_JITTER_PCT="3" if names > 4 else "0")
+    c0, t0 = cpu_s(agent.pid), time.time()
+    subprocess.run(args, check=True, capture_output=True, timeout=600, env=env)
+    time.sleep(1.0)  # the agent drains every 50 ms; one scrape after, the same in every mode
+    c1, t1 = cpu_s(agent.pid), time.time()
+    got = msum(metrics(port), "argus_gpu_records_total", job_id=job, kind="kernel")
+    crossed = [0, 0]
+    for r in range(int(ranks)):
+        with open(os.path.join(truth, "rank-%d.json" % r)) as f:
+            g = json.load(f).get("gpu", {})
+        crossed[0] += g.get("records", 0)
+        crossed[1] += g.get("batches", 0)
+    shutil.rmtree(truth, ignore_errors=True)
+    print("  %s mode %d (%s): agent %.3f s CPU for %d kernels in %.1f s; %d records in %d batches crossed"
+          % (tag, mode, MODES[mode], c1 - c0, got, t1 - t0, crossed[0], crossed[1]), flush=True)
+    return c1 - c0, got, t1 - t0, tuple(crossed)
+
+
 def end_to_end(build, out):
-    """Part 2: lines for the summary, or [] when skipped; raises on failure."""
+    """Parts 2 and 3: lines for the summary, or [] when skipped; raises on failure."""
     rounds = int(os.environ.get("ARGUS_BENCH_FOLD_ROUNDS", "3"))
     if rounds <= 0:
         return []
     if os.geteuid() != 0:
         return ["  end to end: skipped (needs root)"]
-    kernels = os.environ.get("ARGUS_BENCH_FOLD_KERNELS", "2000")
+    kernels = int(os.environ.get("ARGUS_BENCH_FOLD_KERNELS", "2000"))
     steps = os.environ.get("ARGUS_BENCH_FOLD_STEPS", "100")
     ranks = os.environ.get("ARGUS_BENCH_FOLD_RANKS", "2")
+    per_step_kernels = [int(k) for k in os.environ.get("ARGUS_BENCH_FOLD_STEP_KERNELS", "200,10000").split(",") if k]
+    names = int(os.environ.get("ARGUS_BENCH_FOLD_NAMES", "150"))
+    shapes = [(k, 4) for k in per_step_kernels] + ([(kernels, names)] if names > 4 else [])
     port = free_port()
     log = open(os.path.join(out, "agent.log"), "w")
     agent = subprocess.Popen([os.path.join(build, "bin", "argus-agent"), "--listen", "127.0.0.1:%d" % port,
                               "--log-level", "warn"], stdout=log, stderr=subprocess.STDOUT)
-    res = {0: [], 1: [], 2: []}  # 0: every kernel sent, 1: folded, 2: no GPU records at all (the floor)
+    res = {m: [] for m in MODES}
+    by_k = {}  # kernels a step -> mode -> [(cpu, kernels, wall)], folded and the floor
     try:
         for _ in range(150):
             if metrics(port):
@@ -60,38 +107,49 @@ def end_to_end(build, out):
         else:
             raise RuntimeError("the agent did not start; see %s" % log.name)
         for rnd in range(rounds):
-            for fold in (0, 1, 2):
-                job = "fold-e2e-%d-%d-%d" % (os.getpid(), rnd, fold)
-                args = [os.path.join(build, "bin", "argus-sim"), "--ranks", ranks, "--steps", steps, "--step-ms",
-                        "20", "--kernels-per-step", kernels, "--init-ms", "300", "--job-id", job, "--quiet"]
-                if fold == 1:
-                    args.append("--gpu-fold")
-                env = dict(os.environ, ARGUS_SIM_GPU_ACTIVITY="0" if fold == 2 else "1")
-                c0, t0 = cpu_s(agent.pid), time.time()
-                subprocess.run(args, check=True, capture_output=True, timeout=600, env=env)
-                time.sleep(1.0)  # the agent drains every 50 ms; one scrape after, the same in every mode
-                c1, t1 = cpu_s(agent.pid), time.time()
-                got = msum(metrics(port), "argus_gpu_records_total", job_id=job, kind="kernel")
-                res[fold].append((c1 - c0, got, t1 - t0))
-                print("  round %d fold %d: agent %.2f s CPU for %d kernels in %.1f s" % (rnd, fold, c1 - c0, got,
-                                                                                          t1 - t0), flush=True)
+            for mode in (0, 1, 3, 2):
+                res[mode].append(run_job(build, agent, port, kernels, steps, ranks, mode, "r%d" % rnd))
+            for k, n in shapes:
+                for mode in (1, 3, 2):
+                    by_k.setdefault((k, n), {}).setdefault(mode, []).append(
+                        run_job(build, agent, port, k, steps, ranks, mode, "r%dk%dn%d" % (rnd, k, n), n))
     finally:
         stop(agent)
         log.close()
-    launched = max([n for _, n, _ in res[0] + res[1]] or [0])  # the same job launches the same kernels
-    if not launched or any(n != launched for _, n, _ in res[0] + res[1]):
+    launched = max([r[1] for r in res[0] + res[1]] or [0])  # the same job launches the same kernels
+    if not launched or any(r[1] != launched for r in res[0] + res[1] + res[3]):
         raise RuntimeError("kernels counted differ between runs: %s" % res)
-    per = {f: [1e6 * cpu / launched for cpu, _, _ in res[f]] for f in res}
-    lines = ["  end to end (argus-agent watching argus-sim --ranks %s --kernels-per-step %s --step-ms 20: %d kernels "
+    per = {f: [1e6 * r[0] / launched for r in res[f]] for f in res}
+    lines = ["  end to end (argus-agent watching argus-sim --ranks %s --kernels-per-step %d --step-ms 20: %d kernels "
              "a run, about %.0f/s per rank; %d rounds alternating), agent CPU per 10^6 kernels launched:"
-             % (ranks, kernels, launched, launched / int(ranks) / statistics.median([w for _, _, w in res[0]]), rounds)]
-    for f, what in ((0, "every kernel sent"), (1, "--gpu-fold"), (2, "no GPU records")):
-        lines.append("    %-18s median %.3f s (%s)" % (what, statistics.median(per[f]),
+             % (ranks, kernels, launched, launched / int(ranks) / statistics.median([r[2] for r in res[0]]), rounds)]
+    for f in (0, 1, 3, 2):
+        lines.append("    %-28s median %.3f s (%s)" % (MODES[f], statistics.median(per[f]),
                                                       ", ".join("%.3f" % v for v in per[f])))
-    floor = statistics.median(per[2])
-    sent, folded = statistics.median(per[0]) - floor, statistics.median(per[1]) - floor
-    lines.append("    the GPU records' share (minus the floor): %.3f s sent one by one, %.3f s folded: x%.1f less"
-                 % (sent, folded, sent / folded if folded > 0 else float("inf")))
+    sent, folded, cut = (statistics.median([a - b for a, b in zip(per[m], per[2])]) for m in (0, 1, 3))
+    lines.append("    the GPU records' share (each run minus the round's run without GPU records, median): %.1f ns/kernel sent one by one, %.1f folded "
+                 "(x%.1f less), %.1f folded with spans cut per buffer"
+                 % (sent * 1e3, folded * 1e3, sent / folded if folded > 0 else float("inf"), cut * 1e3))
+    # Part 3: the agent's GPU cost per step as the kernels per step grow (folded).
+    nsteps = int(steps) * int(ranks)
+    by_k.setdefault((kernels, 4), {1: res[1], 3: res[3], 2: res[2]})
+    lines.append("  per step, folded (%d steps a run; records and batches crossing by the sim's count, the same "
+                 "every round; agent CPU: the GPU records' share, each run minus its round's run without GPU records, "
+                 "median):" % nsteps)
+    for k, n in sorted(by_k, key=lambda kn: (kn[1], kn[0])):
+        runs = by_k[(k, n)]
+        # Paired by round (the runs of a round are back to back): the median of
+        # (mode - no GPU records), steadier than a difference of medians here.
+        f, c = (statistics.median([a[0] - b[0] for a, b in zip(runs[m], runs[2])]) for m in (1, 3))
+        z = statistics.median([r[0] for r in runs[2]])
+        counted = statistics.median([r[1] for r in runs[1]])
+        rec = {m: statistics.median([r[3][0] for r in runs[m]]) for m in (1, 3)}
+        bat = {m: statistics.median([r[3][1] for r in runs[m]]) for m in (1, 3)}
+        lines.append("    %6d kernels/step of %3d names%s: %.1f records in %.2f batches a step (cut per buffer: %.1f "
+                     "in %.2f); agent %.1f us/step (cut per buffer %.1f), floor %.1f us/step; %d kernels counted"
+                     % (k, n, " +-3%" if n > 4 else "", rec[1] / nsteps, bat[1] / nsteps, rec[3] / nsteps,
+                        bat[3] / nsteps,
+                        1e6 * f / nsteps, 1e6 * c / nsteps, 1e6 * z / nsteps, counted))
     return lines
 
 

@@ -38,7 +38,8 @@
 #     and whether the rules found exactly the injected straggler and down link.
 #  o. GPU records folded (bench/gpu_fold.py): the agent's timeline cost per kernel when the
 #     producer folds compute kernels (gpu/gpu_fold.h) against one record per kernel, the
-#     records crossing per kernel, and the producer's folding cost per kernel. No root needed.
+#     records crossing per kernel, and the producer's folding cost per kernel; as root, the
+#     whole agent end to end, and what crosses per step (spans across buffers or cut per buffer).
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.

@@ -104,6 +104,9 @@ struct State {
   std::condition_variable flush_cv;
   bool flush_stop = false;
   bool flush_done = false;
+  // The flush thread ticks: only then may a folded span wait for the next buffer
+  // (a tick ends it once old). Hand-built buffers and the exit flush end it at once.
+  std::atomic<bool> ticking{false};
   std::thread* flush_thread = nullptr;
 };
 
@@ -269,7 +272,11 @@ int handle_buffer(uint8_t* buffer, size_t valid, uint64_t dropped) noexcept {
         const argus_fold_stats before = s.folder->stats;
         FoldingSink sink(s);
         r = process_buffer(s.conv, next, buffer, valid, dropped, sink);
-        argus_fold_flush(s.folder);
+        if (s.ticking.load()) {
+          argus_fold_end_buffer(s.folder, monotonic_ns());  // a young span goes on into the next buffer
+        } else {
+          argus_fold_flush(s.folder);
+        }
         s.kernels.fetch_add(sink.kernels(), std::memory_order_relaxed);
         s.folded.fetch_add(s.folder->stats.folded - before.folded, std::memory_order_relaxed);
         s.spans.fetch_add(s.folder->stats.spans - before.spans, std::memory_order_relaxed);
@@ -329,6 +336,31 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   --s.outstanding;
 }
 
+// A span the folder kept open across buffers waits for the next one; the flush
+// thread's tick closes it once it is old (the GPU went quiet), and the exit
+// closes it whatever its age.
+void end_folded_span(bool at_exit) noexcept {
+  State& s = S();
+  std::unique_lock<std::mutex> lk(s.conv_mu, std::try_to_lock);
+  // At exit, never wait long on a thread stuck inside CUPTI with the lock held.
+  for (int i = 0; !lk.owns_lock() && i < (at_exit ? 50 : 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    lk.try_lock();
+  }
+  if (!lk.owns_lock()) {
+    if (at_exit) log_line("exit: conversion busy; the open span of folded kernels is not sent");
+    return;  // the tick: the next buffer or tick closes it
+  }
+  if (s.folding != 1 || !s.folder) return;
+  const argus_fold_stats before = s.folder->stats;
+  if (at_exit) {
+    argus_fold_flush(s.folder);
+  } else {
+    argus_fold_end_buffer(s.folder, monotonic_ns());
+  }
+  s.spans.fetch_add(s.folder->stats.spans - before.spans, std::memory_order_relaxed);
+}
+
 void flush_loop() noexcept {
   State& s = S();
   std::unique_lock<std::mutex> lk(s.flush_mu);
@@ -343,6 +375,7 @@ void flush_loop() noexcept {
       }
       s.api.flush_all(0);
     }
+    end_folded_span(false);
     lk.lock();
   }
   s.flush_done = true;
@@ -353,6 +386,7 @@ void at_exit() noexcept {
   try {
     State& s = S();
     if (getpid() != s.init_pid) return;  // a forked child: no thread, no CUPTI of ours
+    s.ticking.store(false);
     if (s.flush_thread) {
       std::unique_lock<std::mutex> lk(s.flush_mu);
       s.flush_stop = true;
@@ -368,6 +402,7 @@ void at_exit() noexcept {
       s.flush_thread = nullptr;
     }
     if (s.active.load()) s.api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    end_folded_span(true);
   } catch (...) {
   }
 }
@@ -472,6 +507,7 @@ void initialize() {
   s.active.store(true);
   try {
     s.flush_thread = new std::thread(flush_loop);
+    s.ticking.store(true);
   } catch (...) {
     for (const auto& k : kinds) s.api.disable(k.kind);
     return disable_with("cannot start the flush thread");

@@ -36,6 +36,25 @@ static void emit_pending(struct argus_gpu_folder *f)
 	f->stats.batches++;
 	f->stats.records_out += f->nout;
 	f->nout = 0;
+	f->after_span = 0; /* what comes next is after the open span, if any */
+	f->dropped = 0;
+}
+
+/* Emits out[0..n) (and the drops not yet reported); keeps the rest, in order. */
+static void emit_first(struct argus_gpu_folder *f, uint32_t n)
+{
+	if (n == f->nout) {
+		emit_pending(f);
+		return;
+	}
+	if (n == 0 && f->dropped == 0)
+		return;
+	f->emit(f->ctx, f->out, n, f->dropped);
+	f->stats.batches++;
+	f->stats.records_out += n;
+	memmove(f->out, f->out + n, (size_t)(f->nout - n) * sizeof f->out[0]);
+	f->nout -= n;
+	f->after_span -= n;
 	f->dropped = 0;
 }
 
@@ -83,6 +102,7 @@ static void open_span(struct argus_gpu_folder *f, const struct argus_gpu_rec *k)
 	f->span.device_id = k->device_id;
 	f->span.kind = ARGUS_GPU_SPAN;
 	f->open = 1;
+	f->after_span = f->nout;
 }
 
 /* The slot of (name, bucket) in the open span; NULL when the span is full. */
@@ -201,6 +221,18 @@ void argus_fold_flush(struct argus_gpu_folder *f)
 {
 	close_span(f);
 	emit_pending(f);
+}
+
+void argus_fold_end_buffer(struct argus_gpu_folder *f, uint64_t now_ns)
+{
+	const uint64_t start = f->span.start_ns;
+	const int young = f->open && now_ns < start + ARGUS_GPU_SPAN_MAX_NS && start < now_ns + ARGUS_GPU_SPAN_MAX_NS;
+	if (!young) {
+		argus_fold_flush(f);
+		return;
+	}
+	f->stats.carried++;
+	emit_first(f, f->after_span);
 }
 
 void argus_unheard_add(struct argus_unheard *u, const struct argus_gpu_rec *recs, uint32_t n, uint64_t dropped)

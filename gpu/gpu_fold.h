@@ -8,7 +8,9 @@
  * those that end at a kept kernel as gap records. A span ends at a gap record,
  * at the first kept kernel after ARGUS_GPU_STEP_QUIET_NS without one (where a
  * step likely starts), after ARGUS_GPU_SPAN_MAX_NS, at ARGUS_GPU_SPAN_MAX_ENTRIES
- * sketch records, and at each flush. It computes busy and idle
+ * sketch records, and at a producer buffer's end only once it began
+ * ARGUS_GPU_SPAN_MAX_NS before (argus_fold_end_buffer): a span goes on across
+ * small buffers, so what crosses is per span, not per buffer. It computes busy and idle
  * time exactly as the agent would for records in start order, so the agent's
  * busy, idle and bubble figures are the same while its work is per span.
  *
@@ -48,6 +50,7 @@ struct argus_fold_stats {
 	uint64_t gaps;
 	uint64_t batches;    /* emit calls */
 	uint64_t records_out;
+	uint64_t carried;    /* buffer ends that kept a span open into the next buffer */
 };
 
 struct argus_gpu_folder {
@@ -62,6 +65,7 @@ struct argus_gpu_folder {
 	struct argus_fold_slot slots[ARGUS_FOLD_SLOTS];
 	struct argus_gpu_rec out[ARGUS_GPU_BATCH_MAX];
 	uint32_t nout;
+	uint32_t after_span; /* out[after_span..nout): sent after the open span began; they wait for it */
 	uint64_t dropped; /* reported with the next batch */
 	struct argus_fold_stats stats;
 };
@@ -70,8 +74,17 @@ void argus_fold_init(struct argus_gpu_folder *f, argus_fold_emit_fn emit, void *
 /* Folds `n` records (sorted by start here, in place). `dropped`: records the
  * producer lost before them. Emits whenever a batch fills. */
 void argus_fold_add(struct argus_gpu_folder *f, struct argus_gpu_rec *recs, size_t n, uint64_t dropped);
-/* Closes the open span and emits what is pending (a batch with n = 0 when only
- * drops are left to report). Call at the end of each producer buffer. */
+/* The end of a producer buffer at `now_ns` (CLOCK_MONOTONIC, the records'
+ * clock). A span that began ARGUS_GPU_SPAN_MAX_NS or more before now_ns (or
+ * after it by as much: clocks that disagree) is closed and everything pending
+ * emitted, as argus_fold_flush does. A younger span stays open for the next
+ * buffer, and with it the records that came after it, so the agent gets them
+ * in the same order as from one long buffer; what came before it is emitted.
+ * Producers also call it with no buffer (n = 0 to add) on their periodic flush,
+ * so a span waits at most ARGUS_GPU_SPAN_MAX_NS plus one flush period. */
+void argus_fold_end_buffer(struct argus_gpu_folder *f, uint64_t now_ns);
+/* Closes the open span and emits everything pending (a batch with n = 0 when
+ * only drops are left to report): at exit, and where no clock is at hand. */
 void argus_fold_flush(struct argus_gpu_folder *f);
 /* The sketch bucket of a duration: the agent's StepSketch::bucket_of. */
 int32_t argus_fold_bucket(uint64_t duration_ns);

@@ -428,6 +428,7 @@ static void fire_and_count(const struct argus_gpu_rec *recs, unsigned n, unsigne
 
 /* --gpu-fold (ARGUS_SIM_GPU_FOLD=1): records go through the producer's folder. */
 static int g_fold = -1;
+static int g_fold_per_buffer; /* ARGUS_SIM_GPU_FOLD_PER_BUFFER=1: no span across buffers */
 static struct argus_gpu_folder *g_folder;
 
 static void folded_batch(void *ctx, const struct argus_gpu_rec *recs, uint32_t n, uint64_t dropped)
@@ -441,6 +442,8 @@ static int fold_on(void)
 	if (g_fold < 0) {
 		const char *v = getenv(ARGUS_SIM_GPU_FOLD_ENV);
 		g_fold = v && strcmp(v, "1") == 0;
+		const char *pb = getenv(ARGUS_SIM_GPU_FOLD_PER_BUFFER_ENV);
+		g_fold_per_buffer = pb && strcmp(pb, "1") == 0;
 		if (g_fold && (g_folder = malloc(sizeof *g_folder)) != NULL)
 			argus_fold_init(g_folder, folded_batch, NULL);
 		else
@@ -451,9 +454,9 @@ static int fold_on(void)
 
 /* Hands `n` sorted records (and the drops not yet reported) to the agent in
  * chunks of at most ARGUS_GPU_BATCH_MAX, announcing new names first, and adds
- * them to the totals. Folding, the folder makes the batches (one flush per call:
- * the end of a producer buffer). */
-static void emit(struct argus_gpu_rec *recs, size_t n)
+ * them to the totals. Folding, the folder makes the batches (each call is the
+ * end of a producer buffer at `now`: a young span goes on into the next). */
+static void emit(struct argus_gpu_rec *recs, size_t n, long long now)
 {
 	for (size_t i = 0; i < n; i++)
 		count_record(&recs[i]);
@@ -462,7 +465,10 @@ static void emit(struct argus_gpu_rec *recs, size_t n)
 		unsigned long long dropped = g_dropped_unreported;
 		g_dropped_unreported = 0;
 		argus_fold_add(g_folder, recs, n, dropped);
-		argus_fold_flush(g_folder);
+		if (g_fold_per_buffer)
+			argus_fold_flush(g_folder);
+		else
+			argus_fold_end_buffer(g_folder, (uint64_t)now);
 		return;
 	}
 	size_t off = 0;
@@ -487,10 +493,13 @@ static void flush_completed(long long now)
 			g_pending[keep++] = g_pending[i];
 	}
 	g_npending = keep;
-	if (n == 0 && g_dropped_unreported == 0)
+	if (n == 0 && g_dropped_unreported == 0) {
+		if (g_fold == 1) /* nothing new: a span kept open ends once it is old */
+			argus_fold_end_buffer(g_folder, (uint64_t)now);
 		return;
+	}
 	qsort(g_ready, n, sizeof *g_ready, rec_cmp);
-	emit(g_ready, n);
+	emit(g_ready, n, now);
 }
 
 /* Flushes once ARGUS_GPU_BATCH_MAX pending records have completed. */
@@ -543,6 +552,8 @@ static void enqueue(long long start, long long end, unsigned long long bytes, un
 	r->flags = (uint8_t)flags;
 	maybe_flush_full(now);
 }
+
+static long long jittered_ns(unsigned us);
 
 /* Runs a kernel or copy on stream `si` issued at `issued` (g_mu held). */
 static void run_on_stream(size_t si, long long issued, long long dur_ns, unsigned long long bytes,
@@ -863,7 +874,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 	if (fi < 0 || !g_funcs[fi].live || !s) {
 		r = CUDA_ERROR_INVALID_HANDLE;
 	} else {
-		defer_or_run((size_t)(s - g_streams), DEF_KERNEL, (long long)g_funcs[fi].us * 1000LL, 0,
+		defer_or_run((size_t)(s - g_streams), DEF_KERNEL, jittered_ns(g_funcs[fi].us), 0,
 			     g_funcs[fi].name_id, 0);
 	}
 	pthread_mutex_unlock(&g_mu);
@@ -1178,6 +1189,28 @@ out:
 	return r;
 }
 
+/* A launch's emulated duration: the function's, varied by up to
+ * ARGUS_SIM_GPU_JITTER_PCT percent either way (real kernels of one name vary
+ * from call to call; 0 or unset: exact). g_mu held. */
+static long long jittered_ns(unsigned us)
+{
+	static int pct = -1;
+	static uint64_t seq;
+	if (pct < 0) {
+		const char *v = getenv(ARGUS_SIM_GPU_JITTER_ENV);
+		pct = v ? atoi(v) : 0;
+		if (pct < 0 || pct > 50)
+			pct = 0;
+	}
+	long long ns = (long long)us * 1000LL;
+	if (pct == 0)
+		return ns;
+	uint64_t x = ++seq * 0x9E3779B97F4A7C15ull; /* a fixed sequence: runs repeat */
+	x ^= x >> 29;
+	const long long span = ns * pct / 100;
+	return ns - span + (long long)(x % (uint64_t)(2 * span + 1));
+}
+
 /* Sim-only: the emulated duration of every launch of `f`. */
 CU_API void argus_sim_set_kernel_us(CUfunction f, unsigned us)
 {
@@ -1314,6 +1347,8 @@ CU_API void argus_sim_gpu_flush_all(void)
 			if ((long long)g_pending[i].end_ns > until)
 				until = (long long)g_pending[i].end_ns;
 		int idle = g_npending == 0 && g_dropped_unreported == 0;
+		if (idle && g_fold == 1)
+			argus_fold_flush(g_folder); /* the end: the open span too, whatever its age */
 		pthread_mutex_unlock(&g_mu);
 		if (idle)
 			return;

@@ -145,6 +145,7 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"cuda_lib", cfg.cuda_lib},
 		{"init_ms", cfg.init_ms},
 		{"kernels_per_step", cfg.kernels_per_step},
+		{"kernel_names", cfg.kernel_names},
 		{"nccl_mode", cfg.nccl_async ? "async" : "blocking"},
 		{"gpu_fold", cfg.gpu_fold},
 		{"sync_before_coll", cfg.sync_before_coll},
@@ -196,6 +197,9 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.cuda_lib = j.at("cuda_lib").get<std::string>();
 	c.init_ms = j.at("init_ms").get<int>();
 	c.kernels_per_step = j.at("kernels_per_step").get<int>();
+	c.kernel_names = j.value("kernel_names", kKernelCount);
+	if (c.kernel_names < kKernelCount || c.kernel_names > kMaxKernelNames)
+		throw std::runtime_error("kernel_names out of range");
 	c.nccl_async = j.value("nccl_mode", std::string("async")) != "blocking";
 	c.gpu_fold = j.value("gpu_fold", false);
 	c.sync_before_coll = j.value("sync_before_coll", false);
@@ -399,6 +403,10 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		->check(CLI::Range(0, 3600 * 1000));
 	app.add_option("--kernels-per-step", cfg.kernels_per_step, "kernel launches per step")
 		->check(CLI::Range(0, 100000));
+	app.add_option("--kernel-names", cfg.kernel_names,
+		       "distinct kernels the launches cycle through, each with its own duration (a real step runs "
+		       "hundreds)")
+		->check(CLI::Range(kKernelCount, kMaxKernelNames));
 	app.add_flag("--gpu-fold", cfg.gpu_fold,
 		     "the emulated GPU folds its compute kernels into spans and sketches, as "
 		     "libargus-cupti.so does by default, instead of sending one record per kernel");

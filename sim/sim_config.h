@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "workload.h"
+
 namespace argus::sim {
 
 inline constexpr int kMaxRanks = 1024;
@@ -60,6 +62,7 @@ struct SimConfig {
 	std::string cuda_lib;
 	int init_ms = 1000;
 	int kernels_per_step = 16;
+	int kernel_names = kKernelCount; // --kernel-names: distinct kernels a step cycles through
 	// NCCL semantics (--nccl-mode): async (real NCCL: a collective only enqueues
 	// its kernel; peers wait on the GPU and the host sees it in its next
 	// synchronize) or blocking (the call returns once every rank called it, as Gloo).

@@ -65,6 +65,12 @@ struct argus_sim_gpu_totals {
 /* "1": records are folded (gpu/gpu_fold.h) before they cross argus:gpu_batch;
  * the totals still count every kernel, `records` what crossed. */
 #define ARGUS_SIM_GPU_FOLD_ENV "ARGUS_SIM_GPU_FOLD"
+/* "1": folding ends every span at each emulated buffer, as producers did before
+ * spans went on across buffers (bench/gpu_fold.py compares the two). */
+#define ARGUS_SIM_GPU_FOLD_PER_BUFFER_ENV "ARGUS_SIM_GPU_FOLD_PER_BUFFER"
+/* "N" (1..50): each launch runs its function's duration +-N% (a fixed
+ * pseudo-random sequence); unset or 0: exactly that duration. */
+#define ARGUS_SIM_GPU_JITTER_ENV "ARGUS_SIM_GPU_JITTER_PCT"
 /* "1": behave as if an agent listened (fire every batch; the USDT semaphores are
  * not read). For the unit tests, which run the sim without an agent. */
 #define ARGUS_SIM_GPU_ASSUME_LISTENING_ENV "ARGUS_SIM_GPU_ASSUME_LISTENING"

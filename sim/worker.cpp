@@ -397,8 +397,8 @@ private:
 	CUstream nccl_stream_ = nullptr;
 	CUevent event_ = nullptr;
 	CUmodule module_ = nullptr;
-	CUfunction kernels_[kKernelCount] = {};
-	double kernel_us_[kKernelCount] = {}; // nominal emulated durations
+	std::vector<CUfunction> kernels_;  // --kernel-names of them
+	std::vector<double> kernel_us_;     // nominal emulated durations
 	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
 	float loss_host_[16] = {};   // each step's loss, copied back (DtoH)
 	float lr_host_[64] = {};     // optimizer state uploaded every 10 steps (HtoD)
@@ -518,11 +518,13 @@ bool Rank::setup_cuda()
 	const double base_us = cfg_.kernels_per_step > 0
 				       ? cfg_.step_ms * 1000.0 * kGpuBusyShare / cfg_.kernels_per_step
 				       : 0.0;
-	for (int k = 0; k < kKernelCount; k++) {
-		if ((r = cuda("cuModuleGetFunction",
-			      cu_.cuModuleGetFunction(&kernels_[k], module_, kKernelNames[k]))) != 0)
+	kernels_.assign(static_cast<std::size_t>(cfg_.kernel_names), nullptr);
+	kernel_us_.assign(kernels_.size(), 0.0);
+	for (std::size_t k = 0; k < kernels_.size(); k++) {
+		const std::string name = kernel_name(static_cast<int>(k));
+		if ((r = cuda("cuModuleGetFunction", cu_.cuModuleGetFunction(&kernels_[k], module_, name.c_str()))) != 0)
 			return fail("cuModuleGetFunction", r);
-		kernel_us_[k] = base_us * kKernelWeights[k];
+		kernel_us_[k] = base_us * kernel_weight(static_cast<int>(k));
 	}
 	set_kernel_durations(1.0);
 	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&params_, std::size_t{2} << 30))) != 0)
@@ -558,7 +560,7 @@ void Rank::set_kernel_durations(double factor)
 {
 	if (!cu_.argus_sim_set_kernel_us)
 		return;
-	for (int k = 0; k < kKernelCount; k++) {
+	for (std::size_t k = 0; k < kernels_.size(); k++) {
 		double us = static_cast<double>(static_cast<unsigned>(kernel_us_[k] < 1.0 ? 1.0 : kernel_us_[k]));
 		us *= factor;
 		if (us > 4e9)
@@ -569,7 +571,7 @@ void Rank::set_kernel_durations(double factor)
 
 bool Rank::launch(int i)
 {
-	CUfunction f = kernels_[i % kKernelCount];
+	CUfunction f = kernels_[static_cast<std::size_t>(i) % kernels_.size()];
 	unsigned grid = 108u * static_cast<unsigned>(1 + i % 4);
 	void *arg0 = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
 	int arg1 = i;

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -178,6 +179,17 @@ inline constexpr const char *kKernelNames[kKernelCount] = {
 	"sim_gemm_fwd", "sim_gemm_bwd", "sim_layernorm", "sim_adam_step"};
 // Relative kernel durations (mean 1.0). The GPU is busy ~60% of step_ms.
 inline constexpr double kKernelWeights[kKernelCount] = {1.25, 1.5, 0.25, 1.0};
+// --kernel-names N > kKernelCount: kernels kKernelCount.. are "sim_kernel_<k>",
+// weight kernel_weight(k) (0.25..1.75, mean ~1).
+inline constexpr int kMaxKernelNames = 1024;
+inline std::string kernel_name(int k)
+{
+	return k < kKernelCount ? kKernelNames[k] : "sim_kernel_" + std::to_string(k);
+}
+inline double kernel_weight(int k)
+{
+	return k < kKernelCount ? kKernelWeights[k] : 0.25 + 1.5 * static_cast<double>((k * 37) % 101) / 100.0;
+}
 inline constexpr double kGpuBusyShare = 0.6;
 inline constexpr std::size_t kGradBucketBytes = 4096;
 inline constexpr std::size_t kCheckpointBytes = 8192;

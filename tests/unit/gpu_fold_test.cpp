@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -84,9 +85,11 @@ std::vector<argus_gpu_rec> make_job(int steps, int kernels, int names, std::vect
 }
 
 // Feeds both timelines: marks when the producer's records pass them, chunks of
-// 256 as producers send them, a folder flush every `buffer` records.
+// 256 as producers send them, a buffer end every `buffer` records: a flush, or
+// with `carry` argus_fold_end_buffer at the buffer's last end (a young span goes
+// on) and one flush at the very end.
 void feed(const std::vector<argus_gpu_rec>& recs, const std::vector<uint64_t>& marks, Timeline& direct,
-          Timeline& folded, Collected* out = nullptr, size_t buffer = 4096) {
+          Timeline& folded, Collected* out = nullptr, size_t buffer = 4096, bool carry = false) {
   Collected local;
   Collected& c = out ? *out : local;
   auto fp = std::make_unique<argus_gpu_folder>();  // ~130 KiB: not on the stack
@@ -104,11 +107,36 @@ void feed(const std::vector<argus_gpu_rec>& recs, const std::vector<uint64_t>& m
     const size_t first = c.batches.size();
     argus_fold_add(&f, chunk.data(), chunk.size(), 0);
     since_flush += n;
-    if (since_flush >= buffer || off + n == recs.size()) {
+    if (off + n == recs.size() || (since_flush >= buffer && !carry)) {
       argus_fold_flush(&f);
+      since_flush = 0;
+    } else if (since_flush >= buffer) {
+      argus_fold_end_buffer(&f, chunk.back().end_ns);
       since_flush = 0;
     }
     for (size_t b = first; b < c.batches.size(); ++b) folded.add_batch(c.batches[b], c.dropped[b], 0.05);
+  }
+}
+
+// The agent's totals and step sketches from folded records equal those from
+// every kernel sent.
+void expect_same_figures(const Timeline& direct, const Timeline& folded) {
+  const auto& a = direct.totals();
+  const auto& b = folded.totals();
+  EXPECT_EQ(b.kernels, a.kernels);
+  EXPECT_EQ(b.kernel_ns, a.kernel_ns);
+  EXPECT_EQ(b.nccl_kernel_ns, a.nccl_kernel_ns);
+  EXPECT_EQ(b.idle_ns, a.idle_ns);
+  EXPECT_EQ(b.bubble_ns, a.bubble_ns);
+  EXPECT_GT(b.bubble_ns, 0u);
+  EXPECT_EQ(b.memcpys, a.memcpys);
+  EXPECT_EQ(b.memcpy_bytes, a.memcpy_bytes);
+  EXPECT_EQ(b.malformed, 0u);
+  EXPECT_EQ(a.folded_kernels, 0u);
+  ASSERT_EQ(folded.steps().size(), direct.steps().size());
+  for (size_t i = 0; i < direct.steps().size(); ++i) {
+    EXPECT_EQ(folded.steps()[i].start_ns, direct.steps()[i].start_ns) << i;
+    EXPECT_EQ(folded.steps()[i].sketch, direct.steps()[i].sketch) << i;
   }
 }
 
@@ -129,27 +157,10 @@ TEST(GpuFold, FoldedRecordsGiveTheAgentTheSameFigures) {
   Collected c;
   feed(recs, marks, direct, folded, &c);
 
-  const auto& a = direct.totals();
-  const auto& b = folded.totals();
-  EXPECT_EQ(b.kernels, a.kernels);
-  EXPECT_EQ(b.kernel_ns, a.kernel_ns);
-  EXPECT_EQ(b.nccl_kernel_ns, a.nccl_kernel_ns);
-  EXPECT_EQ(b.idle_ns, a.idle_ns);
-  EXPECT_EQ(b.bubble_ns, a.bubble_ns);
-  EXPECT_GT(b.bubble_ns, 0u);
-  EXPECT_EQ(b.memcpys, a.memcpys);
-  EXPECT_EQ(b.memcpy_bytes, a.memcpy_bytes);
-  EXPECT_EQ(b.malformed, 0u);
-  EXPECT_EQ(b.folded_kernels, 40u * 600u);  // every compute kernel; the NCCL ones came alone
-  EXPECT_EQ(a.folded_kernels, 0u);
-
-  // Every step sketch the same, byte for byte.
-  ASSERT_EQ(folded.steps().size(), direct.steps().size());
+  // Totals, and every step sketch byte for byte.
+  expect_same_figures(direct, folded);
+  EXPECT_EQ(folded.totals().folded_kernels, 40u * 600u);  // every compute kernel; the NCCL ones came alone
   ASSERT_GE(direct.steps().size(), 38u);
-  for (size_t i = 0; i < direct.steps().size(); ++i) {
-    EXPECT_EQ(folded.steps()[i].start_ns, direct.steps()[i].start_ns) << i;
-    EXPECT_EQ(folded.steps()[i].sketch, direct.steps()[i].sketch) << i;
-  }
 
   // The window: NCCL time exact (those kernels come alone), busy and idle within
   // one span's clipping at the window's edge.
@@ -191,6 +202,100 @@ TEST(GpuFold, FoldedRecordsGiveTheAgentTheSameFigures) {
   // Here a span holds ~150 kernels (2 ms gaps and the mid-step all-reduce end them)
   // of 50 names, ±2% each (two buckets a name): about a third of the records cross.
   EXPECT_LT(crossed * 3, recs.size()) << crossed << " of " << recs.size();
+}
+
+// Small producer buffers (the sim's: 256 records) no longer cut spans: a span
+// goes on across buffer ends while young, the records after it wait with it, and
+// the agent's figures stay those of every kernel sent.
+TEST(GpuFold, ASpanGoesOnAcrossSmallBuffersWithTheSameFigures) {
+  std::vector<uint64_t> marks;
+  const auto recs = make_job(40, 600, 50, marks);
+  Timeline direct(TimelineOptions{10}), per_buffer(TimelineOptions{10}), carried(TimelineOptions{10});
+  Collected cut, kept;
+  feed(recs, marks, direct, per_buffer, &cut, 256, false);
+  Timeline direct2(TimelineOptions{10});
+  feed(recs, marks, direct2, carried, &kept, 256, true);
+
+  expect_same_figures(direct, carried);
+  EXPECT_EQ(carried.totals().folded_kernels, 40u * 600u);
+
+  // Fewer records and batches cross than with a span cut at every 256-record buffer.
+  size_t n_cut = 0, n_kept = 0;
+  for (const auto& x : cut.batches) n_cut += x.size();
+  for (const auto& x : kept.batches) n_kept += x.size();
+  EXPECT_LT(n_kept, n_cut);
+  EXPECT_LT(kept.batches.size(), cut.batches.size());
+
+  // In start order across batches: nothing that started after a span reaches
+  // the agent before it, except where a full batch had to go (as in one buffer).
+  size_t spans = 0;
+  for (size_t k = 0; k < kept.batches.size(); ++k) {
+    for (const auto& r : kept.batches[k]) {
+      if (r.kind != ARGUS_GPU_SPAN) continue;
+      ++spans;
+      for (size_t e = 0; e < k; ++e) {
+        const auto& earlier = kept.batches[e];
+        const bool after = std::any_of(earlier.begin(), earlier.end(), [&](const argus_gpu_rec& x) {
+          return x.kind != ARGUS_GPU_SKETCH && x.start_ns > r.start_ns;
+        });
+        EXPECT_TRUE(!after || earlier.size() == ARGUS_GPU_BATCH_MAX) << "batch " << e << " before span in " << k;
+      }
+    }
+  }
+  EXPECT_GT(spans, 0u);
+}
+
+TEST(GpuFold, AYoungSpanWaitsWithWhatCameAfterItAndAnOldOneGoes) {
+  Collected c;
+  auto fp = std::make_unique<argus_gpu_folder>();
+  argus_gpu_folder& f = *fp;
+  argus_fold_init(&f, &collect, &c);
+  // A collective, 12 ms of quiet, compute that opens a span, then a copy after it.
+  std::vector<argus_gpu_rec> in = {kernel(kT0, kT0 + 1 * kMs, 900, ARGUS_GPU_F_NCCL),
+                                   kernel(kT0 + 1 * kMs + 5 * kUs, kT0 + 1 * kMs + 15 * kUs, 1)};
+  argus_gpu_rec copy{};
+  copy.start_ns = kT0 + 1 * kMs + 20 * kUs;
+  copy.end_ns = kT0 + 1 * kMs + 30 * kUs;
+  copy.kind = ARGUS_GPU_MEMCPY;
+  in.push_back(copy);
+  argus_fold_add(&f, in.data(), in.size(), 2);
+  argus_fold_end_buffer(&f, kT0 + 2 * kMs);  // the span is 1 ms old: it goes on
+  ASSERT_EQ(c.batches.size(), 1u);
+  ASSERT_EQ(c.batches[0].size(), 1u);  // the collective, which came before the span
+  EXPECT_EQ(c.batches[0][0].name_id, 900u);
+  EXPECT_EQ(c.dropped[0], 2u);
+  EXPECT_EQ(f.stats.carried, 1u);
+
+  // The next buffer adds to the same span.
+  std::vector<argus_gpu_rec> more = {kernel(kT0 + 1 * kMs + 40 * kUs, kT0 + 1 * kMs + 50 * kUs, 1)};
+  argus_fold_add(&f, more.data(), more.size(), 0);
+  argus_fold_end_buffer(&f, kT0 + 3 * kMs);
+  EXPECT_EQ(c.batches.size(), 1u);
+
+  // A tick with nothing new, once the span is old: the span, its sketch, then the copy.
+  argus_fold_end_buffer(&f, kT0 + 1 * kMs + ARGUS_GPU_SPAN_MAX_NS + 5 * kUs);
+  ASSERT_EQ(c.batches.size(), 2u);
+  const auto& b = c.batches[1];  // one batch: the agent orders it by start
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].kind, ARGUS_GPU_MEMCPY);
+  EXPECT_EQ(b[1].kind, ARGUS_GPU_SPAN);
+  argus_gpu_span span;
+  std::memcpy(&span, &b[1], sizeof span);
+  EXPECT_EQ(span.kernels, 2u);
+  EXPECT_EQ(b[2].kind, ARGUS_GPU_SKETCH);
+  EXPECT_EQ(f.stats.spans, 1u);
+
+  // Clocks that disagree (records far ahead of `now`): no waiting on them.
+  std::vector<argus_gpu_rec> ahead = {kernel(kT0 + 500 * kMs, kT0 + 501 * kMs, 2)};
+  argus_fold_add(&f, ahead.data(), ahead.size(), 0);
+  argus_fold_end_buffer(&f, kT0 + 100 * kMs);
+  ASSERT_EQ(c.batches.size(), 3u);
+  ASSERT_EQ(c.batches[2].size(), 3u);  // the 450 ms gap before it, the span, its sketch
+  EXPECT_EQ(c.batches[2][0].kind, ARGUS_GPU_GAP);
+  EXPECT_EQ(c.batches[2][1].kind, ARGUS_GPU_SPAN);
+  EXPECT_EQ(f.stats.spans, 2u);
+  argus_fold_end_buffer(&f, kT0 + 600 * kMs);  // nothing pending: no batch
+  EXPECT_EQ(c.batches.size(), 3u);
 }
 
 TEST(GpuFold, KernelHeavyRankCrossesPerSpanNotPerKernel) {

@@ -92,7 +92,7 @@ std::vector<std::string> with(std::vector<std::string> a, const fs::path &out)
 	return a;
 }
 
-void expect_consistent(const json &t)
+void expect_consistent(const json &t, int compute_names = 4)
 {
 	const json &g = t["gpu"];
 	EXPECT_EQ(g["dropped"], 0);
@@ -113,9 +113,9 @@ void expect_consistent(const json &t)
 	EXPECT_EQ(g["memcpy"].get<std::uint64_t>(), copies);
 	EXPECT_GE(t["cuda"]["memcpy"]["htod"]["bytes"].get<std::uint64_t>(), 4096u); // the weight upload
 	EXPECT_GE(g["batches"].get<std::uint64_t>(), 1u);
-	// 4 compute kernels + AllReduce f32/bf16, AllGather, ReduceScatter, Broadcast,
+	// The compute kernels + AllReduce f32/bf16, AllGather, ReduceScatter, Broadcast,
 	// Reduce, AllToAll, SendRecv.
-	EXPECT_EQ(g["names"], 12);
+	EXPECT_EQ(g["names"], compute_names + 8);
 }
 
 TEST(SimGpuTest, TruthCountsWhatCrossedTheProbe)
@@ -141,6 +141,36 @@ TEST(SimGpuTest, TruthCountsWhatCrossedTheProbe)
 		EXPECT_EQ(g["kernel_ns"].get<std::uint64_t>() - g["nccl_kernel_ns"].get<std::uint64_t>(),
 			  10 * compute_ns_per_step(50));
 	}
+}
+
+// --kernel-names and ARGUS_SIM_GPU_JITTER_PCT (the shape of a real step, for the
+// folding bench): every name announced once, the launches cycle through them,
+// and the compute time moves off the nominal by at most the jitter.
+TEST(SimGpuTest, ManyKernelNamesWithJitteredDurations)
+{
+	TempDir dir;
+	const fs::path out = dir.path / "truth";
+	ASSERT_EQ(run_sim(with({"--ranks", "2", "--steps", "4", "--step-ms", "50", "--kernels-per-step", "600",
+				"--kernel-names", "150"},
+			       out),
+			  dir.path, {"ARGUS_SIM_GPU_JITTER_PCT=3"}),
+		  0)
+		<< slurp(dir.path / "stderr.txt");
+	json t = truth_of(out, 0);
+	expect_consistent(t, 150);
+	const json &g = t["gpu"];
+	EXPECT_EQ(t["cuda"]["kernel_launches"], 4 * 600);
+	// Nominal: 50 ms x 0.6 / 600 = 50 us x the weight, truncated, per launch.
+	double nominal_ns = 0;
+	for (int i = 0; i < 4 * 600; i++) {
+		const int k = i % 150;
+		const double w = k < 4 ? kWeights[k] : 0.25 + 1.5 * static_cast<double>((k * 37) % 101) / 100.0;
+		nominal_ns += static_cast<double>(static_cast<std::uint64_t>(50.0 * w)) * 1000.0;
+	}
+	const double compute_ns =
+		static_cast<double>(g["kernel_ns"].get<std::uint64_t>() - g["nccl_kernel_ns"].get<std::uint64_t>());
+	EXPECT_NE(compute_ns, nominal_ns);  // jittered
+	EXPECT_NEAR(compute_ns, nominal_ns, nominal_ns * 0.03);
 }
 
 // With no agent listening (the USDT semaphores stay 0), the emulated GPU fires
@@ -318,6 +348,8 @@ TEST(SimGpuTest, BadFlagsExit2WithOneLine)
 		{"--ranks", "4", "--pp", "8"},
 		{"--ranks", "4", "--pp", "x"},
 		{"--ranks", "4", "--bubble", "0:5"},         // needs --pp
+		{"--kernel-names", "3"},                     // 4..1024
+		{"--kernel-names", "1025"},
 		{"--ranks", "4", "--pp", "2", "--bubble", "2:5"}, // stage out of range
 		{"--ranks", "4", "--pp", "2", "--bubble", "-1:5"},
 		{"--ranks", "4", "--pp", "2", "--bubble", "x:5"},
