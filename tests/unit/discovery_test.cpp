@@ -204,6 +204,20 @@ TEST(Discovery, ProcessesThatHintAndKernelThreadsAreRecheckedOnlyAsANet) {
   EXPECT_EQ(d3.next_followup(), 50.1);
   EXPECT_TRUE(d3.run_due(50.1).empty());
   EXPECT_EQ(d3.next_followup(), std::numeric_limits<double>::infinity());  // not 50.3, 51 and 53
+  // Once its loader has spoken (the signals around mapping DT_NEEDED), the look
+  // that signal brings is the last: the exec's own follow-ups would read the same.
+  proc3.add(75, loader_maps, env({"RANK=5"}));
+  d3.on_exec(75, 55);
+  EXPECT_TRUE(d3.run_due(55).empty());
+  EXPECT_EQ(d3.next_followup(), 55.02);
+  d3.on_link_map_change(75, 55.001);
+  d3.on_link_map_change(75, 55.002);  // before and after mapping: one look
+  EXPECT_EQ(d3.next_followup(), 55.001 + 0.01);
+  EXPECT_TRUE(d3.run_due(55.001 + 0.01).empty());
+  EXPECT_EQ(d3.next_followup(), std::numeric_limits<double>::infinity());  // not 55.02 and 55.1
+  d3.on_link_map_change(75, 56);  // a later dlopen still brings a look
+  EXPECT_EQ(d3.next_followup(), 56.01);
+  EXPECT_TRUE(d3.run_due(56.01).empty());
   d3.on_exec(74, 60);  // one whose loader is not probed keeps them all
   EXPECT_TRUE(d3.run_due(60.1).empty());
   EXPECT_EQ(d3.next_followup(), 60.3);

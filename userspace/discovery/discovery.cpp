@@ -57,6 +57,16 @@ void Discovery::drop_hinted_followups(PidState& st, double now_s) {
   // Looks that hints asked for are never later than now + the settle time.
   const double keep_until = std::max(st.first_seen + kHintedExecFollowupsSeconds, now_s + kLinkMapSettleSeconds);
   std::erase_if(st.followups, [&](double at) { return at > keep_until; });
+  // Once the loader has spoken since the exec (it signals before and after it
+  // maps the DT_NEEDED libraries, each signal a look of its own), the exec's own
+  // follow-ups only read the same maps again: on a node that runs short
+  // processes, most of the agent's cost per exec (two of four looks).
+  if (st.loader_spoke) {
+    std::erase_if(st.followups, [&](double at) {
+      return at > now_s && std::any_of(std::begin(kExecFollowups), std::end(kExecFollowups),
+                                       [&](double d) { return at == st.first_seen + d; });
+    });
+  }
 }
 
 bool Discovery::due(const PidState& st, double now_s) const {
@@ -169,6 +179,7 @@ void Discovery::on_link_map_change(int pid, double now_s) {
   if (pid == opts_.self_pid || pid <= 0) return;
   PidState& st = pids_[pid];
   if (st.unreadable) return;  // its maps cannot be read: looking sooner would not help
+  st.loader_spoke = true;
   const double at = now_s + kLinkMapSettleSeconds;
   // A look already due after this hint and soon enough covers it.
   auto pos = std::lower_bound(st.followups.begin(), st.followups.end(), now_s);

@@ -87,6 +87,7 @@ class Discovery {
     bool is_rank = false;
     bool unreadable = false;  // permission denied: rechecking every scan would not help
     bool hinted = false;      // its loader is probed (each dlopen hints) or it maps nothing
+    bool loader_spoke = false;  // a link-map hint came since the exec: the loader tells what it maps
     std::vector<double> followups;
   };
   bool due(const PidState& st, double now_s) const;
