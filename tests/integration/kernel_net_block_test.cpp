@@ -174,15 +174,20 @@ TEST(KernelNetBlock, RetransmitsAndBlockLatencyPerRank) {
   std::ofstream(dir / "tcp.py") << kTcpScript;
   std::ofstream(dir / "netns.sh") << kNetnsSetup;
 
-  // Rank 1 must do no disk I/O: its work runs once before the agent starts,
-  // so that the page cache holds every page of the interpreter and modules it
-  // touches (on a cold node those would be real reads, rightly counted).
+  // Rank 1 must do no disk I/O: its whole chain (unshare, sh, env, the
+  // interpreter and its modules; all one pid, so all the rank's) runs once
+  // before the agent starts, so that the page cache holds every page it
+  // touches (on a cold node those would be real reads, rightly counted: a
+  // fresh CI clone had never run unshare, and the rank read its pages).
   const fs::path warm_out = dir / "warm.out";
   std::ofstream(warm_out.string() + ".go").put('1');
   std::ofstream(warm_out.string() + ".stop").put('1');
-  ASSERT_EQ(
-      run_command({py, (dir / "tcp.py").string(), warm_out.string(), std::to_string(free_port())}, dir, 60s).exit_code,
-      0);
+  const std::string warm_port = std::to_string(free_port());
+  Child warm({unshare, "--net", "--", "sh", (dir / "netns.sh").string(), py, (dir / "tcp.py").string(),
+              warm_out.string(), warm_port},
+             dir / "warm.log", {"ARGUS_PORT=" + warm_port, "ARGUS_JOB=warm"});
+  const auto warm_status = warm.wait_for(60s);
+  ASSERT_TRUE(warm_status && WIFEXITED(*warm_status) && WEXITSTATUS(*warm_status) == 0) << read_text(dir / "warm.log");
 
   Agent agent(dir);
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
