@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <tuple>
 
 #include "userspace/gpu_timeline/sketch.h"
 
@@ -53,6 +55,38 @@ TEST(GpuTimeline, OverlappingStreamsCountOnceAndOutOfOrderBatchesSort) {
   EXPECT_NEAR(w.busy_ratio, 1.0, 1e-12);  // union 0-50 of a 50 ms span
   EXPECT_EQ(t.totals().idle_ns, 0u);
   EXPECT_EQ(t.totals().kernel_ns, 60 * kMs);
+}
+
+// Batches come nearly sorted (a few records late: cheap moves) or in any order
+// (the fallback): the figures are those of the sorted batch either way.
+TEST(GpuTimeline, BatchesInAnyOrderGiveTheFiguresOfTheSortedOne) {
+  std::vector<argus_gpu_rec> sorted;
+  for (int i = 0; i < 200; ++i)
+    sorted.push_back(kernel(i * 3, i * 3 + 2 + (i % 5 == 0 ? 2 : 0), 1 + i % 7, i % 9 == 0 ? ARGUS_GPU_F_NCCL : 0, i));
+  std::vector<argus_gpu_rec> late_run = sorted;  // records 150..159 sent after 160..179
+  std::rotate(late_run.begin() + 150, late_run.begin() + 160, late_run.begin() + 180);
+  std::vector<argus_gpu_rec> reversed(sorted.rbegin(), sorted.rend());
+  std::vector<argus_gpu_rec> shuffled = sorted;
+  std::shuffle(shuffled.begin(), shuffled.end(), std::mt19937(3));
+  auto figures = [](const std::vector<argus_gpu_rec>& batch) {
+    Timeline t;
+    t.mark_step(kT0);
+    t.mark_step(kT0 + 300 * kMs);
+    t.add_batch(batch, 0, 0.1);
+    t.mark_step(kT0 + 700 * kMs);
+    t.add_batch({kernel(701, 702, 1)}, 0, 0.1);
+    const auto w = t.window(kT0 + 600 * kMs);
+    std::vector<uint8_t> sketches;
+    for (const auto& st : t.steps()) sketches.insert(sketches.end(), st.sketch.begin(), st.sketch.end());
+    return std::make_tuple(t.totals().idle_ns, t.totals().kernel_ns, w.busy_ratio, w.nccl_ratio, t.steps().size(),
+                           sketches);
+  };
+  const auto want = figures(sorted);
+  EXPECT_EQ(std::get<4>(want), 2u);
+  EXPECT_GT(std::get<0>(want), 0u);
+  EXPECT_EQ(figures(late_run), want);
+  EXPECT_EQ(figures(reversed), want);
+  EXPECT_EQ(figures(shuffled), want);
 }
 
 TEST(GpuTimeline, GapsEndingAtP2PKernelsAreBubbles) {
@@ -369,6 +403,110 @@ TEST(StepSketch, BucketDeltasBeyondInt32RangeAreRefused) {
   wide.add(7, 1);
   wide.add(7, UINT64_MAX / 2);
   EXPECT_TRUE(StepSketch::decode(wide.encode()).has_value());
+}
+
+// The layout of StepSketch::encode, written from ordered maps: names, then per
+// name id, count, sum (µs), bucket count, then zigzag bucket deltas and counts.
+std::vector<uint8_t> reference_encoding(const std::map<uint32_t, KernelDistribution>& kernels) {
+  std::vector<uint8_t> out;
+  auto put = [&](uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out.push_back(static_cast<uint8_t>(v | 0x80));
+    out.push_back(static_cast<uint8_t>(v));
+  };
+  put(kernels.size());
+  for (const auto& [id, k] : kernels) {
+    put(id);
+    put(k.count);
+    put((k.sum_ns + 500) / 1000);
+    put(k.buckets.size());
+    int64_t prev = 0;
+    for (const auto& [b, n] : k.buckets) {
+      const int64_t d = b - prev;
+      put((static_cast<uint64_t>(d) << 1) ^ static_cast<uint64_t>(d >> 63));
+      put(n);
+      prev = b;
+    }
+  }
+  return out;
+}
+
+// encode() sorts by name then bucket: linearly when name ids are dense (as
+// producers intern them), by comparison when they are sparse. Either way the
+// bytes are the same whatever order the entries came in, and read back as what
+// was added (bucket counts exact, sums to the µs).
+TEST(StepSketch, EncodingIsCanonicalForDenseAndSparseNameIds) {
+  for (const uint32_t stride : {1u, 1u << 20}) {  // 1: dense ids; 2^20: sparse (the compare-sort path)
+    SCOPED_TRACE("name id stride " + std::to_string(stride));
+    struct Add {
+      uint32_t name;
+      int32_t bucket;
+      uint64_t count, sum;
+    };
+    std::vector<Add> adds;
+    uint64_t x = 99;
+    for (int i = 0; i < 600; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      const uint32_t name = 1 + static_cast<uint32_t>((x >> 40) % 90) * stride;
+      const int32_t bucket = 300 + static_cast<int32_t>((x >> 20) % 5) - (i % 7 == 0 ? 400 : 0);  // some below 0
+      adds.push_back({name, bucket, 1 + (x >> 50) % 9, 1000 + (x >> 30) % 100000});
+    }
+    StepSketch forward, backward, once;
+    std::map<uint32_t, KernelDistribution> want;
+    for (const auto& a : adds) {
+      forward.add_bucket(a.name, a.bucket, a.count, a.sum);
+      auto& k = want[a.name];
+      k.count += a.count;
+      k.sum_ns += a.sum;
+      k.buckets[a.bucket] += a.count;
+    }
+    for (auto it = adds.rbegin(); it != adds.rend(); ++it) backward.add_bucket(it->name, it->bucket, it->count, it->sum);
+    const auto bytes = forward.encode();
+    EXPECT_EQ(bytes, reference_encoding(want));
+    EXPECT_EQ(backward.encode(), bytes);
+    auto back = StepSketch::decode(bytes);
+    ASSERT_TRUE(back.has_value());
+    ASSERT_EQ(back->kernels().size(), want.size());
+    for (const auto& [name, k] : want) {
+      const auto& got = back->kernels().at(name);
+      EXPECT_EQ(got.count, k.count) << name;
+      EXPECT_EQ(got.buckets, k.buckets) << name;
+      EXPECT_EQ(got.sum_ns, (k.sum_ns + 500) / 1000 * 1000) << name;
+    }
+    // The builder is reused step after step: a cleared one encodes the same again.
+    forward.clear();
+    for (const auto& a : adds) forward.add_bucket(a.name, a.bucket, a.count, a.sum);
+    EXPECT_EQ(forward.encode(), bytes);
+  }
+}
+
+// A sketch that spans many steps (no step mark came: it closes at its kernel
+// cap) holds each (name, bucket) pair once, plus at most kCompactEvery records
+// since its last compaction, however many kernels or producer records it took
+// in: its memory and its close are per pair.
+TEST(StepSketch, ManyStepsHoldOnlyTheirDistinctPairs) {
+  StepSketch per_kernel, per_record;
+  std::map<std::pair<uint32_t, int32_t>, uint64_t> want;
+  for (int step = 0; step < 200; ++step)
+    for (uint32_t name = 1; name <= 150; ++name) {
+      const uint64_t d = 20000 + name * 1000 + static_cast<uint64_t>(step % 3) * 400;
+      per_kernel.add(name, d);
+      per_record.add_bucket(name, StepSketch::bucket_of(d), 3, 3 * d);
+      want[{name, StepSketch::bucket_of(d)}] += 1;
+    }
+  EXPECT_EQ(per_kernel.count(), 200u * 150u);
+  EXPECT_LT(want.size(), 3u * 150u + 1);
+  EXPECT_LE(per_kernel.entries(), want.size() + StepSketch::kCompactEvery);
+  EXPECT_LE(per_record.entries(), want.size() + StepSketch::kCompactEvery);
+  auto back = StepSketch::decode(per_kernel.encode());
+  EXPECT_EQ(per_kernel.entries(), want.size());  // encoding compacts
+  ASSERT_TRUE(back.has_value());
+  for (const auto& [key, n] : want) EXPECT_EQ(back->kernels().at(key.first).buckets.at(key.second), n);
+  auto back3 = StepSketch::decode(per_record.encode());
+  ASSERT_TRUE(back3.has_value());
+  for (const auto& [key, n] : want) EXPECT_EQ(back3->kernels().at(key.first).buckets.at(key.second), 3 * n);
+  per_kernel.clear();
+  EXPECT_EQ(per_kernel.entries(), 0u);
+  EXPECT_EQ(per_kernel.count(), 0u);
 }
 
 // The size a realistic step costs: 150 distinct kernels (a transformer's

@@ -61,14 +61,68 @@ double KernelDistribution::quantile_ns(double q) const {
 }
 
 void StepSketch::add(uint32_t name_id, uint64_t duration_ns) {
-  entries_.push_back({name_id, bucket_of(duration_ns), 1, duration_ns});
+  append({name_id, bucket_of(duration_ns), 1, duration_ns});
   count_ += 1;
 }
 
 void StepSketch::add_bucket(uint32_t name_id, int32_t bucket, uint64_t count, uint64_t sum_ns) {
   if (count == 0) return;
-  entries_.push_back({name_id, bucket, count, sum_ns});
+  append({name_id, bucket, count, sum_ns});
   count_ += count;
+}
+
+// By name, then bucket. Name ids are interned from 1 up, so they are usually few
+// and dense: a counting sort by name (linear, sequential passes), then each
+// name's buckets by insertion (a few; a std::sort past 16). A std::sort of the
+// whole step was the agent's largest single cost with folded GPU records.
+// Sparse ids (a producer's own numbering): a plain sort.
+void StepSketch::sort_entries() {
+  auto by_name_bucket = [](const Entry& a, const Entry& b) {
+    return a.name_id != b.name_id ? a.name_id < b.name_id : a.bucket < b.bucket;
+  };
+  uint32_t max_id = 0;
+  for (const auto& e : entries_) max_id = std::max(max_id, e.name_id);
+  if (max_id > 4 * entries_.size() + 1024) {
+    std::sort(entries_.begin(), entries_.end(), by_name_bucket);
+    return;
+  }
+  name_end_.assign(static_cast<size_t>(max_id) + 1, 0);
+  for (const auto& e : entries_) ++name_end_[e.name_id];
+  for (size_t i = 1; i < name_end_.size(); ++i) name_end_[i] += name_end_[i - 1];
+  sorted_.resize(entries_.size());
+  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) sorted_[--name_end_[it->name_id]] = *it;
+  for (size_t begin = 0; begin < sorted_.size();) {
+    size_t end = begin + 1;
+    while (end < sorted_.size() && sorted_[end].name_id == sorted_[begin].name_id) ++end;
+    if (end - begin > 16) {
+      std::sort(sorted_.begin() + static_cast<long>(begin), sorted_.begin() + static_cast<long>(end), by_name_bucket);
+    } else {
+      for (size_t i = begin + 1; i < end; ++i) {
+        const Entry e = sorted_[i];
+        size_t j = i;
+        for (; j > begin && sorted_[j - 1].bucket > e.bucket; --j) sorted_[j] = sorted_[j - 1];
+        sorted_[j] = e;
+      }
+    }
+    begin = end;
+  }
+  entries_.swap(sorted_);
+}
+
+// Sorted, with one entry per (name, bucket).
+void StepSketch::compact() {
+  sort_entries();
+  size_t out = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (out > 0 && entries_[out - 1].name_id == entries_[i].name_id && entries_[out - 1].bucket == entries_[i].bucket) {
+      entries_[out - 1].count += entries_[i].count;
+      entries_[out - 1].sum_ns += entries_[i].sum_ns;
+    } else {
+      entries_[out++] = entries_[i];
+    }
+  }
+  entries_.resize(out);
+  compact_at_ = std::max(kCompactEvery, out + kCompactEvery);
 }
 
 std::map<uint32_t, KernelDistribution> StepSketch::kernels() const {
@@ -85,9 +139,7 @@ std::map<uint32_t, KernelDistribution> StepSketch::kernels() const {
 // Layout: names, then per name: id, count, sum (µs), buckets, then per bucket the
 // index delta (zigzag) and its count. Everything varint.
 std::vector<uint8_t> StepSketch::encode() {
-  std::sort(entries_.begin(), entries_.end(), [](const Entry& a, const Entry& b) {
-    return a.name_id != b.name_id ? a.name_id < b.name_id : a.bucket < b.bucket;
-  });
+  compact();
   std::vector<uint8_t> out;
   size_t names = 0;
   for (size_t i = 0; i < entries_.size(); ++i)

@@ -36,8 +36,11 @@ class DecodedSketch {
 };
 
 // The builder: add() is on the agent's per-record path, so it only appends to a
-// buffer that keeps its capacity from step to step (no allocation per record);
-// encode() sorts once per step.
+// buffer that keeps its capacity from step to step (no allocation per record,
+// and a sequential write: a hash lookup per record missed the cache on a busy
+// node). Every kCompactEvery appends the buffer is sorted and equal (name,
+// bucket) pairs merged, so a sketch that spans many steps (no step mark came)
+// holds its distinct pairs plus at most that many; encode() does the same once.
 class StepSketch {
  public:
   void add(uint32_t name_id, uint64_t duration_ns);
@@ -45,9 +48,12 @@ class StepSketch {
   void add_bucket(uint32_t name_id, int32_t bucket, uint64_t count, uint64_t sum_ns);
   bool empty() const { return entries_.empty(); }
   uint64_t count() const { return count_; }  // kernels added
+  size_t entries() const { return entries_.size(); }  // held: distinct pairs + at most kCompactEvery
+  static constexpr size_t kCompactEvery = 4096;
   void clear() {
     entries_.clear();
     count_ = 0;
+    compact_at_ = kCompactEvery;
   }
 
   std::vector<uint8_t> encode();
@@ -66,8 +72,19 @@ class StepSketch {
     uint64_t count;
     uint64_t sum_ns;
   };
+  void append(const Entry& e) {
+    entries_.push_back(e);
+    if (entries_.size() >= compact_at_) compact();
+  }
+  void compact();
+  void sort_entries();
+
   std::vector<Entry> entries_;
   uint64_t count_ = 0;
+  size_t compact_at_ = kCompactEvery;
+  // sort_entries()' scratch, kept from step to step.
+  std::vector<Entry> sorted_;
+  std::vector<uint32_t> name_end_;
 };
 
 }  // namespace argus::gpu
