@@ -192,22 +192,36 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
     }
   }
   // The step: where the ranks spread out once a step (some rank computes
-  // longer), the period of those collectives; else the period of the bursts.
-  // With asynchronous NCCL a late host is late at every collective of its step,
-  // so the spread-out ones come in bursts too: the period of the bursts.
+  // longer), the period of those collectives; else the period of the bursts of
+  // this rank's collectives. With asynchronous NCCL a late host is late at every
+  // collective of its step, so the spread-out ones come in bursts too: the
+  // period of the bursts. In a healthy job the ranks spread out only now and
+  // then (noise): the intervals between those are several steps (a 50 ms step
+  // read as 2.4 s), so the spread-out collectives count only when at least half
+  // of this rank's bursts in the window have one.
+  double spread_period = 0;
+  size_t spread_bursts = 0;
   for (const auto& [name, c] : comms_) {
     if (!c.view.members.count(pid) || c.spread_starts.size() < 4) continue;
     std::deque<uint64_t> recent;
     for (uint64_t t : c.spread_starts)
       if (t >= cutoff) recent.push_back(t);
-    out.step_seconds = std::max(out.step_seconds, step_period_seconds(recent));
+    size_t bursts = 0;
+    const double p = step_period_seconds(recent, &bursts);
+    if (p > spread_period) {
+      spread_period = p;
+      spread_bursts = bursts;
+    }
   }
-  if (auto it = arrivals_.find(pid); out.step_seconds == 0 && it != arrivals_.end()) {
+  double own_period = 0;
+  size_t own_bursts = 0;
+  if (auto it = arrivals_.find(pid); it != arrivals_.end()) {
     std::deque<uint64_t> recent;
     for (uint64_t t : it->second)
       if (t >= cutoff) recent.push_back(t);
-    out.step_seconds = step_period_seconds(recent);
+    own_period = step_period_seconds(recent, &own_bursts);
   }
+  out.step_seconds = spread_period > 0 && (own_period == 0 || 2 * spread_bursts >= own_bursts) ? spread_period : own_period;
   return out;
 }
 
@@ -231,7 +245,8 @@ std::vector<std::string> CollectiveTracker::comms_of(int pid) const {
   return out;
 }
 
-double step_period_seconds(const std::deque<uint64_t>& arrivals_ns) {
+double step_period_seconds(const std::deque<uint64_t>& arrivals_ns, size_t* bursts) {
+  if (bursts) *bursts = 0;
   if (arrivals_ns.size() < 3) return 0;
   std::vector<uint64_t> gaps;
   uint64_t max_gap = 0;
@@ -244,6 +259,7 @@ double step_period_seconds(const std::deque<uint64_t>& arrivals_ns) {
   std::vector<uint64_t> burst_starts;
   for (size_t i = 1; i < arrivals_ns.size(); ++i)
     if (gaps[i - 1] * 2 >= max_gap) burst_starts.push_back(arrivals_ns[i]);
+  if (bursts) *bursts = burst_starts.size();
   if (burst_starts.size() < 2) return 0;
   std::vector<double> periods;
   for (size_t i = 1; i < burst_starts.size(); ++i)

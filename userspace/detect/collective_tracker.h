@@ -105,6 +105,7 @@ class CollectiveTracker {
 // Step period from collective arrival times: the collectives of a step come in
 // a burst after the compute phase, so the period is the median distance between
 // bursts (arrivals that follow a gap of at least half the largest gap).
-double step_period_seconds(const std::deque<uint64_t>& arrivals_ns);
+// `bursts`: how many bursts it found.
+double step_period_seconds(const std::deque<uint64_t>& arrivals_ns, size_t* bursts = nullptr);
 
 }  // namespace argus
