@@ -217,17 +217,24 @@ TEST(Detectors, ArrivalLagAndStepFromTheCollectiveStream) {
 // bursts, not the interval between those rare spread-out collectives, which is
 // several steps (an 8-rank sim job read 1.36 s for a 0.107 s step).
 TEST(Detectors, TheStepOfAHealthyJobIsNotTheIntervalOfItsRareSpreads) {
-  Replay r;
-  r.join();
-  const std::set<int> slow_steps = {3, 11, 12, 29, 41, 44, 58};
-  for (int i = 0; i < 70; ++i) {
-    r.host.clear();
-    if (slow_steps.count(i)) r.host[r.pid(i % r.ranks)] = 1.1;
-    r.step();
+  // Asynchronous and blocking collectives, and a host that synchronizes before
+  // communicating (its GPU, 60 ms a step, is never the later one here).
+  for (const auto& [mode, sync_first] : {std::pair{Mode::Async, false}, {Mode::Blocking, false}, {Mode::Async, true}}) {
+    SCOPED_TRACE(std::string(mode == Mode::Async ? "async" : "blocking") + (sync_first ? ", sync first" : ""));
+    Replay r;
+    r.mode = mode;
+    r.sync_before_coll = sync_first;
+    r.join();
+    const std::set<int> slow_steps = {3, 11, 12, 29, 41, 44, 58};
+    for (int i = 0; i < 70; ++i) {
+      r.host.clear();
+      if (slow_steps.count(i)) r.host[r.pid(i % r.ranks)] = 1.1;
+      r.step();
+    }
+    // A normal step: 100 ms of host compute, 4 ms of collectives, 1 ms.
+    for (int rank = 0; rank < r.ranks; ++rank)
+      EXPECT_NEAR(r.tracker.lag_stats(r.pid(rank), r.now).step_seconds, 0.105, 0.001) << rank;
   }
-  // A normal step: 100 ms of host compute, 4 ms of collectives, 1 ms.
-  for (int rank = 0; rank < r.ranks; ++rank)
-    EXPECT_NEAR(r.tracker.lag_stats(r.pid(rank), r.now).step_seconds, 0.105, 0.001) << rank;
 }
 
 TEST(Detectors, LagSpentInItsOwnSynchronizeIsSync) {

@@ -450,7 +450,7 @@ TEST(StepSketch, EncodingIsCanonicalForDenseAndSparseNameIds) {
       const int32_t bucket = 300 + static_cast<int32_t>((x >> 20) % 5) - (i % 7 == 0 ? 400 : 0);  // some below 0
       adds.push_back({name, bucket, 1 + (x >> 50) % 9, 1000 + (x >> 30) % 100000});
     }
-    StepSketch forward, backward, once;
+    StepSketch forward, backward;
     std::map<uint32_t, KernelDistribution> want;
     for (const auto& a : adds) {
       forward.add_bucket(a.name, a.bucket, a.count, a.sum);
