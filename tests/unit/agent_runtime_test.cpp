@@ -60,6 +60,7 @@ class FakeBackend : public BpfBackend {
     if (poll_result < 0) return poll_result;
     int n = 0;
     for (; !records.empty(); records.pop_front(), ++n) handler(records.front().data(), records.front().size());
+    records.swap(after_this_poll);  // written while the caller works: the next poll has them
     return n;
   }
 
@@ -86,6 +87,7 @@ class FakeBackend : public BpfBackend {
 
   EventHandler handler;
   std::deque<std::string> records;
+  std::deque<std::string> after_this_poll;
   std::vector<StatEntry> stats;
   std::vector<InflightCall> inflight;
   std::map<std::string, uint64_t> errors{{"ringbuf_full_nccl", 2}, {"stats_map_full", 0}};
@@ -428,6 +430,46 @@ TEST(AgentRuntime, ExitCauseFromTheEventAndOomFromTheMemoryCgroup) {
   EXPECT_EQ(summaries[2], "rank 2 of job dead (pid 303) exited with code 3");
   const std::string text = render_metrics(rt->snapshot());
   EXPECT_NE(text.find(R"(argus_rank_exits_total{job_id="dead",rank="1",reason="oom"} 1)"), std::string::npos) << text;
+}
+
+// A rank that exits right after a poll and is reaped by its parent before the
+// stats pass: its exit event waits in the ring buffer while /proc says it is
+// gone. It ends once, with its real code, not twice (code unknown, then 1).
+TEST(AgentRuntime, RankReapedBeforeItsExitEventIsReadEndsOnceWithItsCode) {
+  ManualClock clock{1'000'000 * kMs, 1'790'000'000};
+  FakeProc proc;
+  proc.add(401, "", environ_of({"RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=reaped"}));
+  AgentOptions opts;
+  opts.node = "n";
+  opts.proc_root = proc.root().string();
+  auto b = std::make_unique<FakeBackend>();
+  FakeBackend* backend = b.get();
+  auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
+  backend->push(argus_tgid_seen_event{header(ARGUS_EV_TGID_SEEN, 401, clock.ns), ARGUS_SRC_NCCL, 0});
+  rt->run_once(0);
+  ASSERT_EQ(rt->snapshot().ranks.size(), 1u);
+
+  proc.remove(401);
+  argus_exit_event exit1{};
+  exit1.hdr = header(ARGUS_EV_EXIT, 401, clock.ns);
+  exit1.exit_code = 1 << 8;
+  std::string bytes(sizeof(exit1), '\0');
+  std::memcpy(bytes.data(), &exit1, sizeof(exit1));
+  backend->after_this_poll.push_back(bytes);
+  for (int turn = 0; turn < 4; ++turn) {  // the stats pass comes in these turns
+    clock.advance(1.0);
+    rt->run_once(0);
+  }
+
+  std::vector<DetectedEvent> exits;
+  for (const auto& e : rt->events_since(0))
+    if (e.kind == "rank_exit") exits.push_back(e);
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].summary, "rank 0 of job reaped (pid 401) exited with code 1");
+  const auto ranks = rt->snapshot().ranks;
+  ASSERT_EQ(ranks.size(), 1u);
+  EXPECT_EQ(ranks[0].exit_reason, "exit");
+  EXPECT_EQ(ranks[0].exit_code, 1);
 }
 
 }  // namespace

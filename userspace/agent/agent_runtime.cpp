@@ -178,11 +178,15 @@ int AgentRuntime::next_wait_ms() const {
   return static_cast<int>(std::ceil(std::clamp(due - now_s(), 0.0, cap) * 1000));
 }
 
-void AgentRuntime::run_once(int poll_ms) {
-  // A failed poll (not a signal) is counted and logged once: the loop goes on.
-  if (const int n = loader_->poll_events(poll_ms); n < 0 && n != -EINTR) {
+// A failed poll (not a signal) is counted and logged once: the loop goes on.
+void AgentRuntime::poll_ring_buffers(int timeout_ms) {
+  if (const int n = loader_->poll_events(timeout_ms); n < 0 && n != -EINTR) {
     if (ringbuf_poll_errors_.fetch_add(1) == 0) spdlog::error("ring buffer poll failed: error {}", -n);
   }
+}
+
+void AgentRuntime::run_once(int poll_ms) {
+  poll_ring_buffers(poll_ms);
   const double now = now_s();
   // Libraries parsed since the last pass: the processes that map them are ranks now.
   for (int pid : probes_->complete_parses())
@@ -445,6 +449,11 @@ std::vector<TraceRank> AgentRuntime::trace(double seconds, uint64_t* end_ns) con
 // Final aggregates of a process that ended, then its BPF state is dropped so a
 // reused pid starts from zero.
 void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause) {
+  if (registry_.is_tracked(pid) && !registry_.is_live(pid)) {
+    // Ended already (reaped before its event came): one rank ends once.
+    spdlog::debug("pid {} ended already: a late end of it is ignored", pid);
+    return;
+  }
   std::vector<AggregateRecord> records;
   for (const auto& s : loader_->read_stats(static_cast<uint32_t>(pid))) records.push_back(aggregate_of(s));
   if (!registry_.is_tracked(pid) && !records.empty()) registry_.track(pid, 0, "", RankIdentity{}, {});
@@ -893,6 +902,7 @@ void AgentRuntime::refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& 
 // A tracked process that is gone without an exit event (lost, or it exited
 // while the agent was not looking) still gets its final counts.
 void AgentRuntime::reap_vanished() {
+  std::vector<int> ended;
   for (int pid : registry_.live_pids()) {
     auto stat = procfs::read_stat(opts_.proc_root, pid);
     const auto ticks = registry_.start_ticks(pid);
@@ -900,8 +910,15 @@ void AgentRuntime::reap_vanished() {
     if (stat.ok() && stat->state == 'Z') continue;
     const bool gone = !stat.ok() && procfs::vanished(stat);
     const bool reused = stat.ok() && ticks && *ticks != 0 && stat->starttime_ticks != *ticks;
-    if (gone || reused) finish_process(pid, std::nullopt);
+    if (gone || reused) ended.push_back(pid);
   }
+  if (ended.empty()) return;
+  // The kernel wrote its exit event before its parent could reap it: one that
+  // exited since this turn's poll has it waiting in the ring buffer. Take it
+  // first, or the rank would end twice (code unknown, then its real code).
+  poll_ring_buffers(0);
+  for (int pid : ended)
+    if (registry_.is_live(pid)) finish_process(pid, std::nullopt);
 }
 
 Snapshot AgentRuntime::snapshot() const {

@@ -126,6 +126,7 @@ class AgentRuntime : public ApiSource {
   void refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& entries, StealerComms& comms,
                           bool cgroup);  // its CPU stealers and its cgroup's cpu.stat
   std::string stealer_cgroup(int pid, uint64_t cgroup_id);
+  void poll_ring_buffers(int timeout_ms);
   void finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause = nullptr);
   void watch_memcg(int pid);
   void resolve_kube_identity(int pid, const RankIdentity& identity);  // pod and GPU UUID, when first tracked
