@@ -23,7 +23,7 @@
 #include <linux/types.h>
 #endif
 
-#define ARGUS_GPU_WIRE_VERSION 1
+#define ARGUS_GPU_WIRE_VERSION 2 /* 2: sketch entries come in pairs (ARGUS_GPU_SKETCH_PAIR) */
 #define ARGUS_GPU_BATCH_MAX 256     /* records per USDT fire; producers split larger batches */
 #define ARGUS_GPU_NAME_MAX 256      /* bytes of a kernel name the agent keeps (with NUL) */
 #define ARGUS_GPU_USDT_PROVIDER "argus"
@@ -69,8 +69,9 @@ struct argus_gpu_rec {
 /* Folding (gpu/gpu_fold.h). A producer may fold its compute kernels instead of
  * sending one record each: per span of back-to-back compute kernels it sends
  * one ARGUS_GPU_SPAN record (busy and idle time, kernel count) followed right
- * after it (possibly in the next batch) by ARGUS_GPU_SKETCH records (per kernel name and log bucket, a
- * count and a sum). It still sends, one record each: NCCL and P2P kernels,
+ * after it (possibly in the next batch) by its sketch entries (per kernel name and log bucket, a
+ * count and a sum), two a record (ARGUS_GPU_SKETCH_PAIR) or one
+ * (ARGUS_GPU_SKETCH). It still sends, one record each: NCCL and P2P kernels,
  * compute kernels longer than ARGUS_GPU_FOLD_LONG_NS, memcpys and memsets,
  * and as ARGUS_GPU_GAP records the idle gaps of at least ARGUS_GPU_GAP_MIN_NS
  * and every gap that ends at a kernel it sends. The agent's cost is then per
@@ -91,7 +92,7 @@ struct argus_gpu_rec {
 #define ARGUS_GPU_GAP_MIN_NS 1000000ull      /* 1 ms: shorter gaps stay inside a span */
 #define ARGUS_GPU_SPAN_MAX_NS 50000000ull    /* 50 ms: a span starts at most this long after its first kernel */
 #define ARGUS_GPU_FOLD_LONG_NS 1000000000ull /* 1 s: a longer compute kernel is sent on its own */
-#define ARGUS_GPU_SPAN_MAX_ENTRIES 3072      /* sketch records per span */
+#define ARGUS_GPU_SPAN_MAX_ENTRIES 3072      /* sketch entries per span */
 #define ARGUS_GPU_STEP_QUIET_NS 10000000ull  /* 10 ms without a collective kernel: the next one may start a step */
 /* Sketch buckets: bucket i holds durations in (g^(i-1), g^i] ns, g = (1+e)/(1-e). */
 #define ARGUS_GPU_SKETCH_REL_ERR 0.02
@@ -125,6 +126,24 @@ struct argus_gpu_sketch_rec {
 	__u8 kind;       /* ARGUS_GPU_SKETCH */
 	__u8 flags;      /* 0 */
 };
+/* kind ARGUS_GPU_SKETCH_PAIR (wire version 2): two sketch entries of the span
+ * sent just before it in one record, half the records (and bytes) of one
+ * ARGUS_GPU_SKETCH each. A folded kernel runs under ARGUS_GPU_FOLD_LONG_NS, so
+ * its bucket fits 16 bits; an entry whose sum reaches 2^32 ns goes alone as
+ * ARGUS_GPU_SKETCH. An entry with count 0 is none (the second of an odd one). */
+#define ARGUS_GPU_SKETCH_PAIR 8
+
+struct argus_gpu_sketch_pair {
+	__u64 start_ns;   /* the span's start */
+	__u32 sum_ns[2];  /* sum of the durations */
+	__u32 count[2];   /* kernels; 0: no entry */
+	__u32 name_id[2]; /* as in argus_gpu_rec */
+	__s16 bucket[2];  /* log bucket (ARGUS_GPU_SKETCH_REL_ERR) */
+	__u16 device_id;
+	__u8 kind;        /* ARGUS_GPU_SKETCH_PAIR */
+	__u8 flags;       /* 0 */
+};
+
 /* Listening (wire version 1, unchanged): a producer declares USDT semaphores
  * (argus_gpu_batch_semaphore, argus_gpu_name_semaphore). The kernel raises them
  * while an agent's probe is attached, so the producer knows whether anyone
@@ -154,6 +173,8 @@ struct argus_gpu_unheard_rec {
 static_assert(sizeof(struct argus_gpu_unheard_rec) == 40 && offsetof(struct argus_gpu_unheard_rec, kind) == 38,
 	      "argus_gpu_unheard_rec overlays argus_gpu_rec");
 static_assert(sizeof(struct argus_gpu_rec) == 40, "argus_gpu_rec layout");
+static_assert(sizeof(struct argus_gpu_sketch_pair) == 40 && offsetof(struct argus_gpu_sketch_pair, kind) == 38,
+	      "argus_gpu_sketch_pair overlays argus_gpu_rec");
 static_assert(sizeof(struct argus_gpu_span) == 40 && offsetof(struct argus_gpu_span, kind) == 38,
 	      "argus_gpu_span overlays argus_gpu_rec");
 static_assert(sizeof(struct argus_gpu_sketch_rec) == 40 && offsetof(struct argus_gpu_sketch_rec, kind) == 38 &&
@@ -164,6 +185,9 @@ _Static_assert(sizeof(struct argus_gpu_unheard_rec) == 40 &&
 		   __builtin_offsetof(struct argus_gpu_unheard_rec, kind) == 38,
 	       "argus_gpu_unheard_rec overlays argus_gpu_rec");
 _Static_assert(sizeof(struct argus_gpu_rec) == 40, "argus_gpu_rec layout");
+_Static_assert(sizeof(struct argus_gpu_sketch_pair) == 40 &&
+		   __builtin_offsetof(struct argus_gpu_sketch_pair, kind) == 38,
+	       "argus_gpu_sketch_pair overlays argus_gpu_rec");
 _Static_assert(sizeof(struct argus_gpu_span) == 40 && __builtin_offsetof(struct argus_gpu_span, kind) == 38,
 	       "argus_gpu_span overlays argus_gpu_rec");
 _Static_assert(sizeof(struct argus_gpu_sketch_rec) == 40 &&

@@ -144,6 +144,13 @@ folded.insert(0, unheard)
 flood = [sketch(t + 20 * ms, 5, 1, 2**31 - 1, i) for i in range(256)]
 open(f"{out}/folded", "wb").write(frame(coll(11, t, 1)) + frame(batch(11, t + 30 * ms, folded))
                                   + frame(batch(11, t + 31 * ms, flood)) + frame(coll(11, t + 100 * ms, 2)))
+# Wire version 2: sketch entries two a record (an odd one's second has count 0), and
+# a pair that lies (sums and buckets at their limits, a span start far off).
+def pair(start, e0, e1):  # e = (sum_ns, count, name_id, bucket)
+    return struct.pack("<QIIIIIIhhHBB", start, e0[0], e1[0], e0[1], e1[1], e0[2], e1[2], e0[3], e1[3], 0, 8, 0)
+paired = [span(t, t + 8 * ms, 7 * ms, 7 * ms, 0, 41), pair(t, (4 * ms, 30, 1, 380), (3 * ms, 10, 2, 390)),
+          pair(t, (1, 1, 3, 300), (0, 0, 0, 0)), pair(2**64 - 1, (2**32 - 1, 2**32 - 1, 7, -2**15), (2**32 - 1, 1, 8, 2**15 - 1))]
+open(f"{out}/pairs", "wb").write(frame(coll(12, t, 1)) + frame(batch(12, t + 30 * ms, paired)) + frame(coll(12, t + 100 * ms, 2)))
 PY
 
 # ---- HTTP query values ----------------------------------------------------------------

@@ -68,28 +68,60 @@ static struct argus_gpu_rec *reserve(struct argus_gpu_folder *f, uint32_t n)
 	return r;
 }
 
-/* The span, then its sketch records right after it (they may run into the next batch). */
+/* An entry whose sum does not fit a pair's 32 bits goes alone. */
+static void emit_single(struct argus_gpu_folder *f, const struct argus_fold_slot *s)
+{
+	struct argus_gpu_sketch_rec k;
+	memset(&k, 0, sizeof k);
+	k.start_ns = f->span.start_ns;
+	k.sum_ns = s->sum_ns;
+	k.count = s->count;
+	k.bucket = s->bucket;
+	k.name_id = s->name_id;
+	k.device_id = f->span.device_id;
+	k.kind = ARGUS_GPU_SKETCH;
+	memcpy(reserve(f, 1), &k, sizeof k);
+	f->stats.sketch_recs++;
+}
+
+/* The span, then its sketch entries right after it, two a record (they may run
+ * into the next batch). */
 static void close_span(struct argus_gpu_folder *f)
 {
 	if (!f->open)
 		return;
 	memcpy(reserve(f, 1), &f->span, sizeof(struct argus_gpu_rec));
+	struct argus_gpu_sketch_pair pair;
+	uint32_t half = 0; /* entries in `pair` */
 	for (uint32_t i = 0; i < f->nused; i++) {
 		struct argus_fold_slot *s = &f->slots[f->used[i]];
-		struct argus_gpu_sketch_rec k;
-		memset(&k, 0, sizeof k);
-		k.start_ns = f->span.start_ns;
-		k.sum_ns = s->sum_ns;
-		k.count = s->count;
-		k.bucket = s->bucket;
-		k.name_id = s->name_id;
-		k.device_id = f->span.device_id;
-		k.kind = ARGUS_GPU_SKETCH;
-		memcpy(reserve(f, 1), &k, sizeof k);
+		if (s->sum_ns > UINT32_MAX || s->bucket < INT16_MIN || s->bucket > INT16_MAX) {
+			emit_single(f, s);
+		} else {
+			if (half == 0) {
+				memset(&pair, 0, sizeof pair);
+				pair.start_ns = f->span.start_ns;
+				pair.device_id = f->span.device_id;
+				pair.kind = ARGUS_GPU_SKETCH_PAIR;
+			}
+			pair.sum_ns[half] = (uint32_t)s->sum_ns;
+			pair.count[half] = s->count;
+			pair.name_id[half] = s->name_id;
+			pair.bucket[half] = (int16_t)s->bucket;
+			if (++half == 2) {
+				memcpy(reserve(f, 1), &pair, sizeof pair);
+				f->stats.sketch_recs++;
+				half = 0;
+			}
+		}
 		s->count = 0;
 	}
+	if (half == 1) {
+		memcpy(reserve(f, 1), &pair, sizeof pair);
+		f->stats.sketch_recs++;
+	}
 	f->stats.spans++;
-	f->stats.sketch_recs += f->nused;
+	f->stats.sketch_entries += f->nused;
 	f->nused = 0;
 	f->open = 0;
 }

@@ -46,7 +46,8 @@ struct argus_fold_stats {
 	uint64_t kernels_in; /* kernel records folded or kept */
 	uint64_t folded;     /* ... folded into spans */
 	uint64_t spans;
-	uint64_t sketch_recs;
+	uint64_t sketch_recs;    /* wire records (ARGUS_GPU_SKETCH_PAIR, or ARGUS_GPU_SKETCH for a large sum) */
+	uint64_t sketch_entries; /* (name, bucket) entries in them */
 	uint64_t gaps;
 	uint64_t batches;    /* emit calls */
 	uint64_t records_out;

@@ -187,12 +187,14 @@ TEST(GpuFold, FoldedRecordsGiveTheAgentTheSameFigures) {
       argus_gpu_span span;
       std::memcpy(&span, &batch[i], sizeof span);
       uint64_t counted = 0, sum = 0;
-      for (size_t j = i + 1; j < batch.size() && batch[j].kind == ARGUS_GPU_SKETCH; ++j) {
-        argus_gpu_sketch_rec k;
+      for (size_t j = i + 1; j < batch.size() && batch[j].kind == ARGUS_GPU_SKETCH_PAIR; ++j) {
+        argus_gpu_sketch_pair k;
         std::memcpy(&k, &batch[j], sizeof k);
         EXPECT_EQ(k.start_ns, span.start_ns);
-        counted += k.count;
-        sum += k.sum_ns;
+        for (int e = 0; e < 2; ++e) {
+          counted += k.count[e];
+          sum += k.sum_ns[e];
+        }
       }
       EXPECT_EQ(counted, span.kernels);
       EXPECT_EQ(sum, span.kernel_ns);
@@ -282,7 +284,7 @@ TEST(GpuFold, AYoungSpanWaitsWithWhatCameAfterItAndAnOldOneGoes) {
   argus_gpu_span span;
   std::memcpy(&span, &b[1], sizeof span);
   EXPECT_EQ(span.kernels, 2u);
-  EXPECT_EQ(b[2].kind, ARGUS_GPU_SKETCH);
+  EXPECT_EQ(b[2].kind, ARGUS_GPU_SKETCH_PAIR);
   EXPECT_EQ(f.stats.spans, 1u);
 
   // Clocks that disagree (records far ahead of `now`): no waiting on them.
@@ -351,28 +353,37 @@ TEST(GpuFold, GapsBubblesLongKernelsAndOddRecords) {
   // span(1,1) + sketch; the 4.98 ms gap; the bubble before the receive (short: its span
   // stays open), which ends the span as the first collective in 10 ms; the receive; the
   // 1 ms gap before the long kernel; the long kernel; the odd one.
-  // (Span A has two sketch records: its kernels ran 10 and 8 µs, two buckets.)
-  const std::vector<int> want = {ARGUS_GPU_SPAN,   ARGUS_GPU_SKETCH, ARGUS_GPU_SKETCH, ARGUS_GPU_GAP,
-                                 ARGUS_GPU_GAP,    ARGUS_GPU_SPAN,   ARGUS_GPU_SKETCH, ARGUS_GPU_KERNEL,
-                                 ARGUS_GPU_GAP,    ARGUS_GPU_KERNEL, ARGUS_GPU_KERNEL};
+  // (Span A has two sketch entries, one record: its kernels ran 10 and 8 µs, two buckets.)
+  const std::vector<int> want = {ARGUS_GPU_SPAN, ARGUS_GPU_SKETCH_PAIR, ARGUS_GPU_GAP,    ARGUS_GPU_GAP,
+                                 ARGUS_GPU_SPAN, ARGUS_GPU_SKETCH_PAIR, ARGUS_GPU_KERNEL, ARGUS_GPU_GAP,
+                                 ARGUS_GPU_KERNEL, ARGUS_GPU_KERNEL};
   ASSERT_EQ(kinds, want);
   argus_gpu_span s0;
   std::memcpy(&s0, &b[0], sizeof s0);
   EXPECT_EQ(s0.kernels, 2u);
   EXPECT_EQ(s0.idle_ns, 2 * kUs);
   EXPECT_EQ(s0.busy_ns, 18 * kUs);
-  EXPECT_EQ(b[3].start_ns, kT0 + 20 * kUs);
-  EXPECT_EQ(b[3].end_ns, kT0 + 5 * kMs);
-  EXPECT_EQ(b[3].flags, 0);
-  EXPECT_EQ(b[4].flags, ARGUS_GPU_GAP_F_BUBBLE);
-  EXPECT_EQ(b[4].end_ns - b[4].start_ns, 1 * kUs);
-  EXPECT_TRUE(b[7].flags & ARGUS_GPU_F_FOLDED);
-  EXPECT_EQ(b[7].bytes, 999 * kUs);  // the busy time it adds
-  EXPECT_EQ(b[8].end_ns - b[8].start_ns, 1 * kMs);
-  EXPECT_EQ(b[9].name_id, 4u);
-  EXPECT_TRUE(b[9].flags & ARGUS_GPU_F_FOLDED);
-  EXPECT_EQ(b[10].name_id, 5u);
-  EXPECT_FALSE(b[10].flags & ARGUS_GPU_F_FOLDED);
+  argus_gpu_sketch_pair k0;
+  std::memcpy(&k0, &b[1], sizeof k0);
+  EXPECT_EQ(k0.start_ns, kT0);
+  EXPECT_EQ(k0.count[0] + k0.count[1], 2u);
+  EXPECT_EQ(k0.sum_ns[0] + k0.sum_ns[1], 18 * kUs);
+  EXPECT_NE(k0.bucket[0], k0.bucket[1]);
+  argus_gpu_sketch_pair k1;
+  std::memcpy(&k1, &b[5], sizeof k1);
+  EXPECT_EQ(k1.count[1], 0u);  // one entry: the second is none
+  EXPECT_EQ(b[2].start_ns, kT0 + 20 * kUs);
+  EXPECT_EQ(b[2].end_ns, kT0 + 5 * kMs);
+  EXPECT_EQ(b[2].flags, 0);
+  EXPECT_EQ(b[3].flags, ARGUS_GPU_GAP_F_BUBBLE);
+  EXPECT_EQ(b[3].end_ns - b[3].start_ns, 1 * kUs);
+  EXPECT_TRUE(b[6].flags & ARGUS_GPU_F_FOLDED);
+  EXPECT_EQ(b[6].bytes, 999 * kUs);  // the busy time it adds
+  EXPECT_EQ(b[7].end_ns - b[7].start_ns, 1 * kMs);
+  EXPECT_EQ(b[8].name_id, 4u);
+  EXPECT_TRUE(b[8].flags & ARGUS_GPU_F_FOLDED);
+  EXPECT_EQ(b[9].name_id, 5u);
+  EXPECT_FALSE(b[9].flags & ARGUS_GPU_F_FOLDED);
 
   // The agent counts them: 5 kernels, the odd one malformed, the bubble.
   Timeline t;
@@ -398,6 +409,64 @@ TEST(GpuFold, DropsAloneStillReachTheAgent) {
   EXPECT_EQ(c.batches.size(), 1u);
 }
 
+// Sketch entries go two a record; one whose sum reaches 2^32 ns (five 0.9 s
+// kernels started together on five streams) goes alone, whole; the agent reads
+// both forms back to the same counts and sums.
+TEST(GpuFold, EntriesGoInPairsAndALargeSumGoesAlone) {
+  Collected c;
+  auto fp = std::make_unique<argus_gpu_folder>();
+  argus_gpu_folder& f = *fp;
+  argus_fold_init(&f, &collect, &c);
+  std::vector<argus_gpu_rec> in;
+  for (uint32_t i = 0; i < 5; ++i)
+    in.push_back(kernel(kT0 + i * kUs, kT0 + i * kUs + 900 * kMs, 1, 0, 10 + i));  // 4.5 s in all
+  for (uint32_t i = 0; i < 3; ++i) in.push_back(kernel(kT0 + (10 + i) * kUs, kT0 + (11 + i) * kUs, 2 + i));
+  argus_fold_add(&f, in.data(), in.size(), 0);
+  argus_fold_flush(&f);
+  ASSERT_EQ(c.batches.size(), 1u);
+  const auto& b = c.batches[0];
+  std::vector<int> kinds;
+  for (const auto& r : b) kinds.push_back(r.kind);
+  const std::vector<int> want = {ARGUS_GPU_SPAN, ARGUS_GPU_SKETCH, ARGUS_GPU_SKETCH_PAIR, ARGUS_GPU_SKETCH_PAIR};
+  ASSERT_EQ(kinds, want);
+  argus_gpu_sketch_rec big;
+  std::memcpy(&big, &b[1], sizeof big);
+  EXPECT_EQ(big.name_id, 1u);
+  EXPECT_EQ(big.count, 5u);
+  EXPECT_EQ(big.sum_ns, 4'500 * kMs);
+  argus_gpu_sketch_pair p0, p1;
+  std::memcpy(&p0, &b[2], sizeof p0);
+  std::memcpy(&p1, &b[3], sizeof p1);
+  EXPECT_EQ(p0.name_id[0], 2u);
+  EXPECT_EQ(p0.name_id[1], 3u);
+  EXPECT_EQ(p1.name_id[0], 4u);
+  EXPECT_EQ(p1.count[1], 0u);
+  EXPECT_EQ(p0.start_ns, kT0);
+  EXPECT_EQ(p1.start_ns, kT0);
+  EXPECT_EQ(f.stats.sketch_entries, 4u);
+  EXPECT_EQ(f.stats.sketch_recs, 3u);
+
+  Timeline t;
+  t.mark_step(kT0 - 1);
+  t.add_batch(b, 0, 0.05);
+  t.mark_step(kT0 + 2000 * kMs);
+  std::vector<argus_gpu_rec> late = {kernel(kT0 + 2001 * kMs, kT0 + 2002 * kMs, 1)};
+  t.add_batch(late, 0, 0.05);
+  EXPECT_EQ(t.totals().malformed, 0u);
+  ASSERT_EQ(t.steps().size(), 1u);
+  auto d = StepSketch::decode(t.steps()[0].sketch);
+  ASSERT_TRUE(d.has_value());
+  const auto& k = d->kernels();
+  ASSERT_EQ(k.size(), 4u);
+  EXPECT_EQ(k.at(1).count, 5u);
+  EXPECT_EQ(k.at(1).sum_ns, 4'500 * kMs);
+  for (uint32_t name = 2; name <= 4; ++name) {
+    EXPECT_EQ(k.at(name).count, 1u) << name;
+    EXPECT_EQ(k.at(name).sum_ns, 1 * kUs) << name;
+    EXPECT_EQ(k.at(name).buckets.begin()->first, StepSketch::bucket_of(1 * kUs)) << name;
+  }
+}
+
 TEST(GpuFold, ManyNamesSplitSpansAtTheSketchBound) {
   Collected c;
   auto f = std::make_unique<argus_gpu_folder>();
@@ -408,8 +477,9 @@ TEST(GpuFold, ManyNamesSplitSpansAtTheSketchBound) {
   for (size_t off = 0; off < in.size(); off += 250) argus_fold_add(f.get(), in.data() + off, std::min<size_t>(250, n - off), 0);
   argus_fold_flush(f.get());
   EXPECT_EQ(f->stats.folded, n);
-  EXPECT_EQ(f->stats.sketch_recs, n);
+  EXPECT_EQ(f->stats.sketch_entries, n);
   EXPECT_EQ(f->stats.spans, 3u);
+  EXPECT_EQ(f->stats.sketch_recs, (n + 1) / 2);  // two entries a record: 3072, 3072 and 10 a span
   // The agent still counts every kernel of every span, across batch boundaries.
   Timeline t;
   t.mark_step(kT0 - 1);
@@ -541,6 +611,21 @@ TEST(GpuFold, UnheardBatchesAreCountedAndReportedOnce) {
   EXPECT_EQ(t.totals().dropped, 5u);
   EXPECT_EQ(t.totals().kernels, 0u);
   EXPECT_EQ(t.totals().malformed, 0u);
+}
+
+// A record of a kind this agent does not know (a newer producer's) is counted
+// as lost, never read as something else; the known records around it count.
+TEST(GpuTimeline, UnknownKindIsCountedNotGuessedAt) {
+  std::vector<argus_gpu_rec> b = {kernel(kT0, kT0 + 10 * kUs, 1), kernel(kT0 + 20 * kUs, kT0 + 30 * kUs, 2)};
+  argus_gpu_rec odd = kernel(kT0 + 15 * kUs, kT0 + 16 * kUs, 3);
+  odd.kind = 42;
+  b.insert(b.begin() + 1, odd);
+  Timeline t;
+  t.add_batch(b, 0, 0.05);
+  EXPECT_EQ(t.totals().malformed, 1u);
+  EXPECT_EQ(t.totals().records, 2u);
+  EXPECT_EQ(t.totals().kernels, 2u);
+  EXPECT_EQ(t.totals().idle_ns, 10 * kUs);
 }
 
 TEST(GpuTimeline, MalformedSpanIsCountedNotUsed) {

@@ -126,6 +126,26 @@ std::string Timeline::name(uint32_t id) const {
   return it != names_.end() ? it->second : "kernel#" + std::to_string(id);
 }
 
+namespace {
+
+bool known_kind(uint8_t kind) {
+  switch (kind) {
+    case ARGUS_GPU_KERNEL:
+    case ARGUS_GPU_MEMCPY:
+    case ARGUS_GPU_MEMSET:
+    case ARGUS_GPU_SPAN:
+    case ARGUS_GPU_SKETCH:
+    case ARGUS_GPU_GAP:
+    case ARGUS_GPU_UNHEARD:
+    case ARGUS_GPU_SKETCH_PAIR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, double step_seconds) {
   totals_.dropped += dropped;
   const double max_gap_s = std::max(opts_.min_step_gap_s, 2 * step_seconds);
@@ -135,7 +155,8 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
   sort_by_start(batch);
   for (const auto& r : batch) {
     // Malformed: counted as such, never used. (A sketch record's second word is a sum, not an end.)
-    if (r.kind != ARGUS_GPU_SKETCH && r.end_ns < r.start_ns) {
+    // So is a kind this agent does not know (a producer newer than it): counted, not guessed at.
+    if (!known_kind(r.kind) || (r.kind != ARGUS_GPU_SKETCH && r.kind != ARGUS_GPU_SKETCH_PAIR && r.end_ns < r.start_ns)) {
       totals_.malformed += 1;
       continue;
     }
@@ -159,12 +180,14 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
       case ARGUS_GPU_SKETCH: {
         argus_gpu_sketch_rec k;
         std::memcpy(&k, &r, sizeof k);
-        if (open_.count() >= opts_.max_step_kernels) {  // a producer that sends no span: still bounded
-          count_cap(opts_.caps, Cap::kStepSketchRecords);
-          close_step(k.start_ns, "kernels");
-        }
-        if (open_.empty()) open_first_ns_ = k.start_ns;  // normally its span's start, set by sketch_start()
-        open_.add_bucket(k.name_id, k.bucket, k.count, k.sum_ns);
+        add_sketch_entry(k.start_ns, k.name_id, k.bucket, k.count, k.sum_ns);
+        break;
+      }
+      case ARGUS_GPU_SKETCH_PAIR: {
+        argus_gpu_sketch_pair k;
+        std::memcpy(&k, &r, sizeof k);
+        for (int e = 0; e < 2; ++e)
+          if (k.count[e] != 0) add_sketch_entry(k.start_ns, k.name_id[e], k.bucket[e], k.count[e], k.sum_ns[e]);
         break;
       }
       case ARGUS_GPU_UNHEARD: {
@@ -192,6 +215,17 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
     }
   }
   trim();
+}
+
+// One (name, bucket) entry of the span sent before it.
+void Timeline::add_sketch_entry(uint64_t span_start_ns, uint32_t name_id, int32_t bucket, uint32_t count,
+                                uint64_t sum_ns) {
+  if (open_.count() >= opts_.max_step_kernels) {  // a producer that sends no span: still bounded
+    count_cap(opts_.caps, Cap::kStepSketchRecords);
+    close_step(span_start_ns, "kernels");
+  }
+  if (open_.empty()) open_first_ns_ = span_start_ns;  // normally its span's start, set by sketch_start()
+  open_.add_bucket(name_id, bucket, count, sum_ns);
 }
 
 void Timeline::add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns) {

@@ -41,7 +41,7 @@ struct GpuTotals {
   uint64_t idle_ns = 0;         // gaps between kernels inside steps
   uint64_t bubble_ns = 0;       // ... that end at a P2P kernel
   uint64_t dropped = 0;         // records the producer lost
-  uint64_t malformed = 0;       // records that end before they start: never counted
+  uint64_t malformed = 0;       // records that end before they start, or of an unknown kind: never counted
   uint64_t folded_kernels = 0;  // kernels that came folded in spans (included in kernels)
   // What the producer fired while no agent listened (ARGUS_GPU_UNHEARD): never received.
   uint64_t unheard_records = 0, unheard_kernels = 0, unheard_nccl_kernels = 0;
@@ -124,6 +124,7 @@ class Timeline {
   uint64_t latest_end_ns() const { return frontier_ns_; }
 
  private:
+  void add_sketch_entry(uint64_t span_start_ns, uint32_t name_id, int32_t bucket, uint32_t count, uint64_t sum_ns);
   void add_kernel(const argus_gpu_rec& r, uint64_t max_gap_ns);
   void add_kept_kernel(const argus_gpu_rec& r);
   void add_span(const argus_gpu_span& s);
