@@ -240,6 +240,46 @@ TEST(GpuLayer, FoldedRecordsFromTheSimAreCountedExactly) {
   EXPECT_EQ(fwd[fwd.size() / 2], 4u) << steps->dump();
 }
 
+// A step's shape as a real one has it (150 kernel names, each ±3% from launch
+// to launch, 2 000 kernels a step), folded, over a longer job: one sketch per
+// step, each closed by the next step's mark and holding exactly that step's
+// kernels by the sim's count (a wrong step period once made 65-step sketches).
+TEST(GpuLayer, ALongFoldedJobGetsOneSketchPerStep) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("gpu-steps");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const auto out = dir / "truth";
+  constexpr int kSteps = 150;
+  auto args = sim_args(out, "gpu-steps", 2, kSteps, {"--gpu-fold", "--kernels-per-step", "2000", "--kernel-names", "150"});
+  Child sim(args, dir / "sim.log", {"ARGUS_SIM_GPU_JITTER_PCT=3"});
+  const auto st = sim.wait_for(180s);
+  ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+  const auto truth = read_truth(out);
+  ASSERT_EQ(truth.size(), 2u);
+  EXPECT_EQ(wait_for_truth(agent, truth, diff_gpu, 10s), "") << agent.log();
+  // Compute kernels a step, by the sim's count (its NCCL kernels also run at init, so not those).
+  const uint64_t launches = truth.at(0).at("cuda").at("kernel_launches").get<uint64_t>();
+  ASSERT_EQ(launches % kSteps, 0u) << truth.at(0).dump();
+  auto steps = agent.get_json("/api/v1/ranks/gpu-steps/0/gpu-steps?last=600");
+  ASSERT_TRUE(steps.has_value());
+  size_t by_step = 0, whole = 0;
+  for (const auto& s : (*steps)["steps"]) {
+    uint64_t n = 0;
+    for (const auto& k : s["kernels"])
+      if (k["name"].get<std::string>().rfind("nccl", 0) != 0) n += k["count"].get<uint64_t>();
+    by_step += s["closed_by"] == "step" ? 1 : 0;
+    whole += n == launches / kSteps ? 1 : 0;
+  }
+  // The first step may start before the first mark and the last stay open; a busy test
+  // machine may blur a mark or two. A wrong step period blurs nearly all of them.
+  EXPECT_GE(by_step, static_cast<size_t>(kSteps * 95 / 100)) << steps->dump().substr(0, 2000);
+  EXPECT_GE(whole, static_cast<size_t>(kSteps * 95 / 100)) << steps->dump().substr(0, 2000);
+  const std::string m = agent.get_text("/metrics");
+  EXPECT_EQ(metric_value(m, "argus_agent_capped_total", {{"structure", "step_sketch_records"}}), 0);
+  EXPECT_EQ(metric_value(m, "argus_agent_capped_total", {{"structure", "step_sketch_time"}}), 0);
+}
+
 // The trace opens in a real, independent JSON parser (Python's) and every
 // track's spans are well nested; it holds kernels, collectives, synchronize
 // waits and bubbles of every rank.
