@@ -41,6 +41,26 @@ void sort_by_start(std::vector<argus_gpu_rec>& v) {
   }
 }
 
+// Counted as malformed and never used: a record that ends before it starts, or
+// of a kind this agent does not know (a producer newer than it: not guessed at).
+// A sketch record's second word is a sum, not an end.
+bool malformed(const argus_gpu_rec& r) {
+  switch (r.kind) {
+    case ARGUS_GPU_SKETCH:
+    case ARGUS_GPU_SKETCH_PAIR:
+      return false;
+    case ARGUS_GPU_KERNEL:
+    case ARGUS_GPU_MEMCPY:
+    case ARGUS_GPU_MEMSET:
+    case ARGUS_GPU_SPAN:
+    case ARGUS_GPU_GAP:
+    case ARGUS_GPU_UNHEARD:
+      return r.end_ns < r.start_ns;
+    default:
+      return true;
+  }
+}
+
 }  // namespace
 
 const char* copy_direction_label(uint32_t dir) {
@@ -126,26 +146,6 @@ std::string Timeline::name(uint32_t id) const {
   return it != names_.end() ? it->second : "kernel#" + std::to_string(id);
 }
 
-namespace {
-
-bool known_kind(uint8_t kind) {
-  switch (kind) {
-    case ARGUS_GPU_KERNEL:
-    case ARGUS_GPU_MEMCPY:
-    case ARGUS_GPU_MEMSET:
-    case ARGUS_GPU_SPAN:
-    case ARGUS_GPU_SKETCH:
-    case ARGUS_GPU_GAP:
-    case ARGUS_GPU_UNHEARD:
-    case ARGUS_GPU_SKETCH_PAIR:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, double step_seconds) {
   totals_.dropped += dropped;
   const double max_gap_s = std::max(opts_.min_step_gap_s, 2 * step_seconds);
@@ -154,9 +154,7 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
   // measured in start order.
   sort_by_start(batch);
   for (const auto& r : batch) {
-    // Malformed: counted as such, never used. (A sketch record's second word is a sum, not an end.)
-    // So is a kind this agent does not know (a producer newer than it): counted, not guessed at.
-    if (!known_kind(r.kind) || (r.kind != ARGUS_GPU_SKETCH && r.kind != ARGUS_GPU_SKETCH_PAIR && r.end_ns < r.start_ns)) {
+    if (malformed(r)) {
       totals_.malformed += 1;
       continue;
     }
