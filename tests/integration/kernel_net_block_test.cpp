@@ -178,8 +178,15 @@ TEST(KernelNetBlock, RetransmitsAndBlockLatencyPerRank) {
   // interpreter and its modules; all one pid, so all the rank's) runs once
   // before the agent starts, so that the page cache holds every page it
   // touches (on a cold node those would be real reads, rightly counted: a
-  // fresh CI clone had never run unshare, and the rank read its pages).
-  const fs::path warm_out = dir / "warm.out";
+  // fresh CI clone had never run unshare, and the rank read its pages). The
+  // files it creates live on tmpfs: creating a file on ext4 may read an inode
+  // bitmap or table block from the disk in the creator's context (5 reads, a
+  // local `make test` run), real I/O that is not what this rank is for.
+  std::string marks_tmpl = "/dev/shm/argus-netblk-XXXXXX";
+  ASSERT_NE(mkdtemp(marks_tmpl.data()), nullptr) << "a tmpfs /dev/shm";
+  const fs::path marks = marks_tmpl;
+  cleanup.dirs.push_back(marks);
+  const fs::path warm_out = marks / "warm.out";
   std::ofstream(warm_out.string() + ".go").put('1');
   std::ofstream(warm_out.string() + ".stop").put('1');
   const std::string warm_port = std::to_string(free_port());
@@ -193,7 +200,7 @@ TEST(KernelNetBlock, RetransmitsAndBlockLatencyPerRank) {
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const std::string job = "netblk-job";
   const std::string port = std::to_string(free_port());
-  const fs::path block_out = dir / "block.out", tcp_out = dir / "tcp.out";
+  const fs::path block_out = dir / "block.out", tcp_out = marks / "tcp.out";
   cleanup.outs = {block_out, tcp_out};
   Child block_rank(
       {py, (dir / "block.py").string(), block_out.string(), (io_dir / "data").string(), std::to_string(kFsyncRounds)},
