@@ -5,11 +5,13 @@
 // a launching thread; nothing here needs a GPU.
 //
 //   cupti_inject_bench [benchmark flags]        the benchmarks below
-//   cupti_inject_bench --fire-batches N [--lib PATH] [--names K]
+//   cupti_inject_bench --fire-batches N [--lib PATH] [--names K] [--start-after-ms MS]
 //       fire N batches of 256 kernel records through argus_cupti_process_buffer
 //       of the real library (ARGUS_BUILD_DIR/lib/libargus-cupti.so), print
 //       ns per batch and the library's counters; time it with and without an
-//       agent attached to compare.
+//       agent attached to compare. --start-after-ms: wait first (untimed), so
+//       that an agent has found and tracked the process: it takes only the
+//       batches of processes it tracks, and a run lasts a few milliseconds.
 //
 // Benchmarks:
 //   BM_ConvertBatch/100000      convert + batch, in process, a no-op sink: pure logic
@@ -203,8 +205,12 @@ void BM_NoopBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_NoopBatch);
 
-int fire_batches(long n, size_t names) {
+int fire_batches(long n, size_t names, long start_after_ms) {
   if (!load_lib()) return 2;
+  if (start_after_ms > 0) {
+    const timespec ts{start_after_ms / 1000, (start_after_ms % 1000) * 1000000L};
+    nanosleep(&ts, nullptr);
+  }
   PackedBuffer buf = make_buffer(ARGUS_GPU_BATCH_MAX, names);
   g_process(buf.data(), buf.size());  // names announced once, outside the timing
   struct argus_cupti_stats before{};
@@ -229,7 +235,7 @@ int fire_batches(long n, size_t names) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  long fire = -1;
+  long fire = -1, start_after_ms = 0;
   size_t names = 200;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
@@ -237,13 +243,15 @@ int main(int argc, char** argv) {
       fire = std::atol(argv[++i]);
     } else if (std::strcmp(argv[i], "--lib") == 0 && i + 1 < argc) {
       g_lib = argv[++i];
+    } else if (std::strcmp(argv[i], "--start-after-ms") == 0 && i + 1 < argc) {
+      start_after_ms = std::atol(argv[++i]);
     } else if (std::strcmp(argv[i], "--names") == 0 && i + 1 < argc) {
       names = static_cast<size_t>(std::atol(argv[++i]));
     } else {
       rest.push_back(argv[i]);
     }
   }
-  if (fire >= 0) return fire_batches(fire, names ? names : 1);
+  if (fire >= 0) return fire_batches(fire, names ? names : 1, start_after_ms);
   int rargc = static_cast<int>(rest.size());
   benchmark::Initialize(&rargc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rargc, rest.data())) return 1;

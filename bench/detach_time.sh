@@ -54,13 +54,29 @@ probes_at_least() { [ "$(metric_sum "$1" argus_agent_probes_attached)" -ge "$2" 
 nothing_detaching() { [ "$(metric_sum "$1" argus_agent_probes_detaching)" -eq 0 ]; }
 released_at_least() { [ "$(metric_sum "$1" argus_agent_probe_files_released_total)" -ge "$2" ]; }
 
-# map_copy DIR: a process mapping its own copies of the shim libraries.
+# map_copy DIR: a process mapping its own copies of the shim libraries; its pid
+# in MAPPED (not echoed: a $(...) subshell would lose its PIDS entry, and a
+# failed round would leave it running).
+MAPPED=
 map_copy() {
   mkdir -p "$1"
   cp "$BUILD/lib/libnccl.so.2" "$BUILD/lib/libcuda.so.1" "$1/"
   "$MAPPER" "$1/libnccl.so.2" "$1/libcuda.so.1" >"$1/mapper.log" 2>&1 &
-  PIDS+=($!)
-  echo $!
+  MAPPED=$!
+  PIDS+=("$MAPPED")
+}
+# settled PORT: the probe count, once two reads 0.3 s apart agree (one copy's
+# libraries attach a few ms apart: a read between them would undercount).
+settled() {
+  local a b
+  b=$(metric_sum "$1" argus_agent_probes_attached)
+  while :; do
+    sleep 0.3
+    a=$b
+    b=$(metric_sum "$1" argus_agent_probes_attached)
+    [ "$a" = "$b" ] && break
+  done
+  echo "$b"
 }
 
 round() {  # round MODE N
@@ -71,17 +87,25 @@ round() {  # round MODE N
   agent=$!
   PIDS+=("$agent")
   wait_until 15 healthy "$port" || { tail "$WORK/agent-$mode-$n.log" >&2; return 1; }
-  first=$(map_copy "$WORK/$mode-$n-0")
+  # Probes on files other processes of the machine map count too: per copy is the difference.
+  local base per_copy
+  base=$(settled "$port")
+  map_copy "$WORK/$mode-$n-0"
+  first=$MAPPED
   copies=1
-  wait_until 30 probes_at_least "$port" 1 || { tail "$WORK/agent-$mode-$n.log" >&2; return 1; }
-  local per_copy
-  per_copy=$(metric_sum "$port" argus_agent_probes_attached)
+  wait_until 30 probes_at_least "$port" $((base + 1)) || { tail "$WORK/agent-$mode-$n.log" >&2; return 1; }
+  per_copy=$(($(settled "$port") - base))
   # WANT probes still attached once the first pair is released.
   while [ $(((copies - 1) * per_copy)) -lt "$WANT" ]; do
-    map_copy "$WORK/$mode-$n-$copies" >/dev/null
+    map_copy "$WORK/$mode-$n-$copies"
     copies=$((copies + 1))
   done
-  wait_until 60 probes_at_least "$port" $((copies * per_copy)) || { tail "$WORK/agent-$mode-$n.log" >&2; return 1; }
+  wait_until 60 probes_at_least "$port" $((base + copies * per_copy)) || {
+    echo "detach_time: $((base + copies * per_copy)) probes expected (base $base, $copies copies of $per_copy)," \
+      "$(metric_sum "$port" argus_agent_probes_attached) attached" >&2
+    tail "$WORK/agent-$mode-$n.log" >&2
+    return 1
+  }
   # Release one pair: its process ends, the agent detaches its probes.
   kill -TERM "$first"
   t0=$(now)

@@ -50,6 +50,9 @@ BUILD=$(cd "$ROOT" && cd "${BUILD_DIR:-build}" 2>/dev/null && pwd) || {
   exit 1
 }
 BATCHES=${ARGUS_BENCH_GPU_BATCHES:-200}
+# Each firing process waits this long (untimed) before it fires: the agent takes
+# batches only from processes it tracks, and a run fires for a few milliseconds.
+START_AFTER_MS=${ARGUS_BENCH_GPU_START_AFTER_MS:-1000}
 REPS=${ARGUS_BENCH_GPU_REPS:-5}
 RINGBUF_KB=${ARGUS_BENCH_GPU_RINGBUF_KB:-65536}
 MIN_TIME=${ARGUS_BENCH_GPU_MIN_TIME:-0.2}
@@ -158,7 +161,11 @@ log "results in $OUT"
 fire() {
   local name=$1
   shift
-  env "$@" python3 - "$OUT/fire-$name.txt" "$BENCH" --fire-batches "$BATCHES" --lib "$COPY" <<'EOF'
+  # The rank's environment goes to the firing process only: the agent counts a
+  # child that inherits its parent rank's RANK/job as the same rank (a data
+  # loader worker), so a wrapper holding it would be the rank and the bench not.
+  python3 - "$OUT/fire-$name.txt" env "$@" "$BENCH" --fire-batches "$BATCHES" --lib "$COPY" \
+    --start-after-ms "$START_AFTER_MS" <<'EOF'
 import resource, subprocess, sys, time
 out, cmd = sys.argv[1], sys.argv[2:]
 r0 = resource.getrusage(resource.RUSAGE_CHILDREN)

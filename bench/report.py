@@ -584,9 +584,9 @@ def main():
             notes.append("agent exit status %s" % row["agent_exit_code"])
         if truth and truth["status"]:
             notes.append("sim ranks ended: %s" % ", ".join("%d %s" % (v, k) for k, v in sorted(truth["status"].items())))
-        if trap_ns is not None and hits_s:
+        if pair_ns and hits_s:
             # What the traced ranks pay: hits/s x cost per hit (half an entry+return pair).
-            per_hit = (pair_ns / 2) if pair_ns else trap_ns
+            per_hit = pair_ns / 2
             rank_share = hits_s / nranks * per_hit / 1e9 * 100
             row["rank_time_pct_here"] = rank_share
             notes.append("probes cost each rank ~%.3f%% of its time here (hits/s/rank x measured cost)" % rank_share)

@@ -11,13 +11,17 @@
 # at 10 ms steps), ARGUS_BENCH_TRAIN_STEPS (200) steps, ARGUS_BENCH_TRAIN_ROUNDS
 # (5) rounds; the agent settles 2 s before each job. The default probes trap
 # on the collective and the synchronize, deep on every launch too; offcpu-off
-# is the default without the scheduler tracepoints. Writes OUT_DIR/train.txt.
+# is the default without the scheduler tracepoints. The sim folds its GPU
+# records (--gpu-fold), as libargus-cupti.so does by default (ARGUS_CUPTI_FOLD);
+# ARGUS_BENCH_TRAIN_SIM_ARGS replaces that ("" sends every kernel, as
+# ARGUS_CUPTI_FOLD=0 would). Writes OUT_DIR/train.txt.
 set -euo pipefail
 OUT=${1:?usage: bench/train_overhead.sh OUT_DIR}
 BUILD=${BUILD_DIR:-build}
 ROUNDS=${ARGUS_BENCH_TRAIN_ROUNDS:-5}
 STEPS=${ARGUS_BENCH_TRAIN_STEPS:-200}
 KERNELS=${ARGUS_BENCH_TRAIN_KERNELS:-100 1000}
+read -r -a SIM_ARGS <<<"${ARGUS_BENCH_TRAIN_SIM_ARGS---gpu-fold}"
 # Agent profiles besides "none": default, deep, offcpu-off (default probes, --offcpu off:
 # no scheduler tracepoints, which every context switch on the node pays).
 MODES=${ARGUS_BENCH_TRAIN_MODES:-default deep offcpu-off}
@@ -55,7 +59,7 @@ run_job() {  # run_job K: the job's wall seconds
   local t0 t1
   t0=$(date +%s.%N)
   "$SIM" --ranks 8 --steps "$STEPS" --step-ms 10 --kernels-per-step "$1" --init-ms 500 --quiet \
-    --job-id "train-overhead-$$" >>"$OUT/sim.log" 2>&1
+    "${SIM_ARGS[@]}" --job-id "train-overhead-$$" >>"$OUT/sim.log" 2>&1
   t1=$(date +%s.%N)
   python3 -c "print($t1 - $t0)"
 }
@@ -72,14 +76,15 @@ for k in $KERNELS; do
   done
 done
 
-python3 - "$OUT" "$STEPS" $MODES <<'PY' | tee "$OUT/train.txt"
-import collections, statistics, sys
+ARGUS_BENCH_TRAIN_SIM_ARGS="${SIM_ARGS[*]}" python3 - "$OUT" "$STEPS" $MODES <<'PY' | tee "$OUT/train.txt"
+import collections, os, statistics, sys
 out, steps, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = collections.defaultdict(dict)
 for line in open(out + "/samples.txt"):
     k, r, mode, w = line.split()
     rows[(int(k), int(r))][mode] = float(w)
-print(f"training-loop overhead: argus-sim 8 ranks, {steps} steps of 10 ms (+0.5 s start-up), wall time ratio "
+sim_args = os.environ.get("ARGUS_BENCH_TRAIN_SIM_ARGS", "")
+print(f"training-loop overhead: argus-sim 8 ranks {sim_args}, {steps} steps of 10 ms (+0.5 s start-up), wall time ratio "
       "to no agent (median of alternating rounds [min-max])")
 print("kernels/step  launches/s/rank (no agent)  no agent (s)  " + "".join("%-25s" % (m + " ratio") for m in modes))
 for k in sorted({k for k, _ in rows}):
