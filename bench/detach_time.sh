@@ -66,11 +66,12 @@ map_copy() {
   PIDS+=("$MAPPED")
 }
 # settled PORT: the probe count, once two reads 0.3 s apart agree (one copy's
-# libraries attach a few ms apart: a read between them would undercount).
+# libraries attach a few ms apart: a read between them would undercount); the
+# last read after 30 s if it never does.
 settled() {
-  local a b
+  local a b i
   b=$(metric_sum "$1" argus_agent_probes_attached)
-  while :; do
+  for i in $(seq 1 100); do
     sleep 0.3
     a=$b
     b=$(metric_sum "$1" argus_agent_probes_attached)
