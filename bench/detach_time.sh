@@ -69,9 +69,9 @@ map_copy() {
 # libraries attach a few ms apart: a read between them would undercount); the
 # last read after 30 s if it never does.
 settled() {
-  local a b i
+  local a b
   b=$(metric_sum "$1" argus_agent_probes_attached)
-  for i in $(seq 1 100); do
+  for _ in $(seq 1 100); do
     sleep 0.3
     a=$b
     b=$(metric_sum "$1" argus_agent_probes_attached)
