@@ -6,7 +6,9 @@
 bench/event_rate_load calls ncclAllReduce (the simulator's shim, a copy of its
 own) at a paced rate from ARGUS_BENCH_RATE_THREADS threads (default: one per
 CPU); every call sends two ring-buffer events to the agent (the collective's
-entry and its return). For each ring-buffer size (ARGUS_BENCH_RATE_RINGBUF_KB,
+entry and its return: each call passes an invalid datatype, which the shim
+refuses at once, and BPF sends a return event for a failed call; a successful
+return that quick sends none). For each ring-buffer size (ARGUS_BENCH_RATE_RINGBUF_KB,
 default "4096 64": the default and a small one) and each target rate
 (ARGUS_BENCH_RATES, default "5000 50000 500000" calls/s = 10^4, 10^5, 10^6
 events/s) it runs the load for ARGUS_BENCH_RATE_SECONDS (5) and reads the
@@ -52,7 +54,7 @@ def main():
     threads = int(os.environ.get("ARGUS_BENCH_RATE_THREADS", str(os.cpu_count() or 1)))
 
     lines = [f"ring-buffer events/s ({threads} load threads on {os.cpu_count()} CPUs, {seconds:.0f} s a row; "
-             "2 events per ncclAllReduce call)",
+             "2 events per ncclAllReduce call: its entry and its failed return)",
              "%-9s %12s %12s %12s %12s %10s %8s %12s" % ("ringbuf", "target ev/s", "sent ev/s", "sent",
                                                            "received", "lost", "lost %", "agent cpu %")]
     for kb in ringbufs:
@@ -74,7 +76,7 @@ def main():
                 sys.exit(f"event_rate: the agent never probed {lib}; see {log.name}")
             for rate in rates:
                 m0, c0, t0 = metrics(port), cpu_s(agent.pid), time.time()
-                r = subprocess.run([load_bin, lib, str(threads), str(rate), str(seconds)], check=True,
+                r = subprocess.run([load_bin, lib, str(threads), str(rate), str(seconds), "fail"], check=True,
                                    capture_output=True, text=True)
                 time.sleep(0.5)  # the agent drains the ring every 50 ms
                 m1, c1, t1 = metrics(port), cpu_s(agent.pid), time.time()

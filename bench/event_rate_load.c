@@ -1,18 +1,21 @@
 /* Paced collectives for bench/event_rate.py (make bench, part k): THREADS
  * threads call ncclAllReduce on one-rank communicators of the simulator's shim
  * (each returns at once) at RATE calls per second in total for SECONDS, so that
- * an agent probing the library receives a known stream of ring-buffer events
- * (one per collective entry and one per return). Each thread paces itself in
+ * an agent probing the library receives a known stream of ring-buffer events:
+ * one per collective entry, and with "fail" one per return too (each call
+ * passes an invalid datatype, so the shim refuses it at once; BPF sends a
+ * return event only for a failed or slow call, ARGUS_SPAN_MIN_NS). Each thread paces itself in
  * 1 ms slots and catches up when late; a rate the threads cannot reach is
  * reported as what they did reach. Prints "calls N seconds S".
  *
- *   event_rate_load LIBNCCL THREADS RATE SECONDS */
+ *   event_rate_load LIBNCCL THREADS RATE SECONDS [fail] */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef int (*CommInitAllFn)(void **, int, const int *);
@@ -21,6 +24,7 @@ typedef int (*AllReduceFn)(const void *, void *, size_t, int, int, void *, void 
 static AllReduceFn g_all_reduce;
 static CommInitAllFn g_comm_init_all;
 static double g_rate_per_thread, g_seconds;
+static int g_datatype = 7; /* float32; 99 (invalid) with "fail" */
 
 static double now_s(void)
 {
@@ -44,7 +48,7 @@ static void *run(void *arg)
 			break;
 		const uint64_t due = (uint64_t)(t * g_rate_per_thread);
 		while (*calls < due) {
-			g_all_reduce(send, recv, 16, 7 /* float32 */, 0 /* sum */, comm, NULL);
+			g_all_reduce(send, recv, 16, g_datatype, 0 /* sum */, comm, NULL);
 			(*calls)++;
 		}
 		const struct timespec slot = {0, 1000000};
@@ -55,10 +59,12 @@ static void *run(void *arg)
 
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: event_rate_load LIBNCCL THREADS RATE SECONDS\n");
+	if (argc != 5 && !(argc == 6 && strcmp(argv[5], "fail") == 0)) {
+		fprintf(stderr, "usage: event_rate_load LIBNCCL THREADS RATE SECONDS [fail]\n");
 		return 2;
 	}
+	if (argc == 6)
+		g_datatype = 99;
 	const int threads = atoi(argv[2]);
 	const double rate = atof(argv[3]);
 	g_seconds = atof(argv[4]);

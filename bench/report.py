@@ -49,6 +49,38 @@ def load_json(path, default=None):
         return default
 
 
+# Which programs run on one call of each timed function: Argus's (run, entry,
+# return; argus_timed_exit is shared by collectives and synchronizes, so its
+# figure is their average) and bpftrace's (named after the symbol, cut to 15).
+BPF_PAIRS = [
+    ("ncclAllReduce", "argus", ("argus_nccl_coll_enter", "argus_timed_exit"), "ncclAllReduce"),
+    ("cuStreamSynchronize", "argus", ("argus_cuda_sync_enter", "argus_timed_exit"), "cuStreamSynchronize"),
+    ("cuLaunchKernel (deep)", "argus_deep", ("argus_cuda_count", "argus_cuda_launch_exit"), "cuLaunchKernel"),
+]
+
+
+def prog_ns_per_run(work, run):
+    """name -> [ns per run of each loaded program of that name] from bpftool's JSON of a part-a run."""
+    out = {}
+    for prog in load_json(os.path.join(work, "progs-%s.json" % run), []) or []:
+        cnt, t = prog.get("run_cnt", 0), prog.get("run_time_ns", 0)
+        if cnt > 1000:
+            out.setdefault(prog.get("name", ""), []).append(t / cnt)
+    return out
+
+
+def bpf_pair_rows(work):
+    """Per timed call: Argus's and bpftrace's BPF ns per call (entry + return), or None without stats."""
+    bt = prog_ns_per_run(work, "bpftrace")
+    rows = []
+    for label, run, names, symbol in BPF_PAIRS:
+        mine = prog_ns_per_run(work, run)
+        argus = sum(mine[n][0] for n in names) if all(n in mine for n in names) else None
+        theirs = [v for name, vs in bt.items() if name and symbol.startswith(name) for v in vs]
+        rows.append((label, argus, sum(theirs) if len(theirs) == 2 else None))
+    return rows
+
+
 def read_facts(work):
     facts = {}
     try:
@@ -438,6 +470,12 @@ def main():
         fmt(r["argus_vs_bpftrace"], ".2f"), fmt(res["probe_cost"]["BM_CuStreamSynchronize"]["argus_vs_bpftrace"], ".2f"),
         fmt(res["probe_cost"]["BM_CuLaunchKernel"]["argus_vs_bpftrace"], ".2f"),
         fmt(ratio(r["interpose_delta_ns"], pair_ns), ".3f")))
+    pairs = bpf_pair_rows(work)
+    if any(a is not None for _, a, _ in pairs):
+        res["probe_cost"]["bpf_ns_per_call"] = {label: {"argus": a, "bpftrace": b} for label, a, b in pairs}
+        p("  BPF programs alone (kernel.bpf_stats_enabled; ns per call, entry + return; the trap is the rest): %s" % (
+            "; ".join("%s Argus %s, bpftrace %s (%s)" % (label, fmt(a, ".0f"), fmt(b, ".0f"), fmt(ratio(a, b), ".1f") + "x")
+                      for label, a, b in pairs)))
     if facts.get("interpose_failed"):
         p("  WARNING: the interposer did not count every timed call: its column is not interposed")
     if facts.get("interpose_counts"):

@@ -104,8 +104,10 @@ now() { date +%s.%N; }
 AGENT_PID=""
 BPFTRACE_PID=""
 SIM_PID=""
+BPF_STATS_OLD=""
 cleanup() {
   local rc=$? pid
+  bpf_stats_restore
   if [ -n "$SIM_PID" ]; then kill -TERM -- "-$SIM_PID" 2>/dev/null || true; fi
   if [ -n "$BPFTRACE_PID" ]; then kill -INT "$BPFTRACE_PID" 2>/dev/null || true; fi
   if [ -n "$AGENT_PID" ]; then kill -TERM "$AGENT_PID" 2>/dev/null || true; fi
@@ -124,6 +126,23 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# BPF run time per program (kernel.bpf_stats_enabled) while part a's probed runs
+# go: what each probe's program costs apart from the trap, Argus's and bpftrace's
+# alike (the counting itself adds two clock reads to every program run, on both
+# sides). ARGUS_BENCH_BPF_STATS=0 leaves the sysctl alone.
+bpf_stats_on() {
+  [ "${ARGUS_BENCH_BPF_STATS:-1}" = 1 ] && command -v bpftool >/dev/null || return 0
+  BPF_STATS_OLD=$(sysctl -n kernel.bpf_stats_enabled 2>/dev/null) || return 0
+  sysctl -q -w kernel.bpf_stats_enabled=1 || BPF_STATS_OLD=""
+}
+bpf_stats_restore() {
+  [ -z "$BPF_STATS_OLD" ] || sysctl -q -w kernel.bpf_stats_enabled="$BPF_STATS_OLD" || true
+  BPF_STATS_OLD=""
+}
+save_prog_stats() {  # save_prog_stats RUN: every loaded program's run count and time
+  [ -z "$BPF_STATS_OLD" ] || bpftool prog show -j >"$WORK/progs-$1.json" 2>/dev/null || true
+}
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -306,6 +325,7 @@ else
 fi
 check_tracers interpose
 
+bpf_stats_on
 log "a. probe cost: argus-agent --probes default"
 if start_agent default bench; then
   t0=$(now); c0=$(cpu_ticks "$AGENT_PID")
@@ -314,6 +334,7 @@ if start_agent default bench; then
   fact agent_bench_wall_s "$(python3 -c "print($t1 - $t0)")"
   fact agent_bench_cpu_ticks "$((c1 - c0))"
   scrape "$WORK/agent-bench"
+  save_prog_stats argus
   check_tracers argus
   stop_agent bench
 fi
@@ -322,6 +343,7 @@ log "a. probe cost: argus-agent --probes deep"
 if start_agent deep bench-deep; then
   run_bench argus_deep ARGUS_BENCH_WAIT_PROBED=20 ARGUS_BENCH_WAIT_LAUNCH=1 ||
     log "the deep probed run failed (did the agent attach?)"
+  save_prog_stats argus_deep
   check_tracers argus_deep
   stop_agent bench-deep
 fi
@@ -334,6 +356,7 @@ if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null;
   bpftrace -e "$BT_PROG" >"$WORK/bpftrace.log" 2>&1 &
   BPFTRACE_PID=$!
   run_bench bpftrace ARGUS_BENCH_WAIT_PROBED=30 ARGUS_BENCH_WAIT_LAUNCH=1 || log "the bpftrace run failed: $WORK/bpftrace.log"
+  save_prog_stats bpftrace
   check_tracers bpftrace
   kill -INT "$BPFTRACE_PID" 2>/dev/null || true
   wait "$BPFTRACE_PID" 2>/dev/null || true
@@ -341,6 +364,7 @@ if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null;
 else
   log "a. bpftrace: skipped"
 fi
+bpf_stats_restore
 
 # b. agent cost at the sim's call rate --------------------------------------
 if [ "${ARGUS_BENCH_SKIP_LOAD:-0}" != 1 ]; then

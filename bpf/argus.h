@@ -69,8 +69,8 @@ enum argus_stat_kind {
 	ARGUS_STAT_CUDA_ERROR = 5,    /* sub = api, code = CUresult: count = calls that failed */
 	ARGUS_STAT_NCCL_ERROR = 6,    /* sub = op or init api, code = ncclResult_t */
 	ARGUS_STAT_CUDA_MEMCPY = 7,   /* sub = enum argus_gpu_copy_dir: count = calls, sum = bytes */
-	ARGUS_STAT_CUDA_LAUNCH_TIME = 8, /* sub = api: count = timed launches, sum = ns inside (deep only) */
-	ARGUS_STAT_CUDA_LAUNCH_HIST = 9, /* sub = log2 bucket (ARGUS_LOG2_BUCKET): count, sum = ns (deep only) */
+	ARGUS_STAT_CUDA_LAUNCH_TIME = 8, /* marks a launch's in-flight slot; retired as a stat: the histogram holds its sums */
+	ARGUS_STAT_CUDA_LAUNCH_HIST = 9, /* sub = log2 bucket (ARGUS_LOG2_BUCKET): timed launches, sum = ns inside (deep only) */
 	ARGUS_STAT_PY_GC = 10,        /* sub = generation: count = timed collections, sum = ns inside */
 	ARGUS_STAT_PY_GC_HIST = 11,   /* sub = log2 bucket of one collection's pause: count, sum = ns */
 	ARGUS_STAT_OFFCPU = 12,       /* sub = enum argus_offcpu_reason: count = off-CPU intervals, sum = ns off CPU */
@@ -286,8 +286,14 @@ struct argus_gpu_name_event {
 	char name[ARGUS_GPU_NAME_MAX]; /* NUL-terminated, truncated */
 };
 
-/* A timed call returned: its span, for the trace (rare calls only: collectives
- * and synchronize waits, never launches). */
+/* A timed call returned: its span, for the trace and the straggler's
+ * synchronize share (collectives and synchronize waits, never launches). Sent
+ * only for a call that failed or lasted ARGUS_SPAN_MIN_NS or more: a real
+ * collective returns once enqueued, in microseconds (REAL-SEMANTICS.md), and
+ * a span that short shows nothing at a step's scale. Shorter calls still add
+ * to their aggregates (count and time) in BPF, and the trace draws a
+ * collective's call from its entry event. */
+#define ARGUS_SPAN_MIN_NS 50000ULL
 struct argus_call_done_event {
 	struct argus_event_header hdr; /* ts_ns = return time */
 	__u64 start_ns;

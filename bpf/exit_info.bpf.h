@@ -13,13 +13,6 @@ struct {
 	__type(value, struct argus_exit_info);
 } exit_info SEC(".maps") __weak;
 
-/* Whether the agent follows this tgid (tracked or auto-tracked). */
-static __always_inline bool argus_exit_tracked(__u32 tgid)
-{
-	__u32 *state = bpf_map_lookup_elem(&tracked, &tgid);
-	return state && *state != ARGUS_TGID_IGNORED;
-}
-
 /* The tgid's entry, created empty when absent; a full map is counted. */
 static __always_inline struct argus_exit_info *argus_exit_info_of(__u32 tgid)
 {

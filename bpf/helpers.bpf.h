@@ -29,22 +29,28 @@ static __always_inline __u32 argus_ringbuf_error(__u32 source)
 	}
 }
 
-/* Reserves an event and fills its header; a full ring buffer is counted, per
- * source, as lost events. */
-static __always_inline void *argus_reserve(__u64 size, __u32 type, __u32 source)
+/* Reserves an event and fills its header with the caller's thread id and
+ * time (a probe that has both already saves the helper calls); a full ring
+ * buffer is counted, per source, as lost events. */
+static __always_inline void *argus_reserve_at(__u64 size, __u32 type, __u32 source, __u64 pid_tgid,
+					      __u64 ts_ns)
 {
 	struct argus_event_header *hdr = bpf_ringbuf_reserve(&events, size, 0);
 	if (!hdr) {
 		argus_count_error(argus_ringbuf_error(source));
 		return 0;
 	}
-	__u64 id = bpf_get_current_pid_tgid();
 	hdr->type = type;
-	hdr->tgid = id >> 32;
-	hdr->tid = (__u32)id;
+	hdr->tgid = pid_tgid >> 32;
+	hdr->tid = (__u32)pid_tgid;
 	hdr->pad = 0;
-	hdr->ts_ns = bpf_ktime_get_ns();
+	hdr->ts_ns = ts_ns;
 	return hdr;
+}
+
+static __always_inline void *argus_reserve(__u64 size, __u32 type, __u32 source)
+{
+	return argus_reserve_at(size, type, source, bpf_get_current_pid_tgid(), bpf_ktime_get_ns());
 }
 
 /* Submits an event of a hot path (collectives, call spans) without
@@ -87,6 +93,14 @@ static __always_inline bool argus_should_trace(__u32 tgid, __u32 source)
 		argus_count_error(ARGUS_ERR_TRACKED_FULL);
 	}
 	return true;
+}
+
+/* Whether the agent follows this tgid (tracked or auto-tracked); unlike
+ * argus_should_trace, a tgid not met yet is left alone. */
+static __always_inline bool argus_tgid_traced(__u32 tgid)
+{
+	__u32 *state = bpf_map_lookup_elem(&tracked, &tgid);
+	return state && *state != ARGUS_TGID_IGNORED;
 }
 
 static __always_inline void argus_stat_add(__u32 tgid, __u16 kind, __u16 sub, __s32 code,
@@ -139,11 +153,37 @@ static __always_inline __u64 argus_arg(struct pt_regs *ctx, __u32 idx)
 	}
 }
 
+/* Each thread keeps one in-flight slot per library class for its life (LRU:
+ * dead threads' slots are reused). A call fills it in place and its return
+ * marks it free (start_ns = 0) instead of deleting it: a hash update and a
+ * delete per call cost more than the rest of the probe. */
 static __always_inline void argus_inflight_begin(__u32 cls, struct argus_inflight *st)
 {
 	struct argus_inflight_key key = { .pid_tgid = bpf_get_current_pid_tgid(), .cls = cls };
+	struct argus_inflight *slot = bpf_map_lookup_elem(&inflight, &key);
+	if (slot) {
+		*slot = *st;
+		return;
+	}
 	if (bpf_map_update_elem(&inflight, &key, st, BPF_ANY))
 		argus_count_error(ARGUS_ERR_INFLIGHT_FULL);
+}
+
+/* The return half: copies the thread's call of class cls into *out and frees
+ * the slot. False when there is none (the call was not traced, or began
+ * before the probes did); then a tracked tgid counts an unmatched return. */
+static __always_inline bool argus_inflight_end(__u32 cls, __u64 pid_tgid, struct argus_inflight *out)
+{
+	struct argus_inflight_key key = { .pid_tgid = pid_tgid, .cls = cls };
+	struct argus_inflight *slot = bpf_map_lookup_elem(&inflight, &key);
+	if (slot && slot->start_ns) {
+		*out = *slot;
+		slot->start_ns = 0;
+		return true;
+	}
+	if (argus_tgid_traced(pid_tgid >> 32))
+		argus_count_error(ARGUS_ERR_RETURN_UNMATCHED);
+	return false;
 }
 
 /* Bit length of v: 0 for 0, b for v in [2^(b-1), 2^b). */

@@ -44,7 +44,8 @@ static __always_inline __u64 next_seq(__u32 tgid, __u64 comm)
 SEC("uprobe")
 int BPF_KPROBE(argus_nccl_coll_enter)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
 	if (!argus_should_trace(tgid, ARGUS_SRC_NCCL))
 		return 0;
 
@@ -58,8 +59,10 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 	argus_stat_add(tgid, ARGUS_STAT_NCCL_CALLS, op, 0, 1, bytes);
 	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : next_seq(tgid, comm);
 
+	/* One clock read: the event's time is the call's start. */
+	__u64 now = bpf_ktime_get_ns();
 	struct argus_nccl_coll_event *ev =
-		argus_reserve(sizeof(*ev), ARGUS_EV_NCCL_COLL, ARGUS_SRC_NCCL);
+		argus_reserve_at(sizeof(*ev), ARGUS_EV_NCCL_COLL, ARGUS_SRC_NCCL, pid_tgid, now);
 	if (ev) {
 		ev->comm = comm;
 		ev->seq = seq;
@@ -69,7 +72,7 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 	}
 
 	struct argus_inflight st = {
-		.start_ns = bpf_ktime_get_ns(), .ptr = comm, .id = op, .kind = ARGUS_STAT_NCCL_WAIT,
+		.start_ns = now, .ptr = comm, .id = op, .kind = ARGUS_STAT_NCCL_WAIT,
 	};
 	argus_inflight_begin(ARGUS_CLS_NCCL, &st);
 	return 0;

@@ -38,31 +38,25 @@ int BPF_KRETPROBE(argus_nccl_init_exit, int ret)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	struct argus_inflight_key key = { .pid_tgid = pid_tgid, .cls = ARGUS_CLS_NCCL };
-	struct argus_inflight *st = bpf_map_lookup_elem(&inflight, &key);
-	if (!st) {
-		__u32 *state = bpf_map_lookup_elem(&tracked, &tgid);
-		if (state && *state != ARGUS_TGID_IGNORED)
-			argus_count_error(ARGUS_ERR_RETURN_UNMATCHED);
+	struct argus_inflight st;
+	if (!argus_inflight_end(ARGUS_CLS_NCCL, pid_tgid, &st))
 		return 0;
-	}
 
 	struct argus_nccl_init_event *ev =
 		argus_reserve(sizeof(*ev), ARGUS_EV_NCCL_INIT, ARGUS_SRC_NCCL);
 	if (ev) {
 		__u64 comm = 0;
-		if (ret == 0 && bpf_probe_read_user(&comm, sizeof(comm), (void *)st->ptr))
+		if (ret == 0 && bpf_probe_read_user(&comm, sizeof(comm), (void *)st.ptr))
 			argus_count_error(ARGUS_ERR_READ_USER);
 		ev->comm = comm;
-		ev->rank = st->rank;
-		ev->nranks = st->nranks;
+		ev->rank = st.rank;
+		ev->nranks = st.nranks;
 		ev->result = ret;
-		ev->api = st->id;
-		__builtin_memcpy(ev->uid, st->uid, sizeof(ev->uid));
+		ev->api = st.id;
+		__builtin_memcpy(ev->uid, st.uid, sizeof(ev->uid));
 		bpf_ringbuf_submit(ev, 0);
 	}
 	if (ret != 0)
-		argus_stat_add(tgid, ARGUS_STAT_NCCL_ERROR, ARGUS_OP_MAX + st->id, ret, 1, 0);
-	bpf_map_delete_elem(&inflight, &key);
+		argus_stat_add(tgid, ARGUS_STAT_NCCL_ERROR, ARGUS_OP_MAX + st.id, ret, 1, 0);
 	return 0;
 }

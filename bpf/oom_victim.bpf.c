@@ -4,7 +4,7 @@
 static __always_inline int remember_oom(struct task_struct *task)
 {
 	__u32 tgid = BPF_CORE_READ(task, tgid);
-	if (!argus_exit_tracked(tgid))
+	if (!argus_tgid_traced(tgid))
 		return 0;
 	struct argus_exit_info *e = argus_exit_info_of(tgid);
 	if (e)

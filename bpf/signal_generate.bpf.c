@@ -21,7 +21,7 @@ static __always_inline int remember_signal(int sig, struct kernel_siginfo *info,
 	if (result == ARGUS_TRACE_SIGNAL_IGNORED || result == ARGUS_TRACE_SIGNAL_OVERFLOW_FAIL)
 		return 0;
 	__u32 tgid = BPF_CORE_READ(task, tgid);
-	if (!argus_exit_tracked(tgid))
+	if (!argus_tgid_traced(tgid))
 		return 0;
 	/* SEND_SIG_NOINFO (NULL): kill() from current; SEND_SIG_PRIV (1): the kernel;
 	 * else si_code > 0 says the kernel made it (a fault, SI_KERNEL). */

@@ -94,6 +94,33 @@ TEST(TraceExport, ChromeTraceWithRanksTracksAndWellNestedSpans) {
   EXPECT_GE(spans, 2u * 6);
 }
 
+// BPF sends a collective's return only when it failed or lasted ARGUS_SPAN_MIN_NS:
+// its entry draws the call, a return event completes that same span (matched
+// by its start), and a return whose entry was lost still shows.
+TEST(TraceExport, CollectiveEntryDrawsTheCallAndItsReturnCompletesIt) {
+  NodeTimeline t;
+  const uint64_t quick = kEnd - 900 * kMs, slow = kEnd - 800 * kMs, orphan = kEnd - 700 * kMs;
+  t.on_collective_call(41, "all_reduce", "c0ffee", quick);
+  t.on_collective_call(41, "all_reduce", "c0ffee", slow);
+  t.on_call(41, false, "cuStreamSynchronize", "", slow + kMs, slow + 2 * kMs, 0);  // between entry and return
+  t.on_call(41, true, "all_reduce", "c0ffee", slow, slow + 5 * kMs, 3);
+  t.on_call(41, true, "broadcast", "c0ffee", orphan, orphan + kMs, 0);
+  const auto ranks = t.trace(kEnd - 10'000 * kMs, kEnd);
+  ASSERT_EQ(ranks.size(), 1u);
+  std::map<uint64_t, TraceSpan> calls;
+  for (const auto& s : ranks[0].spans)
+    if (s.category == "collective") calls[s.start_ns] = s;
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[quick].end_ns, quick);
+  EXPECT_EQ(calls[quick].args.at("comm"), "c0ffee");
+  EXPECT_EQ(calls[quick].args.at("returned_within_us"), "50");
+  EXPECT_EQ(calls[slow].end_ns, slow + 5 * kMs);
+  EXPECT_EQ(calls[slow].args.at("result"), "3");
+  EXPECT_EQ(calls[slow].args.count("returned_within_us"), 0u);
+  EXPECT_EQ(calls[orphan].name, "broadcast");
+  EXPECT_EQ(calls[orphan].end_ns, orphan + kMs);
+}
+
 TEST(TraceExport, SecondsParameterIsChecked) {
   EXPECT_TRUE(parse_trace_seconds("", false).ok);
   EXPECT_DOUBLE_EQ(parse_trace_seconds("", false).seconds, 10);

@@ -421,12 +421,7 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
 void AgentRuntime::on_call_done(const argus_call_done_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
   const bool collective = e.cls == ARGUS_CLS_NCCL;
-  std::string comm;
-  if (collective) {
-    auto names = comm_names_.find(pid);
-    if (names != comm_names_.end())
-      if (auto n = names->second.find(e.ptr); n != names->second.end()) comm = n->second;
-  }
+  const std::string comm = collective ? comm_name(pid, e.ptr) : std::string();
   timeline_.on_call(pid, collective, collective ? nccl_op_label(e.id) : cuda_api_label(e.id), comm, e.start_ns,
                     e.hdr.ts_ns, e.ret);
   if (!collective && e.kind == ARGUS_STAT_CUDA_SYNC) tracker_.on_sync(pid, e.start_ns, e.hdr.ts_ns);
@@ -521,10 +516,18 @@ bool AgentRuntime::remember_comm(int pid, uint64_t handle, const std::string& na
   return true;
 }
 
+std::string AgentRuntime::comm_name(int pid, uint64_t handle) const {
+  auto names = comm_names_.find(pid);
+  if (names == comm_names_.end()) return {};
+  auto n = names->second.find(handle);
+  return n == names->second.end() ? std::string() : n->second;
+}
+
 void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
   auto step = step_seconds_.find(pid);
   timeline_.on_collective_enter(pid, e.hdr.ts_ns, step == step_seconds_.end() ? 0 : step->second);
+  timeline_.on_collective_call(pid, nccl_op_label(e.op), comm_name(pid, e.comm), e.hdr.ts_ns);
   if (e.seq == 0) return;  // p2p
   tracker_.on_arrival(comm_key(pid, e.comm), pid, e.seq, e.hdr.ts_ns);
 }

@@ -136,6 +136,7 @@ class AgentRuntime : public ApiSource {
   ExitCause exit_cause(int pid, int exit_code, const argus_exit_info* info);
   void on_collective(const argus_nccl_coll_event& e);
   void on_call_done(const argus_call_done_event& e);
+  std::string comm_name(int pid, uint64_t handle) const;  // "" when the communicator is unknown
   void on_gpu_batch(GpuBatch& b);  // takes its records
   std::string comm_key(int pid, uint64_t handle);
   bool remember_comm(int pid, uint64_t handle, const std::string& name);

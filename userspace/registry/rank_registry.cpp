@@ -136,11 +136,9 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
       case ARGUS_STAT_CUDA_LAUNCH:
         s.kernel_launches += r.count;
         break;
-      case ARGUS_STAT_CUDA_LAUNCH_TIME:
+      case ARGUS_STAT_CUDA_LAUNCH_HIST:  // its buckets sum to the timed launches and their time
         s.launch_timing.count += r.count;
         s.launch_timing.ns += r.sum;
-        break;
-      case ARGUS_STAT_CUDA_LAUNCH_HIST:
         s.launch_timing.log2_buckets[r.sub] += r.count;
         break;
       case ARGUS_STAT_PY_GC:

@@ -7,6 +7,9 @@ namespace argus {
 namespace {
 
 constexpr double kNs = 1e9;
+// How far back a collective's return looks for the span its entry opened:
+// spans that other threads of the rank added while it ran (a blocked call).
+constexpr size_t kCallSearchDepth = 256;
 
 std::string kernel_category(const argus_gpu_rec& r) {
   if (r.kind == ARGUS_GPU_MEMCPY) return "memcpy";
@@ -74,14 +77,39 @@ void NodeTimeline::on_gpu_batch(int pid, std::vector<argus_gpu_rec> recs, uint64
   r.gpu.add_batch(std::move(recs), lost, step_seconds);
 }
 
+void NodeTimeline::add_host_span(Rank& r, HostSpan span) {
+  const uint64_t end_ns = span.end_ns;
+  r.host.push_back(std::move(span));
+  const auto keep_ns = static_cast<uint64_t>(opts_.host_trace_seconds * kNs);
+  while (!r.host.empty() && end_ns > keep_ns && r.host.front().end_ns < end_ns - keep_ns) r.host.pop_front();
+  for (; r.host.size() > opts_.max_host_spans; r.host.pop_front()) count_cap(opts_.caps, Cap::kHostTraceSpans);
+}
+
 void NodeTimeline::on_call(int pid, bool collective, const std::string& label, const std::string& comm,
                            uint64_t start_ns, uint64_t end_ns, int ret) {
   std::lock_guard lock(mu_);
   Rank& r = rank(pid);
-  r.host.push_back({collective, label, comm, start_ns, end_ns, ret});
-  const auto keep_ns = static_cast<uint64_t>(opts_.host_trace_seconds * kNs);
-  while (!r.host.empty() && end_ns > keep_ns && r.host.front().end_ns < end_ns - keep_ns) r.host.pop_front();
-  for (; r.host.size() > opts_.max_host_spans; r.host.pop_front()) count_cap(opts_.caps, Cap::kHostTraceSpans);
+  if (collective) {
+    // Its entry came first (same thread, same ring) and opened the span: a
+    // return event carries the same clock reading as the entry's start. Only
+    // the newest few are searched: the calls after it on this rank.
+    size_t looked = 0;
+    for (auto it = r.host.rbegin(); it != r.host.rend() && looked < kCallSearchDepth; ++it, ++looked) {
+      if (it->collective && it->short_call && it->start_ns == start_ns && it->label == label) {
+        it->end_ns = end_ns;
+        it->ret = ret;
+        it->short_call = false;
+        return;
+      }
+    }
+  }
+  add_host_span(r, {collective, label, comm, start_ns, end_ns, ret});
+}
+
+void NodeTimeline::on_collective_call(int pid, const std::string& label, const std::string& comm,
+                                      uint64_t start_ns) {
+  std::lock_guard lock(mu_);
+  add_host_span(rank(pid), {true, label, comm, start_ns, start_ns, 0, true});
 }
 
 void NodeTimeline::on_collective_enter(int pid, uint64_t ts_ns, double step_seconds) {
@@ -207,6 +235,7 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
                 h.collective ? "collective" : "sync", {}};
     if (!h.comm.empty()) s.args["comm"] = h.comm;
     if (h.ret != 0) s.args["result"] = std::to_string(h.ret);
+    if (h.short_call) s.args["returned_within_us"] = std::to_string(ARGUS_SPAN_MIN_NS / 1000);
     tr.spans.push_back(std::move(s));
   }
   for (const auto& g : raw.gpu) {

@@ -52,8 +52,12 @@ class NodeTimeline {
   // lost: records the producer dropped plus any BPF could not copy.
   void on_gpu_batch(int pid, std::vector<argus_gpu_rec> recs, uint64_t lost, double step_seconds);
   // A timed call returned. label: op or api name; comm: communicator name (collectives).
+  // A collective's return completes the span its entry opened (same start), if any.
   void on_call(int pid, bool collective, const std::string& label, const std::string& comm, uint64_t start_ns,
                uint64_t end_ns, int ret);
+  // A collective entered: drawn at once as a call that returned within
+  // ARGUS_SPAN_MIN_NS, since BPF sends its return only when it was longer or failed.
+  void on_collective_call(int pid, const std::string& label, const std::string& comm, uint64_t start_ns);
   // A collective entered: the first after a quiet gap starts a step (for the per-step sketches).
   void on_collective_enter(int pid, uint64_t ts_ns, double step_seconds);
   void forget(int pid);
@@ -78,6 +82,7 @@ class NodeTimeline {
     std::string label, comm;
     uint64_t start_ns, end_ns;
     int ret;
+    bool short_call = false;  // entered, and no return event came: it returned within ARGUS_SPAN_MIN_NS
   };
   struct Rank {
     explicit Rank(const gpu::TimelineOptions& o) : gpu(o) {}
@@ -96,6 +101,7 @@ class NodeTimeline {
     size_t left_out = 0;
   };
   Rank& rank(int pid);
+  void add_host_span(Rank& r, HostSpan span);
   static RawTrace copy_trace(int pid, const Rank& r, uint64_t from_ns, uint64_t to_ns, size_t budget);
   static TraceRank build_trace(const RawTrace& raw);
 
