@@ -160,7 +160,10 @@ class ChurnTest : public ::testing::Test {
     ASSERT_TRUE(eventually(
         [&] {
           const std::string m = agent_->get_text("/metrics");
+          // Released counts files of every kind (a late one of the previous
+          // round too): this round's own files must be gone as well.
           return metric_value(m, "argus_agent_probe_files_released_total", {}) >= released_before + n &&
+                 std::max(0.0, metric_value(m, "argus_agent_probed_files", {{"library", kind}})) <= files_before &&
                  metric_value(m, "argus_agent_probes_detaching", {}) == 0;
         },
         60s))
