@@ -24,6 +24,7 @@
 #  h. detach time (bench/detach_time.sh): the agent's stop with ~100 uprobes attached, one perf
 #     event per probe against uprobe_multi links, and the release of one library pair.
 #  i. idle floor (bench/agent_idle.sh): the agent's CPU with nothing to watch, thread by thread.
+#     Then with one quiet rank (a process that maps NCCL and calls nothing).
 #  j. attach latency (bench/attach_latency.py): a new NCCL file mapped (at exec, or dlopened 2 s
 #     later) to its probes attached, p50/p99, with the machine idle and with every core busy.
 #  k. ring-buffer events/s (bench/event_rate.py): 10^4..10^6 events/s of paced collectives, with
@@ -515,6 +516,7 @@ if [ -s "$WORK/python-dump.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/pytho
 if [ -s "$WORK/sched/summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/sched/summary.txt"; fi
 if [ -s "$WORK/detach/detach-summary.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/detach/detach-summary.txt"; fi
 if [ -s "$WORK/idle/idle.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/idle.txt"; fi
+if [ -s "$WORK/idle/idle-rank.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/idle/idle-rank.txt"; fi
 if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/attach/attach.txt"; fi
 if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/rate.txt"; fi
 if [ -s "$WORK/train/train.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/train/train.txt"; fi

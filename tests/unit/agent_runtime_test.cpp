@@ -305,8 +305,36 @@ TEST(AgentRuntime, TheLoopSleepsUntilSomethingIsDueAndStopWakesIt) {
   EXPECT_EQ(backend.interrupts, 1);
 
   Replay r;  // four ranks tracked
-  for (int w : loop_waits(*r.rt, *r.backend, 4)) EXPECT_EQ(w, 50);
+  const auto busy = loop_waits(*r.rt, *r.backend, 4);
+  ASSERT_GE(busy.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(busy[i], 50) << i;  // (quiet ranks rest later: the next test)
   EXPECT_EQ(r.backend->interrupts, 1);
+}
+
+// Tracked ranks that send nothing (a process that maps NCCL and waits) do not
+// keep the loop at 50 ms turns: after 20 empty turns it waits for the stats
+// pass, and the first turn that drains a record brings the 50 ms back.
+TEST(AgentRuntime, QuietRanksLetTheLoopRestUntilTheStatsPass) {
+  Replay r;
+  const auto waits = loop_waits(*r.rt, *r.backend, 24);
+  ASSERT_GE(waits.size(), 24u);
+  // The manual clock stands still: the next /proc scan and stats pass stay 1 s away.
+  const AgentOptions defaults;
+  const int rest_ms =
+      static_cast<int>(std::min(defaults.stats_interval_seconds, defaults.scan_interval_seconds) * 1000);
+  for (size_t i = 0; i < 20; ++i) EXPECT_EQ(waits[i], 50) << i;
+  for (size_t i = 20; i < waits.size(); ++i) EXPECT_EQ(waits[i], rest_ms) << i;
+
+  argus_nccl_coll_event c{};
+  c.hdr = header(ARGUS_EV_NCCL_COLL, Replay::pid(0), r.clock.ns);
+  c.seq = 1;
+  r.backend->push(c);
+  const size_t before = waits.size();
+  const auto more = loop_waits(*r.rt, *r.backend, before + 3);
+  ASSERT_GE(more.size(), before + 3);
+  EXPECT_EQ(more[before], rest_ms);  // this wait ends with the record drained
+  EXPECT_EQ(more[before + 1], 50);
+  EXPECT_EQ(more[before + 2], 50);
 }
 
 TEST(AgentRuntime, FailedRingBufferPollsAreCounted) {

@@ -166,6 +166,11 @@ double AgentRuntime::seconds_since_heartbeat() const {
 // stats pass, the /proc scan, an exec follow-up), at most kIdleTurnMaxSeconds:
 // exec, exit, dlopen and first-call events wake it at once, and stop()
 // interrupts the wait. An idle agent's floor is these few turns a second.
+// Tracked ranks that sent nothing for kQuietTurnsBeforeRest turns (a process
+// that maps NCCL and waits, a job between long steps) get the same rest, up to
+// the next stats pass: their first hot events then wait at most that long in
+// the ring (which wakes the agent itself when an eighth full), and the
+// detectors, which run at the stats pass, see them drained first.
 void AgentRuntime::loop() {
   while (running_) run_once(next_wait_ms());
 }
@@ -174,19 +179,23 @@ bool AgentRuntime::watching() const { return registry_.tracked_count() > 0 || pr
 
 int AgentRuntime::next_wait_ms() const {
   const double due = std::min({next_scan_, next_stats_, discovery_->next_followup()});
-  const double cap = watching() ? kBusyTurnSeconds : kIdleTurnMaxSeconds;
+  const bool busy = probes_->parses_pending() ||
+                    (registry_.tracked_count() > 0 && quiet_turns_ < kQuietTurnsBeforeRest);
+  const double cap = busy ? kBusyTurnSeconds : kIdleTurnMaxSeconds;
   return static_cast<int>(std::ceil(std::clamp(due - now_s(), 0.0, cap) * 1000));
 }
 
 // A failed poll (not a signal) is counted and logged once: the loop goes on.
-void AgentRuntime::poll_ring_buffers(int timeout_ms) {
-  if (const int n = loader_->poll_events(timeout_ms); n < 0 && n != -EINTR) {
+int AgentRuntime::poll_ring_buffers(int timeout_ms) {
+  const int n = loader_->poll_events(timeout_ms);
+  if (n < 0 && n != -EINTR) {
     if (ringbuf_poll_errors_.fetch_add(1) == 0) spdlog::error("ring buffer poll failed: error {}", -n);
   }
+  return std::max(n, 0);
 }
 
 void AgentRuntime::run_once(int poll_ms) {
-  poll_ring_buffers(poll_ms);
+  quiet_turns_ = poll_ring_buffers(poll_ms) > 0 ? 0 : std::min(quiet_turns_ + 1, kQuietTurnsBeforeRest);
   const double now = now_s();
   // Libraries parsed since the last pass: the processes that map them are ranks now.
   for (int pid : probes_->complete_parses())

@@ -109,8 +109,13 @@ class AgentRuntime : public ApiSource {
   void loop();
   bool watching() const;     // a rank is tracked or a library is being parsed
   int next_wait_ms() const;  // the loop's wait before its next turn
+  int poll_ring_buffers(int timeout_ms);  // records drained (0 on a failed poll)
   static constexpr double kBusyTurnSeconds = 0.05;
   static constexpr double kIdleTurnMaxSeconds = 2;  // well inside /healthz's stall limit
+  // Busy turns in a row that drained nothing before the loop waits for the
+  // next stats pass instead (its ranks are quiet: between steps, or idle).
+  static constexpr int kQuietTurnsBeforeRest = 20;
+  int quiet_turns_ = 0;  // the loop's own thread only
   void handle_record(const void* data, size_t size);
   void handle_event(DecodedEvent& ev);
   void track_found(const FoundProcess& f);
@@ -126,7 +131,6 @@ class AgentRuntime : public ApiSource {
   void refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& entries, StealerComms& comms,
                           bool cgroup);  // its CPU stealers and its cgroup's cpu.stat
   std::string stealer_cgroup(int pid, uint64_t cgroup_id);
-  void poll_ring_buffers(int timeout_ms);
   void finish_process(int pid, std::optional<int> exit_code, const argus_exit_info* cause = nullptr);
   void watch_memcg(int pid);
   void resolve_kube_identity(int pid, const RankIdentity& identity);  // pod and GPU UUID, when first tracked
