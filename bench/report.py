@@ -38,7 +38,7 @@ BENCHES = [  # (benchmark, label, calls per iteration, probe hits per call: defa
 ]
 # The runs of part a: unprobed, the LD_PRELOAD interposer, the agent's two probe
 # sets, bpftrace (entry + return on every timed call).
-PROBE_RUNS = ("unprobed", "interpose", "argus", "argus_deep", "bpftrace")
+PROBE_RUNS = ("unprobed", "interpose", "argus", "argus_deep", "bpftrace", "bpftrace_timed")
 
 
 def load_json(path, default=None):
@@ -70,14 +70,18 @@ def prog_ns_per_run(work, run):
 
 
 def bpf_pair_rows(work):
-    """Per timed call: Argus's and bpftrace's BPF ns per call (entry + return), or None without stats."""
-    bt = prog_ns_per_run(work, "bpftrace")
+    """Per timed call: Argus's, bpftrace's (counting) and bpftrace's (timing) BPF ns per call (entry +
+    return), None where not measured. bpftrace names a program after its probe's first symbol."""
     rows = []
     for label, run, names, symbol in BPF_PAIRS:
         mine = prog_ns_per_run(work, run)
         argus = sum(mine[n][0] for n in names) if all(n in mine for n in names) else None
-        theirs = [v for name, vs in bt.items() if name and symbol.startswith(name) for v in vs]
-        rows.append((label, argus, sum(theirs) if len(theirs) == 2 else None))
+        peers = []
+        for bt_run in ("bpftrace", "bpftrace_timed"):
+            progs = prog_ns_per_run(work, bt_run)
+            theirs = [v for name, vs in progs.items() if name and symbol.startswith(name) for v in vs]
+            peers.append(sum(theirs) if len(theirs) == 2 else None)
+        rows.append((label, argus, *peers))
     return rows
 
 
@@ -434,8 +438,9 @@ def main():
     un = runs["unprobed"]
     p("")
     p("a. Probe cost: extra CPU ns per call of the traced thread over the unprobed call (medians; [in syscalls])")
-    p("%-30s %10s %14s %14s %14s %14s %9s" % (
-        "call", "unprobed", "interposer", "argus", "argus deep", "bpftrace", "argus/bt"))
+    p("%-30s %10s %14s %14s %14s %14s %9s %14s %9s" % (
+        "call", "unprobed", "interposer", "argus", "argus deep", "bpftrace", "argus/bt", "bpftrace timed",
+        "argus/btt"))
     sysc = un["BM_SyscallGetppid"][0] if un and "BM_SyscallGetppid" in un else None
     noop = un["BM_NoopCall"][0] if un and "BM_NoopCall" in un else None
 
@@ -455,12 +460,14 @@ def main():
                "unprobed_ns": u, **{run + "_ns": runs[run].get(name) if runs.get(run) else None for run in PROBE_RUNS[1:]},
                **{run + "_delta_ns": d[run] for run in PROBE_RUNS[1:]},
                "argus_vs_bpftrace": ratio(mine, d["bpftrace"]) if deep_hits else None,
+               "argus_vs_bpftrace_timed": ratio(mine, d["bpftrace_timed"]) if deep_hits else None,
                "argus_delta_syscalls": ratio(mine, sysc) if deep_hits else None}
         res["probe_cost"][name] = row
-        p("%-30s %10s %14s %14s %14s %14s %9s" % (
+        p("%-30s %10s %14s %14s %14s %14s %9s %14s %9s" % (
             label, "n/a" if u is None else "%.1f" % u[0], dcell(d["interpose"], deep_hits), dcell(d["argus"], hits),
             dcell(d["argus_deep"], deep_hits), dcell(d["bpftrace"], deep_hits),
-            fmt(row["argus_vs_bpftrace"], ".2f") if deep_hits else "-"))
+            fmt(row["argus_vs_bpftrace"], ".2f") if deep_hits else "-", dcell(d["bpftrace_timed"], deep_hits),
+            fmt(row["argus_vs_bpftrace_timed"], ".2f") if deep_hits else "-"))
     r = res["probe_cost"]["BM_NcclAllReduce1Rank"]
     pair_ns = r["argus_delta_ns"]          # entry + return probe on one function
     p("  syscall = %s x a plain call; unprobed calls that are not in the table's runs cost nothing extra "
@@ -471,11 +478,12 @@ def main():
         fmt(res["probe_cost"]["BM_CuLaunchKernel"]["argus_vs_bpftrace"], ".2f"),
         fmt(ratio(r["interpose_delta_ns"], pair_ns), ".3f")))
     pairs = bpf_pair_rows(work)
-    if any(a is not None for _, a, _ in pairs):
-        res["probe_cost"]["bpf_ns_per_call"] = {label: {"argus": a, "bpftrace": b} for label, a, b in pairs}
+    if any(a is not None for _, a, _, _ in pairs):
+        res["probe_cost"]["bpf_ns_per_call"] = {label: {"argus": a, "bpftrace": b, "bpftrace_timed": bt}
+                                                for label, a, b, bt in pairs}
         p("  BPF programs alone (kernel.bpf_stats_enabled; ns per call, entry + return; the trap is the rest): %s" % (
-            "; ".join("%s Argus %s, bpftrace %s (%s)" % (label, fmt(a, ".0f"), fmt(b, ".0f"), fmt(ratio(a, b), ".1f") + "x")
-                      for label, a, b in pairs)))
+            "; ".join("%s Argus %s, bpftrace counting %s, timing %s" % (label, fmt(a, ".0f"), fmt(b, ".0f"), fmt(bt, ".0f"))
+                      for label, a, b, bt in pairs)))
     if facts.get("interpose_failed"):
         p("  WARNING: the interposer did not count every timed call: its column is not interposed")
     if facts.get("interpose_counts"):

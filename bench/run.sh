@@ -5,7 +5,8 @@
 #     shims (ncclAllReduce, cuStreamSynchronize, cuLaunchKernel) unprobed, under an
 #     LD_PRELOAD interposer that counts them (bench/interpose_count.c: the floor of
 #     in-process hooking), with argus-agent --probes default and deep, and with the
-#     same uprobes placed by bpftrace; against a plain call and a getppid syscall.
+#     same uprobes placed by bpftrace, counting and (a peer doing Argus's kind of work) timing
+#     each call into a histogram; against a plain call and a getppid syscall.
 #  b. agent cost: argus-agent's CPU (share of one core) and RSS while it watches
 #     an 8-rank argus-sim job, with --probes default and --probes deep; its floor
 #     with no rank to watch; and its discovery cost under 10 execs/s of short-lived processes.
@@ -359,6 +360,23 @@ if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null;
   run_bench bpftrace ARGUS_BENCH_WAIT_PROBED=30 ARGUS_BENCH_WAIT_LAUNCH=1 || log "the bpftrace run failed: $WORK/bpftrace.log"
   save_prog_stats bpftrace
   check_tracers bpftrace
+  kill -INT "$BPFTRACE_PID" 2>/dev/null || true
+  wait "$BPFTRACE_PID" 2>/dev/null || true
+  BPFTRACE_PID=""
+
+  # A peer doing the kind of work Argus does, not just counting: each call
+  # timed entry->return into a histogram (a per-thread start, as Argus keeps).
+  log "a. probe cost: bpftrace timing the same calls"
+  BT_TIMED="uprobe:$BENCH_SHIM:ncclAllReduce, uprobe:$BENCH_CUDA:cuStreamSynchronize, uprobe:$BENCH_CUDA:cuLaunchKernel
+ { @calls = count(); @start[tid] = nsecs; }
+ uretprobe:$BENCH_SHIM:ncclAllReduce, uretprobe:$BENCH_CUDA:cuStreamSynchronize, uretprobe:$BENCH_CUDA:cuLaunchKernel
+ /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }"
+  bpftrace -e "$BT_TIMED" >"$WORK/bpftrace-timed.log" 2>&1 &
+  BPFTRACE_PID=$!
+  run_bench bpftrace_timed ARGUS_BENCH_WAIT_PROBED=30 ARGUS_BENCH_WAIT_LAUNCH=1 ||
+    log "the timed bpftrace run failed: $WORK/bpftrace-timed.log"
+  save_prog_stats bpftrace_timed
+  check_tracers bpftrace_timed
   kill -INT "$BPFTRACE_PID" 2>/dev/null || true
   wait "$BPFTRACE_PID" 2>/dev/null || true
   BPFTRACE_PID=""
