@@ -113,10 +113,10 @@ TEST(TraceExport, CollectiveEntryDrawsTheCallAndItsReturnCompletesIt) {
   ASSERT_EQ(calls.size(), 3u);
   EXPECT_EQ(calls[quick].end_ns, quick);
   EXPECT_EQ(calls[quick].args.at("comm"), "c0ffee");
-  EXPECT_EQ(calls[quick].args.at("returned_within_us"), "50");
+  EXPECT_EQ(calls[quick].args.at("return"), "within 50 us, or not yet");
   EXPECT_EQ(calls[slow].end_ns, slow + 5 * kMs);
   EXPECT_EQ(calls[slow].args.at("result"), "3");
-  EXPECT_EQ(calls[slow].args.count("returned_within_us"), 0u);
+  EXPECT_EQ(calls[slow].args.count("return"), 0u);
   EXPECT_EQ(calls[orphan].name, "broadcast");
   EXPECT_EQ(calls[orphan].end_ns, orphan + kMs);
 }

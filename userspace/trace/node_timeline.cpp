@@ -95,10 +95,10 @@ void NodeTimeline::on_call(int pid, bool collective, const std::string& label, c
     // the newest few are searched: the calls after it on this rank.
     size_t looked = 0;
     for (auto it = r.host.rbegin(); it != r.host.rend() && looked < kCallSearchDepth; ++it, ++looked) {
-      if (it->collective && it->short_call && it->start_ns == start_ns && it->label == label) {
+      if (it->collective && it->return_unseen && it->start_ns == start_ns && it->label == label) {
         it->end_ns = end_ns;
         it->ret = ret;
-        it->short_call = false;
+        it->return_unseen = false;
         return;
       }
     }
@@ -235,7 +235,8 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
                 h.collective ? "collective" : "sync", {}};
     if (!h.comm.empty()) s.args["comm"] = h.comm;
     if (h.ret != 0) s.args["result"] = std::to_string(h.ret);
-    if (h.short_call) s.args["returned_within_us"] = std::to_string(ARGUS_SPAN_MIN_NS / 1000);
+    // No return event yet: it returned within ARGUS_SPAN_MIN_NS, or it is still running.
+    if (h.return_unseen) s.args["return"] = "within " + std::to_string(ARGUS_SPAN_MIN_NS / 1000) + " us, or not yet";
     tr.spans.push_back(std::move(s));
   }
   for (const auto& g : raw.gpu) {

@@ -82,7 +82,7 @@ class NodeTimeline {
     std::string label, comm;
     uint64_t start_ns, end_ns;
     int ret;
-    bool short_call = false;  // entered, and no return event came: it returned within ARGUS_SPAN_MIN_NS
+    bool return_unseen = false;  // entered, no return event yet: returned within ARGUS_SPAN_MIN_NS, or still running
   };
   struct Rank {
     explicit Rank(const gpu::TimelineOptions& o) : gpu(o) {}
