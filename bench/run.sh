@@ -52,7 +52,7 @@
 # ARGUS_BENCH_SKIP_BPFTRACE=1, ARGUS_BENCH_SKIP_LOAD=1, ARGUS_BENCH_SKIP_CHURN=1, ARGUS_BENCH_SKIP_GPU=1, ARGUS_BENCH_SKIP_PYGC=1, ARGUS_BENCH_SKIP_PYTHON=1,
 # ARGUS_BENCH_SKIP_SCHED=1 (and ARGUS_BENCH_SCHED_*: see bench/sched_switch.sh),
 # ARGUS_BENCH_SKIP_DETACH=1 (and ARGUS_BENCH_DETACH_*: see bench/detach_time.sh),
-# ARGUS_BENCH_SKIP_IDLE=1 (and ARGUS_BENCH_IDLE_*: see bench/agent_idle.sh),
+# ARGUS_BENCH_SKIP_IDLE=1 (and ARGUS_BENCH_IDLE_*, ARGUS_BENCH_IDLE_RANK=0: see bench/agent_idle.sh), ARGUS_BENCH_BPF_STATS=0 (part a leaves kernel.bpf_stats_enabled alone),
 # ARGUS_BENCH_SKIP_ATTACH=1 (and ARGUS_BENCH_ATTACH_N: see bench/attach_latency.py),
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),

@@ -360,9 +360,29 @@ bool BpfLoader::set_tgid_state(uint32_t tgid, argus_tgid_state state) {
   return bpf_map__update_elem(skel_->maps.tracked, &tgid, sizeof(tgid), &value, sizeof(value), BPF_ANY) == 0;
 }
 
+// Deletes every key of `map` that belongs to `tgid` (keys read first: deleting
+// while walking would restart the walk).
+template <typename Key, typename TgidOf>
+static void delete_keys_of(bpf_map* map, uint32_t tgid, TgidOf tgid_of) {
+  std::vector<Key> doomed;
+  Key key{}, next{};
+  const Key* prev = nullptr;
+  while (bpf_map__get_next_key(map, prev, &next, sizeof(next)) == 0) {
+    key = next;
+    prev = &key;
+    if (tgid_of(key) == tgid) doomed.push_back(key);
+  }
+  for (const auto& k : doomed) bpf_map__delete_elem(map, &k, sizeof(k), 0);
+}
+
 void BpfLoader::forget_tgid(uint32_t tgid) {
   bpf_map__delete_elem(skel_->maps.tracked, &tgid, sizeof(tgid), 0);
   bpf_map__delete_elem(skel_->maps.exit_info, &tgid, sizeof(tgid), 0);  // a cause no exit event took
+  // Its threads' in-flight slots: they live as long as their thread (freed by a
+  // flag between calls), and an LRU map full of dead slots would evict the
+  // oldest live one first, which is the slot of a call that hangs.
+  delete_keys_of<argus_inflight_key>(skel_->maps.inflight, tgid,
+                                     [](const argus_inflight_key& k) { return static_cast<uint32_t>(k.pid_tgid >> 32); });
 }
 
 bool BpfLoader::set_python_proc(uint32_t tgid, const argus_py_proc& config) {
@@ -455,15 +475,7 @@ std::vector<InflightCall> BpfLoader::read_inflight_waits() const {
 }
 
 void BpfLoader::delete_seqs(uint32_t tgid) {
-  std::vector<argus_seq_key> doomed;
-  argus_seq_key key{}, next{};
-  const argus_seq_key* prev = nullptr;
-  while (bpf_map__get_next_key(skel_->maps.coll_seq, prev, &next, sizeof(next)) == 0) {
-    key = next;
-    prev = &key;
-    if (key.tgid == tgid) doomed.push_back(key);
-  }
-  for (const auto& k : doomed) bpf_map__delete_elem(skel_->maps.coll_seq, &k, sizeof(k), 0);
+  delete_keys_of<argus_seq_key>(skel_->maps.coll_seq, tgid, [](const argus_seq_key& k) { return k.tgid; });
 }
 
 std::vector<StealerEntry> BpfLoader::read_stealers(uint32_t victim_tgid) const {
