@@ -10,12 +10,17 @@ namespace {
 const double kGamma = (1 + kSketchRelativeError) / (1 - kSketchRelativeError);
 const double kLogGamma = std::log(kGamma);
 
-void put_varint(std::vector<uint8_t>& out, uint64_t v) {
+// At most 10 bytes. Writes through a pointer into room made beforehand: a
+// push_back per byte (a capacity check each, and a buffer regrown a dozen times
+// a step) was the agent's largest single cost with folded GPU records.
+constexpr size_t kMaxVarintBytes = 10;
+inline uint8_t* put_varint(uint8_t* out, uint64_t v) {
   while (v >= 0x80) {
-    out.push_back(static_cast<uint8_t>(v | 0x80));
+    *out++ = static_cast<uint8_t>(v | 0x80);
     v >>= 7;
   }
-  out.push_back(static_cast<uint8_t>(v));
+  *out++ = static_cast<uint8_t>(v);
+  return out;
 }
 
 uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
@@ -139,37 +144,34 @@ std::map<uint32_t, KernelDistribution> StepSketch::kernels() const {
 // Layout: names, then per name: id, count, sum (µs), buckets, then per bucket the
 // index delta (zigzag) and its count. Everything varint.
 std::vector<uint8_t> StepSketch::encode() {
-  compact();
-  std::vector<uint8_t> out;
+  compact();  // sorted, one entry per (name, bucket)
   size_t names = 0;
   for (size_t i = 0; i < entries_.size(); ++i)
     if (i == 0 || entries_[i].name_id != entries_[i - 1].name_id) ++names;
-  put_varint(out, names);
+  // Room for the worst case: 1 + 4 per name + 2 per bucket varints.
+  encoded_.resize(kMaxVarintBytes * (1 + 4 * names + 2 * entries_.size()));
+  uint8_t* out = put_varint(encoded_.data(), names);
   for (size_t i = 0; i < entries_.size();) {
     const uint32_t id = entries_[i].name_id;
     size_t end = i;
-    uint64_t sum = 0, nb = 0, count = 0;
+    uint64_t sum = 0, count = 0;
     for (; end < entries_.size() && entries_[end].name_id == id; ++end) {
       sum += entries_[end].sum_ns;
       count += entries_[end].count;
-      if (end == i || entries_[end].bucket != entries_[end - 1].bucket) ++nb;
     }
-    put_varint(out, id);
-    put_varint(out, count);
-    put_varint(out, (sum + 500) / 1000);
-    put_varint(out, nb);
+    out = put_varint(out, id);
+    out = put_varint(out, count);
+    out = put_varint(out, (sum + 500) / 1000);
+    out = put_varint(out, end - i);  // compacted: one entry per bucket
     int64_t prev = 0;
-    for (size_t j = i; j < end;) {
-      const int32_t b = entries_[j].bucket;
-      uint64_t n = 0;
-      for (; j < end && entries_[j].bucket == b; ++j) n += entries_[j].count;
-      put_varint(out, zigzag(static_cast<int64_t>(b) - prev));
-      put_varint(out, n);
-      prev = b;
+    for (size_t j = i; j < end; ++j) {
+      out = put_varint(out, zigzag(static_cast<int64_t>(entries_[j].bucket) - prev));
+      out = put_varint(out, entries_[j].count);
+      prev = entries_[j].bucket;
     }
     i = end;
   }
-  return out;
+  return {encoded_.data(), out};
 }
 
 std::optional<DecodedSketch> StepSketch::decode(const std::vector<uint8_t>& bytes) {

@@ -85,6 +85,7 @@ class StepSketch {
   // sort_entries()' scratch, kept from step to step.
   std::vector<Entry> sorted_;
   std::vector<uint32_t> name_end_;
+  std::vector<uint8_t> encoded_;  // encode()'s room, kept too: the step keeps an exact copy
 };
 
 }  // namespace argus::gpu
