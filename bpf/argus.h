@@ -242,7 +242,8 @@ struct argus_tgid_seen_event {
 
 /* What the detectors need of a collective: when (hdr.ts_ns), on which
  * communicator, and its number there. Calls and bytes are aggregated in BPF
- * (ARGUS_STAT_NCCL_CALLS), never read from events. */
+ * (ARGUS_STAT_NCCL_CALLS), never counted from events (`bytes` here only
+ * numbers a late-attached rank's calls: userspace/detect/seq_aligner.h). */
 struct argus_nccl_coll_event {
 	struct argus_event_header hdr;
 	__u64 comm; /* ncclComm_t handle (a pointer in the rank's address space) */
@@ -250,6 +251,8 @@ struct argus_nccl_coll_event {
 	             * Counted in BPF so that a lost event does not shift later numbers. */
 	__u32 op;   /* enum argus_nccl_op */
 	__u32 pad;
+	__u64 bytes; /* count x datatype size: with op, the same on every rank at the same
+	              * number (NCCL's rule), so late-attached ranks can be numbered alike */
 };
 
 /* Key of the per-(process, communicator) collective counter. */
@@ -318,7 +321,7 @@ ARGUS_ASSERT_SIZE(argus_event_header, 24);
 ARGUS_ASSERT_SIZE(argus_exec_event, 48);
 ARGUS_ASSERT_SIZE(argus_exit_event, 64);
 ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
-ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 48);
+ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 56);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
 ARGUS_ASSERT_SIZE(argus_gpu_batch_event, 40 + 40 * ARGUS_GPU_BATCH_MAX);

@@ -68,6 +68,7 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 		ev->seq = seq;
 		ev->op = op;
 		ev->pad = 0;
+		ev->bytes = bytes;
 		argus_submit_hot(ev);
 	}
 

@@ -434,6 +434,18 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   auto poll_err = family("argus_agent_ringbuf_poll_errors_total",
                          "Ring-buffer polls that failed (the event loop goes on).", MetricType::Counter);
   add(poll_err, {}, static_cast<double>(a.ringbuf_poll_errors));
+  auto numbering = per_key(family("argus_agent_collective_numbering_total",
+                                  "Ranks' communicators whose collective numbering was settled, by how: anchored (its "
+                                  "init seen, every call counted), reference (attached mid-job, the first such rank "
+                                  "numbers the rest), matched (by call signatures and time), time_only (no signature "
+                                  "match).",
+                                  MetricType::Counter),
+                           "how", a.collective_numbering);
+  auto unnumbered = family("argus_agent_collectives_unnumbered_total",
+                           "Collectives of ranks attached mid-job that the detectors never saw: held back until the "
+                           "rank was numbered like its peers (calls and bytes are still counted).",
+                           MetricType::Counter);
+  add(unnumbered, {}, static_cast<double>(a.collectives_unnumbered));
 
   std::vector<MetricFamily> out;
   out.reserve(40);
@@ -443,7 +455,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                   &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
                   &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
                   &files, &released, &detaching, &attach_delay, &caps, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
-                  &poll_err, &pod_lookup, &pod_skips, &pod_watch}) {
+                  &poll_err, &pod_lookup, &pod_skips, &pod_watch, &numbering, &unnumbered}) {
     out.push_back(std::move(*f));
   }
   const auto rank_group_list = rank_groups(snap);

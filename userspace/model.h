@@ -248,6 +248,8 @@ struct AgentSnapshot {
   uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log
   std::map<std::string, uint64_t> capped;  // structure -> items a bound dropped or refused (common/caps.h)
   uint64_t ringbuf_poll_errors = 0;        // ring-buffer polls that failed (not a signal)
+  std::map<std::string, uint64_t> collective_numbering;  // how -> (process, communicator) numberings settled
+  uint64_t collectives_unnumbered = 0;  // late-attached ranks' calls held back and not passed to the detectors
   std::map<std::string, uint64_t> python_gc_files;  // GC anchor -> interpreter files probed now
   uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
   std::map<std::string, std::string> kernel_probes;  // kernel probe -> "tp_btf", "raw_tp", "off", "failed"

@@ -127,6 +127,48 @@ INSTANTIATE_TEST_SUITE_P(
         StragglerCase{"blocking_gpu", {"--nccl-mode", "blocking", "--gpu-slow", "R:3"}, true, "gpu_slow", "gpu"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The agent starts (or restarts, as in a DaemonSet rollout) while the job runs:
+// it sees no ncclCommInitRank, and each rank's count of collectives begins at
+// whatever call its probes went live, a few calls apart. Numbered alike by their
+// calls' op and bytes (userspace/detect/seq_aligner.h), the ranks are compared
+// at the same collective: the injected straggler is named, alone, for its cause.
+// Its lag is over half a step here, so the nearest call in time would mislead.
+// Before, with the GPU layer off the straggler went unnamed; with it on, it was
+// named for the wrong cause ("slow on its GPU"), in every try.
+TEST(Detection, AgentStartedMidJobNamesTheStragglerAndWhy) {
+  ARGUS_REQUIRE_ROOT();
+  for (const char* gpu : {"0", "1"}) {
+    SCOPED_TRACE(std::string("GPU layer ") + gpu);
+    const auto dir = make_temp_dir(std::string("midjob-gpu") + gpu);
+    const int slow = random_rank(6);
+    const std::string job = "midjob" + std::string(gpu) + "-" + std::to_string(slow);
+    Child sim({bin("argus-sim"), "--ranks", "6", "--steps", "0", "--step-ms", "60", "--init-ms", "200", "--job-id", job,
+               "--out", (dir / "truth").string(), "--quiet", "--straggler", std::to_string(slow) + ":2.5"},
+              dir / "sim.log", {std::string("ARGUS_SIM_GPU_ACTIVITY=") + gpu});
+    std::this_thread::sleep_for(3s);  // well into the job: every communicator made, many collectives done
+    ASSERT_TRUE(sim.running()) << read_text(dir / "sim.log");
+    Agent agent(dir, {"--window", "5"});
+    ASSERT_TRUE(agent.wait_ready()) << agent.log();
+    auto [now, ever] = wait_flag(agent, job, "straggler", 40s);
+    EXPECT_EQ(now, std::set<int>{slow}) << agent.log();
+    EXPECT_EQ(ever, std::set<int>{slow});
+    EXPECT_FALSE(recorded_fault(dir / "truth", slow, "straggler").is_null());
+    auto evs = events_of(agent, "straggler", job);
+    ASSERT_EQ(evs.size(), 1u) << evs.dump();
+    EXPECT_EQ(evs[0]["rank"], slow);
+    const std::string reason = evs[0]["evidence"]["reason"];
+    EXPECT_TRUE(reason == "host" || reason == "compute") << evs[0]["summary"];
+    // How: no init seen, so one rank's count became the numbering and the other
+    // five were matched to it by their calls.
+    const std::string m = agent.get_text("/metrics");
+    EXPECT_EQ(metric_value(m, "argus_agent_collective_numbering_total", {{"how", "anchored"}}), 0) << m;
+    EXPECT_EQ(metric_value(m, "argus_agent_collective_numbering_total", {{"how", "reference"}}), 1);
+    EXPECT_EQ(metric_value(m, "argus_agent_collective_numbering_total", {{"how", "matched"}}), 5);
+    EXPECT_EQ(metric_value(m, "argus_agent_collective_numbering_total", {{"how", "time_only"}}), 0);
+    EXPECT_GT(metric_value(m, "argus_agent_collectives_unnumbered_total", {}), 0);
+  }
+}
+
 // An agent (--window 5) watching a 4-rank job of 50 ms steps whose random rank
 // gets `fault` (--hang, --exit, --gpu-hang) at step `step`; truth in dir/truth.
 struct FaultJob {

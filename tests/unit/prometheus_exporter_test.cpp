@@ -36,6 +36,8 @@ Snapshot make_snapshot() {
   s.agent.tracked_processes = 4;
   s.agent.capped = {{"step_sketch_time", 2}, {"communicators", 0}};
   s.agent.ringbuf_poll_errors = 6;
+  s.agent.collective_numbering = {{"anchored", 8}, {"matched", 3}};
+  s.agent.collectives_unnumbered = 45;
   add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);  // 50 ms: in [2^25, 2^26) ns
   add_to_log2(s.agent.probe_attach_delay["nccl"], 3'000'000'000);  // 3 s
 
@@ -238,6 +240,8 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_detected_events_dropped_total", "counter"},
       {"argus_agent_capped_total", "counter"},
       {"argus_agent_ringbuf_poll_errors_total", "counter"},
+      {"argus_agent_collective_numbering_total", "counter"},
+      {"argus_agent_collectives_unnumbered_total", "counter"},
       {"argus_python_gc_collections_total", "counter"},
       {"argus_python_gc_seconds_total", "counter"},
       {"argus_python_gc_pause_seconds", "histogram"},
@@ -567,7 +571,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 72u);  // + probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 74u);  // + collective numbering (2), probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_uprobe_links_info{kind=\"perf\"} 1"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
@@ -581,6 +585,8 @@ TEST(PrometheusExporter, CapsAndPollErrorsAreExported) {
   EXPECT_TRUE(has_line(lines, R"(argus_agent_capped_total{structure="step_sketch_time"} 2)"));
   EXPECT_TRUE(has_line(lines, R"(argus_agent_capped_total{structure="communicators"} 0)"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 6"));
+  EXPECT_TRUE(has_line(lines, R"(argus_agent_collective_numbering_total{how="matched"} 3)"));
+  EXPECT_TRUE(has_line(lines, "argus_agent_collectives_unnumbered_total 45"));
 }
 
 TEST(PrometheusExporter, LargeCountersKeepTheirDigits) {

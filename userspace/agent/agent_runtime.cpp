@@ -406,7 +406,10 @@ void AgentRuntime::handle_event(DecodedEvent& ev) {
     if (e->result == 0) {
       const int pid = static_cast<int>(e->hdr.tgid);
       const std::string name = comm_id_from_uid(e->uid, sizeof(e->uid));  // never the raw id
-      if (remember_comm(pid, e->comm, name)) tracker_.add_member(name, pid, e->nranks);
+      if (remember_comm(pid, e->comm, name)) {
+        tracker_.add_member(name, pid, e->nranks);
+        anchored_comms_[pid].insert(e->comm);  // every call on it is counted from the first
+      }
     }
     NcclInitInfo info;
     info.rank = e->rank;
@@ -485,6 +488,8 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
     py_status_.erase(pid);  // a reused pid is located afresh
   }
   tracker_.on_exit(pid);
+  aligner_.forget(pid);
+  anchored_comms_.erase(pid);
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
     DetectedEvent ev = rank_exit_event(r, clock_.unix_seconds());
@@ -506,11 +511,16 @@ std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid) continue;
     const std::string name = "job:" + (r.job_id.empty() ? "pid" + std::to_string(pid) : r.job_id);
-    names[handle] = name;
-    tracker_.add_member(name, pid, r.world_size);
+    names[handle] = name;  // a member of the tracker once numbered (on_collective)
     return name;
   }
   return "pid:" + std::to_string(pid);
+}
+
+int AgentRuntime::world_size_of(int pid) const {
+  for (const auto& r : registry_.snapshot())
+    if (r.pid == pid) return r.world_size;
+  return 0;
 }
 
 // A process keeps at most kDefaultMaxCommsPerRank communicator names (one that
@@ -538,7 +548,25 @@ void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
   timeline_.on_collective_enter(pid, e.hdr.ts_ns, step == step_seconds_.end() ? 0 : step->second);
   timeline_.on_collective_call(pid, nccl_op_label(e.op), comm_name(pid, e.comm), e.hdr.ts_ns);
   if (e.seq == 0) return;  // p2p
-  tracker_.on_arrival(comm_key(pid, e.comm), pid, e.seq, e.hdr.ts_ns);
+  const std::string key = comm_key(pid, e.comm);
+  auto anchored = anchored_comms_.find(pid);
+  const bool init_seen = anchored != anchored_comms_.end() && anchored->second.count(e.comm) != 0;
+  const auto a = aligner_.on_arrival(key, pid, init_seen, e.seq, e.hdr.ts_ns, {e.op, e.bytes});
+  if (!a) {  // a late-attached rank's calls, held back until numbered like its peers'
+    unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
+    return;
+  }
+  if (a->first) {
+    for (size_t n = 0; n < static_cast<size_t>(Numbering::kCount); ++n)
+      numbered_[n].store(aligner_.settled(static_cast<Numbering>(n)), std::memory_order_relaxed);
+    unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
+    if (!init_seen) {
+      tracker_.add_member(key, pid, world_size_of(pid));
+      spdlog::info("pid {} on {}: attached after its communicator began; its collectives numbered as its peers: {}, {:+} on its own count",
+                   pid, key, numbering_label(a->how), a->shift);
+    }
+  }
+  tracker_.on_arrival(key, pid, a->seq, a->ts_ns);
 }
 
 void AgentRuntime::evaluate_detectors() {
@@ -667,6 +695,8 @@ void AgentRuntime::evaluate_detectors() {
       continue;
     }
     tracker_.forget(it->first);
+    aligner_.forget(it->first);
+    anchored_comms_.erase(it->first);
     stragglers_.forget(it->first);
     bubbles_.forget(it->first);
     it = comm_names_.erase(it);
@@ -974,6 +1004,9 @@ Snapshot AgentRuntime::snapshot() const {
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();
   a.ringbuf_poll_errors = ringbuf_poll_errors_.load();
+  for (size_t n = 0; n < static_cast<size_t>(Numbering::kCount); ++n)
+    a.collective_numbering[numbering_label(static_cast<Numbering>(n))] = numbered_[n].load();
+  a.collectives_unnumbered = unnumbered_calls_.load();
   std::lock_guard lock(counters_mu_);
   for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_total[source_label(src)] = 0;
   for (const auto& [k, v] : events_total_) a.events_total[k] = v;

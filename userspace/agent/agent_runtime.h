@@ -18,6 +18,7 @@
 #include "userspace/detect/collective_tracker.h"
 #include "userspace/detect/detectors.h"
 #include "userspace/detect/event_log.h"
+#include "userspace/detect/seq_aligner.h"
 #include "exporters/api_routes.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/model.h"
@@ -143,6 +144,7 @@ class AgentRuntime : public ApiSource {
   std::string comm_name(int pid, uint64_t handle) const;  // "" when the communicator is unknown
   void on_gpu_batch(GpuBatch& b);  // takes its records
   std::string comm_key(int pid, uint64_t handle);
+  int world_size_of(int pid) const;
   bool remember_comm(int pid, uint64_t handle, const std::string& name);
   void evaluate_detectors();
   void python_sampling_status(int pid, const std::string& why_not, const python::PyProcess* p);
@@ -159,6 +161,10 @@ class AgentRuntime : public ApiSource {
   std::unique_ptr<Discovery> discovery_;
   RankRegistry registry_;
   CollectiveTracker tracker_;
+  SeqAligner aligner_;  // numbers late-attached ranks' collectives as their peers'
+  std::map<int, std::set<uint64_t>> anchored_comms_;  // pid -> ncclComm_t whose init was seen
+  std::atomic<uint64_t> numbered_[static_cast<size_t>(Numbering::kCount)] = {};  // aligner_'s, for the exporter
+  std::atomic<uint64_t> unnumbered_calls_{0};
   StragglerDetector stragglers_;
   BubbleDetector bubbles_;
   HangDetector hangs_;

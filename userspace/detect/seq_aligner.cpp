@@ -1,0 +1,164 @@
+#include "userspace/detect/seq_aligner.h"
+
+#include <algorithm>
+#include <set>
+
+namespace argus {
+
+const char* numbering_label(Numbering n) {
+  switch (n) {
+    case Numbering::kAnchored:
+      return "anchored";
+    case Numbering::kReference:
+      return "reference";
+    case Numbering::kMatched:
+      return "matched";
+    case Numbering::kTimeOnly:
+      return "time_only";
+    case Numbering::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+std::optional<AlignedArrival> SeqAligner::on_arrival(const std::string& comm, int pid, bool anchored, uint64_t seq,
+                                                     uint64_t ts_ns, CallSignature sig) {
+  Comm& c = comms_[comm];
+  Member& m = c[pid];
+  const Call call{seq, ts_ns, sig};
+  if (!m.numbered && m.probe.empty() && anchored) settle(m, 0, Numbering::kAnchored);
+  if (!m.numbered) {
+    const bool in_probe = m.probe.size() < kProbeCalls;
+    if (in_probe) {
+      m.probe.push_back(call);
+      if (m.probe.size() == kProbeCalls) m.probe_full_ns = ts_ns;
+    } else {
+      ++m.held;
+    }
+    if (!try_match(c, m, ts_ns)) return std::nullopt;
+    // Its earlier calls are history now (kept to number others against), not
+    // passed on: the detectors resume from its newest call.
+    held_dropped_ += m.probe.size() + m.held - 1;
+    m.probe.clear();
+    m.held = 0;
+    if (!in_probe) remember(m, {seq + static_cast<uint64_t>(m.shift), ts_ns, sig});
+  } else {
+    remember(m, {seq + static_cast<uint64_t>(m.shift), ts_ns, sig});
+  }
+  // A call the reference numbering starts after (a late rank's first, when the
+  // reference had made it before its probes went live): no number to give it.
+  if (static_cast<int64_t>(seq) + m.shift < 1) {
+    ++held_dropped_;
+    return std::nullopt;
+  }
+  AlignedArrival a{seq + static_cast<uint64_t>(m.shift), ts_ns, !m.passed_any, m.how, m.shift};
+  m.passed_any = true;
+  return a;
+}
+
+void SeqAligner::settle(Member& m, int64_t shift, Numbering how) {
+  m.numbered = true;
+  m.shift = shift;
+  m.how = how;
+  for (const Call& p : m.probe) remember(m, {p.seq + static_cast<uint64_t>(shift), p.ts_ns, p.sig});
+  ++settled_[static_cast<size_t>(how)];
+}
+
+void SeqAligner::remember(Member& m, const Call& c) {
+  if (static_cast<int64_t>(c.seq) < 1) return;  // before the numbering starts (see on_arrival)
+  m.history.push_back(c);
+  while (m.history.size() > kHistoryMax || m.history.front().ts_ns + kHistoryNs < c.ts_ns) m.history.pop_front();
+}
+
+// The numbered process (not `self`) that called most recently.
+const SeqAligner::Member* SeqAligner::reference(const Comm& c, const Member& self) const {
+  const Member* best = nullptr;
+  for (const auto& [pid, m] : c) {
+    if (&m == &self || !m.numbered || m.history.empty()) continue;
+    if (!best || m.history.back().ts_ns > best->history.back().ts_ns) best = &m;
+  }
+  return best;
+}
+
+// Median time apart of the probe's calls and the reference's calls `shift`
+// later in its numbering; nullopt when fewer than half have a counterpart or
+// (with `signatures`) any counterpart's signature differs.
+std::optional<uint64_t> SeqAligner::score(const Member& ref, const std::vector<Call>& probe, int64_t shift,
+                                          bool signatures) {
+  std::vector<uint64_t> apart;
+  for (const Call& p : probe) {
+    const uint64_t want = p.seq + static_cast<uint64_t>(shift);
+    auto it = std::lower_bound(ref.history.begin(), ref.history.end(), want,
+                               [](const Call& h, uint64_t s) { return h.seq < s; });
+    if (it == ref.history.end() || it->seq != want) continue;  // before its history, or a lost event
+    if (signatures && !(it->sig == p.sig)) return std::nullopt;
+    apart.push_back(it->ts_ns > p.ts_ns ? it->ts_ns - p.ts_ns : p.ts_ns - it->ts_ns);
+  }
+  if (apart.size() * 2 < probe.size()) return std::nullopt;
+  std::nth_element(apart.begin(), apart.begin() + static_cast<long>(apart.size() / 2), apart.end());
+  return apart[apart.size() / 2];
+}
+
+bool SeqAligner::try_match(Comm& c, Member& m, uint64_t now_ns) {
+  if (m.probe.size() < kProbeCalls) return false;
+  const Member* ref = reference(c, m);
+  if (!ref) {  // nobody numbered yet: this one sets the numbering
+    settle(m, 0, Numbering::kReference);
+    return true;
+  }
+  const bool give_up = now_ns >= m.probe_full_ns + kGiveUpNs;
+  // Wait until the reference has called well past the probe, so that its
+  // counterparts are all there even when it lags.
+  if (ref->history.back().ts_ns < m.probe.back().ts_ns + kWaitNs && !give_up) return false;
+  std::set<int64_t> shifts;
+  for (const Call* p : {&m.probe.front(), &m.probe.back()})
+    for (const Call& h : ref->history)
+      if (h.ts_ns + kMaxLagNs >= p->ts_ns && h.ts_ns <= p->ts_ns + kMaxLagNs)
+        shifts.insert(static_cast<int64_t>(h.seq) - static_cast<int64_t>(p->seq));
+  for (bool signatures : {true, false}) {
+    if (!signatures && !give_up) return false;  // signatures may agree once the reference has called more
+    std::optional<uint64_t> best;
+    int64_t best_shift = 0;
+    for (int64_t s : shifts) {
+      const auto sc = score(*ref, m.probe, s, signatures);
+      if (sc && (!best || *sc < *best)) {
+        best = sc;
+        best_shift = s;
+      }
+    }
+    if (best) {
+      settle(m, best_shift, signatures ? Numbering::kMatched : Numbering::kTimeOnly);
+      return true;
+    }
+  }
+  settle(m, 0, Numbering::kTimeOnly);  // nothing to go on: its own count
+  return true;
+}
+
+void SeqAligner::forget(int pid) {
+  for (auto it = comms_.begin(); it != comms_.end();) {
+    auto m = it->second.find(pid);
+    if (m != it->second.end()) {
+      if (!m->second.numbered) held_dropped_ += m->second.probe.size() + m->second.held;
+      it->second.erase(m);
+    }
+    it = it->second.empty() ? comms_.erase(it) : std::next(it);
+  }
+}
+
+std::optional<int64_t> SeqAligner::shift(const std::string& comm, int pid) const {
+  auto c = comms_.find(comm);
+  if (c == comms_.end()) return std::nullopt;
+  auto m = c->second.find(pid);
+  if (m == c->second.end() || !m->second.numbered) return std::nullopt;
+  return m->second.shift;
+}
+
+bool SeqAligner::holding(const std::string& comm, int pid) const {
+  auto c = comms_.find(comm);
+  if (c == comms_.end()) return false;
+  auto m = c->second.find(pid);
+  return m != c->second.end() && !m->second.numbered;
+}
+
+}  // namespace argus

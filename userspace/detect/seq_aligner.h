@@ -1,0 +1,115 @@
+// Numbers each rank's collectives the same way across the ranks of a
+// communicator when the agent attached after some of them had begun.
+//
+// BPF counts a process's collectives on a communicator from the first call it
+// saw. A process whose ncclCommInitRank the agent saw has every call counted,
+// so its numbers are the communicator's. One that was already running (the
+// agent started or restarted mid-job) counts from wherever its probes went
+// live, and two ranks can be a few calls apart: the straggler detector would
+// then compare a rank's call k with its peers' call k+1 and blame the wrong
+// rank or the wrong cause.
+//
+// NCCL requires every rank of a communicator to make the same collectives in
+// the same order with the same count and datatype, so each call's (op, bytes)
+// is the same at the same number on every rank. A late rank's first calls are
+// matched against a rank already numbered (anchored by its init, else the first
+// late rank to make kProbeCalls calls): among the shifts under which every
+// signature agrees, the one whose calls are closest in time (a rank lags its
+// peers by less than half a step). Until then its arrivals are held back, not
+// passed to the detectors; afterwards they pass at once. The shift found for a
+// rank anchored ranks are numbered against is the count of collectives it made
+// before the probes went live.
+//
+// Pure logic on (seq, time, signature): tested on recorded streams, no clock.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace argus {
+
+struct CallSignature {
+  uint32_t op = 0;
+  uint64_t bytes = 0;
+  bool operator==(const CallSignature&) const = default;
+};
+
+// How a process's numbering on a communicator was settled (a metric label).
+enum class Numbering {
+  kAnchored,   // its communicator's init was seen: counted from its first call
+  kReference,  // nobody was anchored: the first late process is the reference
+  kMatched,    // matched by call signatures, the nearest in time among those that agree
+  kTimeOnly,   // no shift made the signatures agree: the nearest in time
+  kCount
+};
+const char* numbering_label(Numbering n);
+
+struct AlignedArrival {
+  uint64_t seq = 0;  // in the communicator's numbering
+  uint64_t ts_ns = 0;
+  bool first = false;                    // the first arrival of this process passed on for this communicator
+  Numbering how = Numbering::kAnchored;  // how its numbering was settled
+  int64_t shift = 0;                     // communicator seq - its own (BPF) seq
+};
+
+class SeqAligner {
+ public:
+  static constexpr size_t kProbeCalls = 16;               // a late process's calls matched
+  static constexpr uint64_t kWaitNs = 1'000'000'000;      // reference calls after the probe before matching
+  static constexpr uint64_t kGiveUpNs = 10'000'000'000;   // then match by time only
+  static constexpr uint64_t kMaxLagNs = 5'000'000'000;    // counterparts further apart in time are not one call
+  static constexpr uint64_t kHistoryNs = 15'000'000'000;  // calls kept per numbered process
+  static constexpr size_t kHistoryMax = 16384;
+
+  // One collective (seq from BPF, counted per process and communicator from 1).
+  // `anchored`: the agent saw this process's init of the communicator. Returns
+  // the arrival in the communicator's numbering, or nullopt while held back.
+  std::optional<AlignedArrival> on_arrival(const std::string& comm, int pid, bool anchored, uint64_t seq,
+                                           uint64_t ts_ns, CallSignature sig);
+  void forget(int pid);  // the process ended
+
+  // Settled numberings so far, by how.
+  uint64_t settled(Numbering n) const { return settled_[static_cast<size_t>(n)]; }
+  // Calls held back and then dropped (superseded by the newest once matched, or
+  // their process ended first).
+  uint64_t held_dropped() const { return held_dropped_; }
+  // The shift of a numbered process (communicator seq - its BPF seq); nullopt
+  // while held back or unknown. Against an anchored process this is the
+  // collectives it made before the probes went live.
+  std::optional<int64_t> shift(const std::string& comm, int pid) const;
+  bool holding(const std::string& comm, int pid) const;
+
+ private:
+  struct Call {
+    uint64_t seq;
+    uint64_t ts_ns;
+    CallSignature sig;
+  };
+  struct Member {
+    bool numbered = false;
+    bool passed_any = false;
+    Numbering how = Numbering::kAnchored;
+    int64_t shift = 0;
+    std::deque<Call> history;  // numbered: its calls, communicator seq, oldest first
+    std::vector<Call> probe;   // held back: its first calls, own seq
+    uint64_t held = 0;         // held back calls after the probe
+    uint64_t probe_full_ns = 0;
+  };
+  using Comm = std::map<int, Member>;
+
+  void settle(Member& m, int64_t shift, Numbering how);
+  void remember(Member& m, const Call& c);
+  const Member* reference(const Comm& c, const Member& self) const;
+  bool try_match(Comm& c, Member& m, uint64_t now_ns);
+  static std::optional<uint64_t> score(const Member& ref, const std::vector<Call>& probe, int64_t shift,
+                                       bool signatures);
+
+  std::map<std::string, Comm> comms_;
+  uint64_t settled_[static_cast<size_t>(Numbering::kCount)] = {};
+  uint64_t held_dropped_ = 0;
+};
+
+}  // namespace argus
