@@ -178,6 +178,23 @@ TEST(SeqAligner, ARankThatBeganCountingBeforeTheReferenceIsNumberedFromIt) {
   EXPECT_EQ(al.settled(Numbering::kReference), 1u);
 }
 
+// Two communicators of one process that the agent cannot tell apart (no init
+// seen, both named for the job) interleave two counts: no crash, no hold
+// forever, and the reference's history stays in seq order.
+TEST(SeqAligner, TwoCountsUnderOneNameAreBoundedNotTrusted) {
+  SeqAligner al;
+  uint64_t passed = 0;
+  for (uint64_t i = 1; i <= 1500; ++i) {
+    const uint64_t ts = 1000 * kMs + i * 10 * kMs;
+    al.on_arrival("c", 1, false, i, ts, {0, 8});         // the reference
+    al.on_arrival("c", 1, false, i, ts + kMs, {0, 16});  // its second count
+    if (al.on_arrival("c", 2, false, (i + 1) / 2, ts + 2 * kMs, {0, 8})) ++passed;
+  }
+  EXPECT_EQ(al.settled(Numbering::kReference), 1u);
+  EXPECT_FALSE(al.holding("c", 2));
+  EXPECT_GT(passed, 0u);
+}
+
 TEST(SeqAligner, AProcessThatEndsWhileHeldIsForgotten) {
   SeqAligner al;
   for (uint64_t s = 1; s <= 5; ++s) EXPECT_FALSE(al.on_arrival("c", 7, false, s, s * kMs, {0, 1}).has_value());

@@ -66,6 +66,9 @@ void SeqAligner::settle(Member& m, int64_t shift, Numbering how) {
 
 void SeqAligner::remember(Member& m, const Call& c) {
   if (static_cast<int64_t>(c.seq) < 1) return;  // before the numbering starts (see on_arrival)
+  // Kept in seq order for the lookups; a count that went back (two communicators
+  // the agent could not tell apart, a reused handle) starts it afresh.
+  if (!m.history.empty() && c.seq <= m.history.back().seq) m.history.clear();
   m.history.push_back(c);
   while (m.history.size() > kHistoryMax || m.history.front().ts_ns + kHistoryNs < c.ts_ns) m.history.pop_front();
 }
@@ -107,16 +110,22 @@ bool SeqAligner::try_match(Comm& c, Member& m, uint64_t now_ns) {
     return true;
   }
   const bool give_up = now_ns >= m.probe_full_ns + kGiveUpNs;
+  if (now_ns < m.next_try_ns && !give_up) return false;  // tried within kWaitNs: at most once a kWaitNs
   // Wait until the reference has called well past the probe, so that its
   // counterparts are all there even when it lags.
   if (ref->history.back().ts_ns < m.probe.back().ts_ns + kWaitNs && !give_up) return false;
-  std::set<int64_t> shifts;
-  for (const Call* p : {&m.probe.front(), &m.probe.back()})
-    for (const Call& h : ref->history)
-      if (h.ts_ns + kMaxLagNs >= p->ts_ns && h.ts_ns <= p->ts_ns + kMaxLagNs)
-        shifts.insert(static_cast<int64_t>(h.seq) - static_cast<int64_t>(p->seq));
   for (bool signatures : {true, false}) {
-    if (!signatures && !give_up) return false;  // signatures may agree once the reference has called more
+    if (!signatures && !give_up) {  // signatures may agree once the reference has called more
+      m.next_try_ns = now_ns + kWaitNs;
+      return false;
+    }
+    // Candidate shifts: the probe's first or last call against a reference call
+    // near it in time (with the same signature, on the first pass).
+    std::set<int64_t> shifts;
+    for (const Call* p : {&m.probe.front(), &m.probe.back()})
+      for (const Call& h : ref->history)
+        if (h.ts_ns + kMaxLagNs >= p->ts_ns && h.ts_ns <= p->ts_ns + kMaxLagNs && (!signatures || h.sig == p->sig))
+          shifts.insert(static_cast<int64_t>(h.seq) - static_cast<int64_t>(p->seq));
     std::optional<uint64_t> best;
     int64_t best_shift = 0;
     for (int64_t s : shifts) {

@@ -97,6 +97,7 @@ class SeqAligner {
     std::vector<Call> probe;   // held back: its first calls, own seq
     uint64_t held = 0;         // held back calls after the probe
     uint64_t probe_full_ns = 0;
+    uint64_t next_try_ns = 0;  // signatures disagreed: the next match no sooner
   };
   using Comm = std::map<int, Member>;
 
