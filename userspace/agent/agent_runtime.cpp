@@ -490,6 +490,7 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
   tracker_.on_exit(pid);
   aligner_.forget(pid);
   anchored_comms_.erase(pid);
+  publish_numbering();  // calls it held back count as unnumbered
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
     DetectedEvent ev = rank_exit_event(r, clock_.unix_seconds());
@@ -553,20 +554,26 @@ void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
   const bool init_seen = anchored != anchored_comms_.end() && anchored->second.count(e.comm) != 0;
   const auto a = aligner_.on_arrival(key, pid, init_seen, e.seq, e.hdr.ts_ns, {e.op, e.bytes});
   if (!a) {  // a late-attached rank's calls, held back until numbered like its peers'
-    unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
+    publish_numbering();
     return;
   }
   if (a->first) {
-    for (size_t n = 0; n < static_cast<size_t>(Numbering::kCount); ++n)
-      numbered_[n].store(aligner_.settled(static_cast<Numbering>(n)), std::memory_order_relaxed);
-    unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
+    publish_numbering();
     if (!init_seen) {
       tracker_.add_member(key, pid, world_size_of(pid));
-      spdlog::info("pid {} on {}: attached after its communicator began; its collectives numbered as its peers: {}, {:+} on its own count",
+      spdlog::info("pid {} on {}: attached after its communicator began; its collectives numbered as its peers': "
+                   "{}, {:+} on its own count",
                    pid, key, numbering_label(a->how), a->shift);
     }
   }
   tracker_.on_arrival(key, pid, a->seq, a->ts_ns);
+}
+
+// aligner_'s counts, for the exporter (which reads them from another thread).
+void AgentRuntime::publish_numbering() {
+  for (size_t n = 0; n < static_cast<size_t>(Numbering::kCount); ++n)
+    numbered_[n].store(aligner_.settled(static_cast<Numbering>(n)), std::memory_order_relaxed);
+  unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
 }
 
 void AgentRuntime::evaluate_detectors() {

@@ -145,6 +145,7 @@ class AgentRuntime : public ApiSource {
   void on_gpu_batch(GpuBatch& b);  // takes its records
   std::string comm_key(int pid, uint64_t handle);
   int world_size_of(int pid) const;
+  void publish_numbering();
   bool remember_comm(int pid, uint64_t handle, const std::string& name);
   void evaluate_detectors();
   void python_sampling_status(int pid, const std::string& why_not, const python::PyProcess* p);
