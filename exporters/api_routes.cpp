@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "userspace/detect/event_log.h"
+#include "userspace/events/event_log.h"
 #include "exporters/json_api.h"
 #include "exporters/prometheus_exporter.h"
 #include "exporters/query_params.h"

@@ -8,40 +8,10 @@
 
 #include <prometheus/metric_family.h>
 
-#include "userspace/common/result.h"
-#include "userspace/detect/detectors.h"
 #include "exporters/http_server.h"
-#include "userspace/trace/node_timeline.h"
-#include "userspace/model.h"
-#include "userspace/python/py_runtime.h"
+#include "userspace/model/api_source.h"
 
 namespace argus {
-
-// What the routes read. AgentRuntime is one; tests have their own.
-class ApiSource {
- public:
-  virtual ~ApiSource() = default;
-  virtual Snapshot snapshot() const = 0;
-  virtual std::vector<DetectedEvent> events_since(double unix_seconds) const = 0;
-  // The node's timeline over the last `seconds`, and the CLOCK_MONOTONIC time it ends at.
-  virtual std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const = 0;
-  virtual NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const = 0;
-  // Seconds since the event loop last went round (/healthz fails when it is stuck).
-  virtual double seconds_since_heartbeat() const = 0;
-  virtual uint64_t monotonic_ns() const = 0;
-  // Every Python thread's stack of process `pid`, read now without stopping it
-  // (GET .../python-stacks). Errors start "not python" (no interpreter) or
-  // "unsupported python" (a refused build); anything else is a read failure.
-  virtual Result<python::PyStackDump> python_stacks(int pid) const {
-    return make_error("python stacks are not available from this source (pid " + std::to_string(pid) + ")");
-  }
-  // Folded Python stacks of the process's samples over the last `seconds`
-  // (root first, ';' between frames, a space and the count); an error says
-  // why there are none (sampling off, no interpreter located).
-  virtual Result<std::string> python_profile(int /*pid*/, double /*seconds*/) const {
-    return make_error("no Python profiles on this agent");
-  }
-};
 
 struct ApiOptions {
   double heartbeat_limit_seconds = 5;  // /healthz answers 503 past this

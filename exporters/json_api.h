@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "userspace/gpu_timeline/timeline.h"
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
 
 namespace argus {
 

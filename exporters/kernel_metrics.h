@@ -10,7 +10,7 @@
 
 #include "exporters/metric_family.h"
 #include "userspace/kmsg/xid.h"
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
 
 namespace argus {
 

@@ -2,7 +2,7 @@
 
 #include "exporters/kernel_metrics.h"
 #include "exporters/metric_family.h"
-#include "userspace/rank_identity.h"
+#include "userspace/model/rank_identity.h"
 
 #include <algorithm>
 #include <array>

@@ -13,7 +13,7 @@
 
 #include <prometheus/metric_family.h>
 
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
 
 namespace argus {
 

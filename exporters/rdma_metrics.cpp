@@ -1,6 +1,6 @@
 #include "exporters/rdma_metrics.h"
 
-#include "userspace/detect/event_log.h"
+#include "userspace/events/event_log.h"
 #include "exporters/metric_family.h"
 
 #include <map>

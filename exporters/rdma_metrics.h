@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <prometheus/metric_family.h>
 
-#include "userspace/detect/event_log.h"
+#include "userspace/events/event_log.h"
 #include "rdma/link_model.h"
 
 namespace argus {

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "userspace/detect/detectors.h"
-#include "userspace/trace/node_timeline.h"
-#include "userspace/model.h"
+#include "userspace/model/event.h"
+#include "userspace/model/trace.h"
+#include "userspace/model/snapshot.h"
 
 namespace argus {
 

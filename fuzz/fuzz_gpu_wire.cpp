@@ -15,9 +15,10 @@
 #include <set>
 #include <vector>
 
-#include "userspace/decoder/event_decoder.h"
+#include "userspace/wire/event_decoder.h"
 #include "userspace/gpu_timeline/sketch.h"
 #include "userspace/trace/node_timeline.h"
+#include "userspace/wire/labels.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "userspace/rank_identity.h"
+#include "userspace/model/rank_identity.h"
 #include "rdma/parse.h"
 
 namespace argus::rdma {

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 
 namespace argus::itest {
 

@@ -12,7 +12,7 @@
 
 #include "tests/support/tls_cert.h"
 
-#include "userspace/common/capabilities.h"
+#include "userspace/procfs/capabilities.h"
 
 namespace argus::itest {
 namespace {

@@ -13,7 +13,7 @@
 #include <chrono>
 #include <thread>
 
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 
 namespace argus {
 namespace {
@@ -35,7 +35,7 @@ struct FakeSource : ApiSource {
     if (end_ns) *end_ns = 5'000'000'000ULL;
     return {};
   }
-  NodeTimeline::StepHistory gpu_steps(int, size_t) const override { return {}; }
+  StepHistory gpu_steps(int, size_t) const override { return {}; }
   double seconds_since_heartbeat() const override { return heartbeat_age; }
   uint64_t monotonic_ns() const override { return 5'000'000'000ULL; }
   Result<std::string> python_profile(int pid, double seconds) const override {

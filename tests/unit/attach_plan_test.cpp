@@ -10,6 +10,7 @@
 #include <set>
 
 #include "bpf/argus.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {

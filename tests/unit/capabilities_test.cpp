@@ -1,6 +1,6 @@
 // The start-up capability check: parsed from /proc/self/status text, and each
 // missing capability named with the layer it blinds.
-#include "userspace/common/capabilities.h"
+#include "userspace/procfs/capabilities.h"
 
 #include <gtest/gtest.h>
 

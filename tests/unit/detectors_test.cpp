@@ -8,8 +8,8 @@
 #include <random>
 #include <set>
 
-#include "userspace/detect/collective_tracker.h"
-#include "userspace/detect/event_log.h"
+#include "userspace/comms/collective_tracker.h"
+#include "userspace/events/event_log.h"
 
 namespace argus {
 namespace {

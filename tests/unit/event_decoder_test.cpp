@@ -1,5 +1,6 @@
 // Ring-buffer records: typed when well-formed, refused when not.
-#include "userspace/decoder/event_decoder.h"
+#include "userspace/wire/event_decoder.h"
+#include "userspace/wire/labels.h"
 
 #include <gtest/gtest.h>
 

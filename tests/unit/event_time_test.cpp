@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "userspace/detect/event_log.h"
+#include "userspace/events/event_log.h"
 
 namespace argus {
 namespace {

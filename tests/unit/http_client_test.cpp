@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 
 namespace argus::cli {
 namespace {

@@ -19,7 +19,7 @@
 #include "exporters/http_server.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tls_cert.h"
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 
 namespace argus {
 namespace {

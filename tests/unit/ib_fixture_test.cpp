@@ -30,7 +30,7 @@
 #include "sim/ib_fixture.h"
 #include "rdma/rdma_monitor.h"
 #include "tests/unit/rdma_test_util.h"
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 
 extern char** environ;
 

@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "exporters/api_routes.h"
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 #include "userspace/python/stack_groups.h"
 
 namespace argus {
@@ -81,7 +81,7 @@ struct StackSource : ApiSource {
   Snapshot snapshot() const override { return snap; }
   std::vector<DetectedEvent> events_since(double) const override { return {}; }
   std::vector<TraceRank> trace(double, uint64_t*) const override { return {}; }
-  NodeTimeline::StepHistory gpu_steps(int, size_t) const override { return {}; }
+  StepHistory gpu_steps(int, size_t) const override { return {}; }
   double seconds_since_heartbeat() const override { return 0; }
   uint64_t monotonic_ns() const override { return 1; }
   Result<python::PyStackDump> python_stacks(int pid) const override {

@@ -1,5 +1,5 @@
 // The contract's rank identity rules: precedence of sources and what counts as garbage.
-#include "userspace/rank_identity.h"
+#include "userspace/model/rank_identity.h"
 
 #include <gtest/gtest.h>
 

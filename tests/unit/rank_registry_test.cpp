@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "bpf/argus.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "bpf/argus_result_codes.h"
 #include "userspace/attach/attach_plan.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {

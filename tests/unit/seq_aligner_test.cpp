@@ -1,6 +1,6 @@
 // SeqAligner on recorded streams: ranks whose probes went live at different
 // calls are numbered alike, whatever the job's shape.
-#include "userspace/detect/seq_aligner.h"
+#include "userspace/comms/seq_aligner.h"
 
 #include <gtest/gtest.h>
 

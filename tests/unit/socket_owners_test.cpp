@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "tests/support/temp_dir.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {

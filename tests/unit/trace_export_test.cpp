@@ -1,5 +1,6 @@
 // Chrome trace export: valid JSON, one process per rank, tracks well nested.
 #include "exporters/trace_export.h"
+#include "userspace/trace/node_timeline.h"
 
 #include <gtest/gtest.h>
 

@@ -19,6 +19,7 @@
 #include "userspace/procfs/pod_gpu_uuid.h"
 #include "userspace/python/stack_groups.h"
 #include "userspace/common/thread_name.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {
@@ -34,11 +35,6 @@ nlohmann::json hang_python_stacks(const std::string& job_id, const std::vector<R
   }
   std::sort(rank_pids.begin(), rank_pids.end());
   return python::grouped_stacks_of(rank_pids, locator, proc_root);
-}
-
-// One BPF aggregate as the registry takes it.
-AggregateRecord aggregate_of(const StatEntry& s) {
-  return {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum};
 }
 
 bool sched_probe_up(const BpfBackend& b) {

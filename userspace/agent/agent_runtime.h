@@ -14,14 +14,14 @@
 
 #include "userspace/common/caps.h"
 #include "userspace/common/clock.h"
-#include "userspace/decoder/event_decoder.h"
-#include "userspace/detect/collective_tracker.h"
+#include "userspace/wire/event_decoder.h"
+#include "userspace/comms/collective_tracker.h"
 #include "userspace/detect/detectors.h"
-#include "userspace/detect/event_log.h"
-#include "userspace/detect/seq_aligner.h"
-#include "exporters/api_routes.h"
+#include "userspace/events/event_log.h"
+#include "userspace/comms/seq_aligner.h"
+#include "userspace/model/api_source.h"
 #include "userspace/discovery/discovery.h"
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
 #include "userspace/pods/pod_resolver.h"
 #include "userspace/probes/bpf_loader.h"
 #include "userspace/probes/probe_manager.h"
@@ -99,7 +99,7 @@ class AgentRuntime : public ApiSource {
   // The node's timeline over the last `seconds` (GET /api/v1/trace), and the
   // CLOCK_MONOTONIC time it ends at.
   std::vector<TraceRank> trace(double seconds, uint64_t* end_ns) const override;
-  NodeTimeline::StepHistory gpu_steps(int pid, size_t last) const override { return timeline_.step_history(pid, last); }
+  StepHistory gpu_steps(int pid, size_t last) const override { return timeline_.step_history(pid, last); }
   uint64_t monotonic_ns() const override { return clock_.monotonic_ns(); }
   // Read on the caller's thread (the HTTP server's), never the event loop's.
   Result<python::PyStackDump> python_stacks(int pid) const override;

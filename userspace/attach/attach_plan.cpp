@@ -252,40 +252,9 @@ std::vector<ProbeSpec> plan_python_gc(const std::string& gc_anchor, const std::s
           {gc_symbol, gc_entry_offset, ProbeProgram::PyGcExit, true, 0}};
 }
 
-const char* nccl_op_label(uint32_t op) {
-  static constexpr std::array<const char*, ARGUS_OP_MAX> kLabels{
-      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-      "all_to_all", "send",       "recv",           "gather",    "scatter"};
-  return op < kLabels.size() ? kLabels[op] : "unknown";
-}
 
-const char* nccl_init_api_label(uint32_t api) {
-  switch (api) {
-    case ARGUS_NCCL_INIT_RANK: return "ncclCommInitRank";
-    case ARGUS_NCCL_INIT_RANK_CONFIG: return "ncclCommInitRankConfig";
-    case ARGUS_NCCL_INIT_RANK_SCALABLE: return "ncclCommInitRankScalable";
-    default: return "unknown";
-  }
-}
 
-const char* cuda_api_label(uint32_t api) {
-  static constexpr std::array<const char*, ARGUS_CU_API_MAX> kLabels{
-      "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuLaunchKernel",
-      "cuLaunchKernelEx",    "cuLaunchCooperativeKernel", "cuMemAlloc", "cuMemAllocAsync",
-      "cuMemAllocManaged",   "cuMemAllocHost",      "cuInit",           "cuCtxCreate",
-      "cuMemAllocPitch",     "cuMemcpyHtoD",        "cuMemcpyDtoH",     "cuMemcpyDtoD",
-      "cuMemcpyHtoDAsync",   "cuMemcpyDtoHAsync",   "cuMemcpyDtoDAsync"};
-  return api < kLabels.size() ? kLabels[api] : "unknown";
-}
 
-std::string cuda_result_name(int code) {
-  const char* name = argus_cuda_result_name(code);
-  return name ? name : std::to_string(code);
-}
 
-std::string nccl_result_name(int code) {
-  const char* name = argus_nccl_result_name(code);
-  return name ? name : std::to_string(code);
-}
 
 }  // namespace argus

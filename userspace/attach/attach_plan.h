@@ -64,11 +64,5 @@ std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind 
 std::vector<ProbeSpec> plan_python_gc(const std::string& gc_anchor, const std::string& gc_symbol,
                                       uint64_t gc_entry_offset);
 
-// Label values for the ids packed into cookies and stat keys.
-const char* nccl_op_label(uint32_t op);        // "all_reduce", ... ("unknown" out of range)
-const char* nccl_init_api_label(uint32_t api);  // "ncclCommInitRank", ...
-const char* cuda_api_label(uint32_t api);      // "cuStreamSynchronize", ...
-std::string cuda_result_name(int code);        // "CUDA_ERROR_OUT_OF_MEMORY" (bpf/argus_result_codes.h), or the number
-std::string nccl_result_name(int code);        // "ncclSystemError" (bpf/argus_result_codes.h), or the number
 
 }  // namespace argus

@@ -11,56 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "userspace/detect/collective_tracker.h"
-#include "userspace/model.h"
+#include "userspace/model/event.h"
+#include "userspace/model/signals.h"
+#include "userspace/model/snapshot.h"
 
 namespace argus {
 
-// A detected event, as GET /api/v1/events returns it.
-struct DetectedEvent {
-  double time = 0;  // unix seconds
-  std::string kind;  // "straggler", "hang", "rank_exit", ...
-  std::string job_id;
-  int rank = -1;
-  std::string summary;
-  nlohmann::json evidence = nlohmann::json::object();
-  std::string device;  // link events: the NIC and port ("" / -1 otherwise)
-  int port = -1;
-};
 
-struct RankSignal {
-  int pid = 0;
-  std::string job_id;
-  int rank = -1;
-  double coll_wait_ratio = 0;  // inside collective calls, last window (~0 on real NCCL: async)
-  double sync_wait_ratio = 0;  // inside CUDA synchronize calls, last window
-  double coverage = 0;    // share of the window the rank has been watched
-  RankLagStats lag;
-  // GPU side (from the GPU-activity records), when the rank has current ones:
-  // share of the window its NCCL kernels run. They run long while waiting for a
-  // late peer, so the rank whose GPU is slow has the lowest.
-  bool gpu_valid = false;
-  double gpu_nccl_ratio = 0;
-  double bubble_ratio = 0;  // share of the window idle before a pipeline P2P receive
-  // Python GC (when its collector is probed): time, pauses and the longest pause, last window.
-  bool gc_valid = false;
-  double gc_seconds = 0;
-  double gc_span_s = 0;  // the span gc_seconds covers (0: the detector's window)
-  uint64_t gc_pauses = 0;
-  double gc_max_pause_s = 0;
-  // Kernel layer (when the sched_switch probe follows it), last window, in
-  // thread-seconds per wall second (OffCpuView): why a host straggler is late.
-  bool offcpu_valid = false;
-  double runqueue_share = 0;  // runnable, waiting for a CPU
-  double io_share = 0;        // blocked in block I/O
-  double lock_share = 0;      // blocked in futex
-  double sleep_share = 0;
-  double oncpu_share = 0;
-  bool throttle_valid = false;  // its cgroup's cpu.stat was read
-  double throttled_share = 0;   // its cgroup throttled, seconds per wall second
-  std::vector<CpuStealer> stealers;  // who took its CPU, most first
-  std::string cgroup;  // its cgroup (CgroupCpuView::path), named in a "throttled" summary
-};
 
 // The straggler is the rank the others wait for: on one node (one clock) the
 // rank that issues the collectives last, by a margin, at most of them. Why it
@@ -163,15 +120,6 @@ class BubbleDetector {
   std::map<int, Track> tracks_;
 };
 
-// A host blocked in a call right now (from the BPF in-flight map): a
-// collective (comm set) or a CUDA synchronize (sync = true, api named).
-struct InflightWait {
-  int pid = 0;
-  std::string comm;  // collectives only
-  bool sync = false;
-  std::string api;   // "cuStreamSynchronize", ... or the collective's op
-  uint64_t start_ns = 0;
-};
 
 struct HangOptions {
   double min_stall_seconds = 10;  // a communicator stalled this long is hung...
@@ -188,17 +136,6 @@ struct CommHealth {
   std::vector<int> missing_pids;  // local ranks that never reached newest_seq, then exited ones that did
 };
 
-struct RankInfoForHang {
-  std::string job_id;
-  int rank = -1;
-  bool exited = false;
-  std::string exit_reason;
-  int exit_code = 0;
-  double step_seconds = 0;
-  double gpu_last_activity_ns = 0;  // CLOCK_MONOTONIC end of its newest GPU record (0: no GPU layer)
-  std::string exit_summary{};  // exited: how it died ("killed by SIGKILL from pid 900 (`kill`)"); see rank_exit.h
-  nlohmann::json exit_cause = nullptr;  // exited: its rank_exit evidence
-};
 
 // A hang is a communicator whose newest collective stops moving:
 // - some ranks issued collective n and others never did (for >= the limit):

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bpf/argus_exit.h"
-#include "userspace/detect/detectors.h"
-#include "userspace/model.h"
+#include "userspace/model/event.h"
+#include "userspace/model/snapshot.h"
 #include "userspace/procfs/memcg.h"
 
 namespace argus {

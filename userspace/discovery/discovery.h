@@ -12,7 +12,7 @@
 
 #include "userspace/attach/attach_plan.h"
 #include "userspace/procfs/procfs.h"
-#include "userspace/rank_identity.h"
+#include "userspace/model/rank_identity.h"
 
 namespace argus {
 

@@ -1,4 +1,5 @@
 #include "userspace/gpu_timeline/timeline.h"
+#include "userspace/wire/labels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -63,16 +64,6 @@ bool malformed(const argus_gpu_rec& r) {
 
 }  // namespace
 
-const char* copy_direction_label(uint32_t dir) {
-  switch (dir) {
-    case ARGUS_GPU_COPY_HTOD: return "htod";
-    case ARGUS_GPU_COPY_DTOH: return "dtoh";
-    case ARGUS_GPU_COPY_DTOD: return "dtod";
-    case ARGUS_GPU_COPY_HTOH: return "htoh";
-    case ARGUS_GPU_COPY_PTOP: return "ptop";
-    default: return "other";
-  }
-}
 
 void IntervalUnion::add(uint64_t start_ns, uint64_t end_ns) {
   if (end_ns <= start_ns) return;

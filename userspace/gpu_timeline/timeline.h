@@ -14,6 +14,7 @@
 #include "userspace/common/caps.h"
 #include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/sketch.h"
+#include "userspace/model/trace.h"
 
 namespace argus::gpu {
 
@@ -57,13 +58,6 @@ struct WindowStats {
   double idle_s = 0;      // in-step idle time in the span
 };
 
-struct StepSummary {
-  uint64_t start_ns = 0;
-  std::vector<uint8_t> sketch;  // StepSketch::encode()
-  // Closed by a step mark, or cut short: no mark in max_step_seconds ("time") or
-  // max_step_kernels reached ("kernels").
-  const char* closed_by = "step";
-};
 
 // The union of [start, end) intervals as disjoint spans sorted by start, with
 // their total length. Intervals that come in start order (nearly all) append or
@@ -87,7 +81,6 @@ class IntervalUnion {
   uint64_t total_ = 0;
 };
 
-const char* copy_direction_label(uint32_t dir);  // "htod", "dtoh", ...
 
 class Timeline {
  public:

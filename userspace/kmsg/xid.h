@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "userspace/detect/detectors.h"
+#include "userspace/model/event.h"
 
 namespace argus::kmsg {
 

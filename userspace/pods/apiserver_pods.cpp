@@ -11,7 +11,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 #include "userspace/pods/pod_logs.h"
 #include "userspace/procfs/pod_cgroup.h"
 #include "userspace/common/thread_name.h"

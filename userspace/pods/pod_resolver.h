@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
 #include "userspace/pods/pod_logs.h"
 #include "userspace/procfs/pod_cgroup.h"
 

@@ -16,6 +16,7 @@
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/result.h"
 #include "userspace/procfs/socket_owners.h"
+#include "userspace/wire/aggregates.h"
 
 struct bpf_link;
 
@@ -63,10 +64,6 @@ struct AttachedUprobes {
   }
 };
 
-struct StatEntry {
-  argus_stat_key key;
-  argus_stat_val value;  // summed over CPUs
-};
 
 // A process that held the CPU a rank's thread waited for (bpf/sched_switch.bpf.c).
 struct StealerEntry {

@@ -22,6 +22,7 @@
 #include "userspace/probes/uprobe_multi.h"
 
 #include "argus.skel.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {
@@ -140,28 +141,6 @@ Link& Link::operator=(Link&& other) noexcept {
 
 Link::~Link() { reset(); }
 
-const char* bpf_error_name(uint32_t err) {
-  switch (err) {
-    case ARGUS_ERR_RINGBUF_PROC: return "ringbuf_full_proc";
-    case ARGUS_ERR_RINGBUF_NCCL: return "ringbuf_full_nccl";
-    case ARGUS_ERR_RINGBUF_CUDA: return "ringbuf_full_cuda";
-    case ARGUS_ERR_STATS_FULL: return "stats_map_full";
-    case ARGUS_ERR_INFLIGHT_FULL: return "inflight_map_full";
-    case ARGUS_ERR_TRACKED_FULL: return "tracked_map_full";
-    case ARGUS_ERR_READ_USER: return "read_user_failed";
-    case ARGUS_ERR_RETURN_UNMATCHED: return "return_without_entry";
-    case ARGUS_ERR_RINGBUF_GPU: return "ringbuf_full_gpu";
-    case ARGUS_ERR_GPU_BATCH_TRUNCATED: return "gpu_batch_truncated";
-    case ARGUS_ERR_GPU_READ: return "gpu_read_failed";
-    case ARGUS_ERR_PY_SAMPLES_LOST: return "py_samples_lost";
-    case ARGUS_ERR_SCHED_MAP_FULL: return "sched_map_full";
-    case ARGUS_ERR_STEALER_MAP_FULL: return "stealer_map_full";
-    case ARGUS_ERR_EXIT_INFO_FULL: return "exit_info_map_full";
-    case ARGUS_ERR_TCP_MAP_FULL: return "tcp_map_full";
-    case ARGUS_ERR_BLOCK_MAP_FULL: return "block_map_full";
-    default: return "unknown";
-  }
-}
 
 Result<std::unique_ptr<BpfLoader>> BpfLoader::create(const LoaderOptions& opts) {
   libbpf_set_print(libbpf_print);

@@ -110,7 +110,6 @@ class BpfLoader : public BpfBackend {
   bool multi_ = false;  // uprobe programs loaded for uprobe_multi links
 };
 
-const char* bpf_error_name(uint32_t err);
 
 // The CPUs a cpulist names ("0-3,8,10-11", as /sys/devices/system/cpu/online
 // has it); empty on malformed text.

@@ -24,7 +24,7 @@
 #include "userspace/common/defaults.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/elf/elf_symbols.h"
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
 #include "userspace/probes/bpf_backend.h"
 #include "userspace/probes/link_reaper.h"
 #include "userspace/procfs/mapped_file.h"

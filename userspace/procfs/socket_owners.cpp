@@ -1,5 +1,7 @@
 #include "userspace/procfs/socket_owners.h"
 
+#include "userspace/wire/labels.h"
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -11,9 +13,6 @@
 
 namespace argus {
 namespace {
-
-constexpr uint16_t kAfInet = 2;
-constexpr uint16_t kAfInet6 = 10;
 
 std::vector<uint8_t> key_bytes(const argus_tcp_key& k) {
   const auto* p = reinterpret_cast<const uint8_t*>(&k);
@@ -57,15 +56,6 @@ std::vector<uint64_t> socket_inodes(const std::string& proc_root, int pid, size_
   return out;
 }
 
-std::string tcp_remote_label(uint16_t family, const uint8_t (&addr)[16]) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (family == kAfInet) return inet_ntop(AF_INET, addr, buf, sizeof(buf)) ? buf : "";
-  if (family != kAfInet6) return "";
-  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(addr, kMapped, sizeof(kMapped)) == 0)
-    return inet_ntop(AF_INET, addr + 12, buf, sizeof(buf)) ? buf : "";
-  return inet_ntop(AF_INET6, addr, buf, sizeof(buf)) ? buf : "";
-}
 
 void TcpRetransAttributor::rescan(const std::vector<int>& live_pids, const std::set<uint64_t>& active,
                                   TcpAttribution& out) {

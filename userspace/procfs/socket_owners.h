@@ -33,9 +33,6 @@ std::optional<uint64_t> socket_inode_of_link(std::string_view target);
 // when the directory cannot be read: gone, or not ours to read).
 std::vector<uint64_t> socket_inodes(const std::string& proc_root, int pid, size_t max_fds);
 
-// The `remote` label: "10.0.0.7", "fd00::7"; an IPv4-mapped IPv6 address as
-// IPv4 (dual-stack sockets). "" for any other family.
-std::string tcp_remote_label(uint16_t family, const uint8_t (&addr)[16]);
 
 struct TcpAttribution {
   std::map<int, std::map<std::string, uint64_t>> by_pid;  // pid -> remote -> new retransmits

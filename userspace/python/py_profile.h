@@ -17,7 +17,7 @@
 
 #include "bpf/argus_py_sample.h"
 #include "userspace/common/caps.h"
-#include "userspace/detect/detectors.h"
+#include "userspace/model/event.h"
 #include "userspace/python/py_runtime.h"
 
 namespace argus::python {

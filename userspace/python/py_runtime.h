@@ -17,6 +17,7 @@
 #include "bpf/argus_python.h"
 #include "userspace/common/result.h"
 #include "userspace/elf/elf_symbols.h"
+#include "userspace/model/python_stacks.h"
 #include "userspace/procfs/procfs.h"
 
 namespace argus::python {
@@ -136,24 +137,6 @@ uint64_t gc_stats_address(const PyProcess& p, RemoteMemory& mem);
 std::optional<std::array<int64_t, 3>> read_gc_collections(const PyProcess& p, RemoteMemory& mem);
 
 // ---- Stacks (read from outside, never stopping the process) ----
-struct PyFrame {
-  std::string function;  // co_name
-  std::string qualname;  // co_qualname (3.11+); = function on 3.10
-  std::string file;      // co_filename
-  int line = 0;          // 0 when the line could not be computed
-};
-struct PyThreadStack {
-  uint64_t thread_id = 0;  // tstate->thread_id (pthread_t)
-  int native_tid = 0;      // in the host's PID namespace; 0 when unknown
-  int namespace_tid = 0;   // as the process sees it (its own PID namespace)
-  std::vector<PyFrame> frames;  // innermost first
-  bool truncated = false;  // deeper than DumpOptions::max_frames
-  bool torn = false;       // the thread moved while read, after every retry
-};
-struct PyStackDump {
-  std::string version;     // "3.12.1"
-  std::vector<PyThreadStack> threads;
-};
 struct DumpOptions {
   size_t max_frames = 512;
   size_t max_threads = 256;

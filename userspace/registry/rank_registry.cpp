@@ -4,23 +4,13 @@
 #include <cstdio>
 
 #include "bpf/argus.h"
-#include "userspace/attach/attach_plan.h"
-#include "userspace/gpu_timeline/timeline.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 namespace {
 constexpr size_t kTopStealers = 3;  // stealers named per rank and window
 }  // namespace
 
-const char* block_op_label(uint32_t op) {
-  switch (op) {
-    case ARGUS_BLOCK_READ: return "read";
-    case ARGUS_BLOCK_WRITE: return "write";
-    case ARGUS_BLOCK_FLUSH: return "flush";
-    case ARGUS_BLOCK_DISCARD: return "discard";
-    default: return "other";
-  }
-}
 
 RankRegistry::RankRegistry(const Clock& clock, RegistryOptions opts) : clock_(clock), opts_(std::move(opts)) {}
 
@@ -101,86 +91,8 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
   RankSnapshot& s = it->second.snap;
-  // BPF keeps totals since the process was first seen: replace, never add.
-  s.nccl.clear();
-  s.sync.clear();
-  s.cuda_errors.clear();
-  s.nccl_errors.clear();
-  s.kernel_launches = 0;
-  s.launch_timing = LaunchTiming{};
-  s.memcpy.clear();
-  s.python_gc.timed = 0;
-  s.python_gc.ns = 0;
-  s.python_gc.log2_buckets.clear();
-  s.block_io.clear();
+  apply_aggregates(records, s);
   s.offcpu.present = opts_.sched_probe;
-  s.offcpu.offcpu_ns.fill(0);
-  s.offcpu.oncpu_ns = 0;
-  for (const auto& r : records) {
-    switch (r.kind) {
-      case ARGUS_STAT_NCCL_CALLS: {
-        auto& c = s.nccl[nccl_op_label(r.sub)];
-        c.calls += r.count;
-        c.bytes += r.sum;
-        break;
-      }
-      case ARGUS_STAT_NCCL_WAIT:
-        s.nccl[nccl_op_label(r.sub)].wait_ns += r.sum;
-        break;
-      case ARGUS_STAT_CUDA_SYNC: {
-        auto& c = s.sync[cuda_api_label(r.sub)];
-        c.calls += r.count;
-        c.wait_ns += r.sum;
-        break;
-      }
-      case ARGUS_STAT_CUDA_LAUNCH:
-        s.kernel_launches += r.count;
-        break;
-      case ARGUS_STAT_CUDA_LAUNCH_HIST:  // its buckets sum to the timed launches and their time
-        s.launch_timing.count += r.count;
-        s.launch_timing.ns += r.sum;
-        s.launch_timing.log2_buckets[r.sub] += r.count;
-        break;
-      case ARGUS_STAT_PY_GC:
-        s.python_gc.timed += r.count;
-        s.python_gc.ns += r.sum;
-        break;
-      case ARGUS_STAT_PY_GC_HIST:
-        s.python_gc.log2_buckets[r.sub] += r.count;
-        break;
-      case ARGUS_STAT_BLOCK_IO: {
-        auto& b = s.block_io[block_op_label(r.sub)];
-        b.count += r.count;
-        b.ns += r.sum;
-        break;
-      }
-      case ARGUS_STAT_BLOCK_IO_HIST:
-        s.block_io[block_op_label(static_cast<uint32_t>(r.code))].log2_buckets[r.sub] += r.count;
-        break;
-      case ARGUS_STAT_OFFCPU:
-        if (r.sub < s.offcpu.offcpu_ns.size()) s.offcpu.offcpu_ns[r.sub] += r.sum;
-        break;
-      case ARGUS_STAT_ONCPU:
-        s.offcpu.oncpu_ns += r.sum;
-        break;
-      case ARGUS_STAT_CUDA_MEMCPY: {
-        auto& c = s.memcpy[gpu::copy_direction_label(r.sub)];
-        c.calls += r.count;
-        c.bytes += r.sum;
-        break;
-      }
-      case ARGUS_STAT_CUDA_ERROR:
-        s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
-        break;
-      case ARGUS_STAT_NCCL_ERROR: {
-        const std::string api = r.sub >= ARGUS_OP_MAX ? nccl_init_api_label(r.sub - ARGUS_OP_MAX) : nccl_op_label(r.sub);
-        s.nccl_errors[{api, nccl_result_name(r.code)}] += r.count;
-        break;
-      }
-      default:
-        break;
-    }
-  }
 }
 
 void RankRegistry::add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote) {

@@ -12,24 +12,13 @@
 #include "userspace/common/caps.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
-#include "userspace/model.h"
-#include "userspace/rank_identity.h"
+#include "userspace/model/snapshot.h"
+#include "userspace/model/rank_identity.h"
+#include "userspace/wire/aggregates.h"
 
 namespace argus {
 
-// One aggregate as BPF keeps it (argus_stat_key + summed argus_stat_val).
-struct AggregateRecord {
-  uint32_t tgid = 0;
-  uint16_t kind = 0;
-  uint16_t sub = 0;
-  int32_t code = 0;
-  uint64_t count = 0;
-  uint64_t sum = 0;
-};
 
-// The `op` label of a block request (enum argus_block_op): "read", "write",
-// "flush", "discard", "other".
-const char* block_op_label(uint32_t op);
 
 struct NcclInitInfo {
   int rank = -1;

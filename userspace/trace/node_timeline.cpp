@@ -1,4 +1,5 @@
 #include "userspace/trace/node_timeline.h"
+#include "userspace/wire/labels.h"
 
 #include <algorithm>
 #include <cstring>
@@ -165,7 +166,7 @@ GpuRankView NodeTimeline::gpu_view(int pid, uint64_t now_ns) const {
   return v;
 }
 
-NodeTimeline::StepHistory NodeTimeline::step_history(int pid, size_t last) const {
+StepHistory NodeTimeline::step_history(int pid, size_t last) const {
   StepHistory h;
   std::lock_guard lock(mu_);
   auto it = ranks_.find(pid);
@@ -255,7 +256,7 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
     } else {
       s.track = "GPU copies";
       s.name = s.category == "memcpy"
-                   ? std::string("memcpy ") + gpu::copy_direction_label(g.flags >> ARGUS_GPU_COPY_SHIFT)
+                   ? std::string("memcpy ") + copy_direction_label(g.flags >> ARGUS_GPU_COPY_SHIFT)
                    : "memset";
       s.args["bytes"] = std::to_string(g.bytes);
     }

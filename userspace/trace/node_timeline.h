@@ -14,25 +14,11 @@
 #include "userspace/common/caps.h"
 #include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/timeline.h"
-#include "userspace/model.h"
+#include "userspace/model/snapshot.h"
+#include "userspace/model/trace.h"
 
 namespace argus {
 
-// One span on one track of one rank, for the trace.
-struct TraceSpan {
-  std::string track;  // "GPU stream 7", "NCCL", "CUDA sync", "GPU idle"
-  std::string name;
-  uint64_t start_ns = 0;  // CLOCK_MONOTONIC
-  uint64_t end_ns = 0;
-  std::string category;  // "kernel", "nccl_kernel", "memcpy", "collective", "sync", "bubble", "idle"
-  std::map<std::string, std::string> args;
-};
-
-struct TraceRank {
-  int pid = 0;
-  std::vector<TraceSpan> spans;
-  size_t left_out = 0;  // spans of the asked interval left out by the answer's cap (the oldest)
-};
 
 struct NodeTimelineOptions {
   gpu::TimelineOptions gpu;
@@ -65,10 +51,6 @@ class NodeTimeline {
 
   GpuRankView gpu_view(int pid, uint64_t now_ns) const;
   // The rank's last `last` per-step kernel summaries, oldest first, and its kernel names.
-  struct StepHistory {
-    std::vector<gpu::StepSummary> steps;
-    std::map<uint32_t, std::string> names;
-  };
   StepHistory step_history(int pid, size_t last) const;
   // The spans of [from, to]: at most max_trace_spans, split evenly between the
   // ranks, each keeping its newest (a rank's left_out says how many went). Under

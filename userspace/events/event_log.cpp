@@ -1,4 +1,4 @@
-#include "userspace/detect/event_log.h"
+#include "userspace/events/event_log.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "userspace/detect/seq_aligner.h"
+#include "userspace/comms/seq_aligner.h"
 
 #include <algorithm>
 #include <set>

@@ -1,4 +1,4 @@
-#include "userspace/common/capabilities.h"
+#include "userspace/procfs/capabilities.h"
 
 #include <fstream>
 #include <sstream>

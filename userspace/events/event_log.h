@@ -9,7 +9,7 @@
 
 #include "userspace/common/caps.h"
 #include "userspace/common/defaults.h"
-#include "userspace/detect/detectors.h"
+#include "userspace/model/event.h"
 
 namespace argus {
 

@@ -35,6 +35,5 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size);
 // The event's source (enum argus_source), for the events_total{source} counter.
 uint32_t event_source(const DecodedEvent& ev);
 
-const char* source_label(uint32_t source);  // "proc", "nccl", "cuda", "gpu"
 
 }  // namespace argus

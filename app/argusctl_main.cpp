@@ -26,7 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 #include "userspace/cli/rank_table.h"
 #include "userspace/common/result.h"
 #include "userspace/python/stack_groups.h"

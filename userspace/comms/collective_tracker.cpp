@@ -1,4 +1,4 @@
-#include "userspace/detect/collective_tracker.h"
+#include "userspace/comms/collective_tracker.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "userspace/cli/http_client.h"
+#include "userspace/net/http_client.h"
 
 #if !defined(CPPHTTPLIB_OPENSSL_SUPPORT) || !defined(CPPHTTPLIB_ZLIB_SUPPORT) || !defined(CPPHTTPLIB_BROTLI_SUPPORT)
 #error "compile with the cpp-httplib defines from pkg-config (OPENSSL, ZLIB and BROTLI support)"

@@ -12,6 +12,7 @@
 
 #include "userspace/common/caps.h"
 #include "userspace/common/defaults.h"
+#include "userspace/model/signals.h"
 
 namespace argus {
 
@@ -25,32 +26,7 @@ struct TrackerOptions {
   CapCounts* caps = nullptr;
 };
 
-struct RankLagStats {
-  size_t samples = 0;          // completed collectives in the window
-  double mean_lag_s = 0;       // over all of them
-  size_t spread_samples = 0;   // the latest (up to recent_spread) where the ranks arrived more than late_threshold apart
-  double median_lag_s = 0;     // over those
-  double late_fraction = 0;    // share of those where it arrived late (behind the median rank)
-  double late_sync_share = 0;  // where it arrived late: the share of its lag it spent in its own
-                               // synchronize calls (its GPU or stream held it), mean
-  double step_seconds = 0;     // 0 when no period is seen
-};
 
-struct CommMember {
-  int pid = 0;
-  uint64_t last_seq = 0;
-  uint64_t last_arrival_ns = 0;
-  bool exited = false;
-};
-
-struct CommView {
-  std::string comm;
-  int nranks = 0;  // from ncclCommInitRank: the whole communicator, all nodes
-  uint64_t newest_seq = 0;
-  uint64_t newest_arrival_ns = 0;        // the latest arrival at any collective
-  uint64_t newest_first_arrival_ns = 0;  // the first arrival at newest_seq
-  std::map<int, CommMember> members;  // the ranks of this node
-};
 
 class CollectiveTracker {
  public:

@@ -1,4 +1,4 @@
-#include "userspace/decoder/event_decoder.h"
+#include "userspace/wire/event_decoder.h"
 
 #include <cstddef>
 #include <cstring>
@@ -76,14 +76,5 @@ uint32_t event_source(const DecodedEvent& ev) {
   return std::visit(Visitor{}, ev);
 }
 
-const char* source_label(uint32_t source) {
-  switch (source) {
-    case ARGUS_SRC_PROC: return "proc";
-    case ARGUS_SRC_NCCL: return "nccl";
-    case ARGUS_SRC_CUDA: return "cuda";
-    case ARGUS_SRC_GPU: return "gpu";
-    default: return "unknown";
-  }
-}
 
 }  // namespace argus

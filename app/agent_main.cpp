@@ -25,7 +25,7 @@
 #include <thread>
 
 #include "userspace/common/thread_name.h"
-#include "userspace/common/capabilities.h"
+#include "userspace/procfs/capabilities.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
 #include "exporters/api_routes.h"

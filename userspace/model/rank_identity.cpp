@@ -1,4 +1,4 @@
-#include "userspace/rank_identity.h"
+#include "userspace/model/rank_identity.h"
 
 #include <charconv>
 #include <cstdint>

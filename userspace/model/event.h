@@ -1,0 +1,22 @@
+// A detected event: what GET /api/v1/events returns, what every detector and
+// every source of verdicts (the RDMA layer, the kernel log) produces.
+#pragma once
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace argus {
+
+// A detected event, as GET /api/v1/events returns it.
+struct DetectedEvent {
+  double time = 0;  // unix seconds
+  std::string kind;  // "straggler", "hang", "rank_exit", ...
+  std::string job_id;
+  int rank = -1;
+  std::string summary;
+  nlohmann::json evidence = nlohmann::json::object();
+  std::string device;  // link events: the NIC and port ("" / -1 otherwise)
+  int port = -1;
+};
+
+}  // namespace argus

@@ -1,0 +1,101 @@
+// What the detectors read: per-rank signals over the window, the node's
+// communicators as the collective tracker sees them, and the calls hosts are
+// blocked in now. Plain values, built by the detection pass from state.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "userspace/model/snapshot.h"
+
+namespace argus {
+
+// A rank's arrivals at the collectives of its communicators, over the window.
+struct RankLagStats {
+  size_t samples = 0;          // completed collectives in the window
+  double mean_lag_s = 0;       // over all of them
+  size_t spread_samples = 0;   // the latest (up to recent_spread) where the ranks arrived more than late_threshold apart
+  double median_lag_s = 0;     // over those
+  double late_fraction = 0;    // share of those where it arrived late (behind the median rank)
+  double late_sync_share = 0;  // where it arrived late: the share of its lag it spent in its own
+                               // synchronize calls (its GPU or stream held it), mean
+  double step_seconds = 0;     // 0 when no period is seen
+};
+
+struct CommMember {
+  int pid = 0;
+  uint64_t last_seq = 0;
+  uint64_t last_arrival_ns = 0;
+  bool exited = false;
+};
+
+struct CommView {
+  std::string comm;
+  int nranks = 0;  // from ncclCommInitRank: the whole communicator, all nodes
+  uint64_t newest_seq = 0;
+  uint64_t newest_arrival_ns = 0;        // the latest arrival at any collective
+  uint64_t newest_first_arrival_ns = 0;  // the first arrival at newest_seq
+  std::map<int, CommMember> members;  // the ranks of this node
+};
+
+struct RankSignal {
+  int pid = 0;
+  std::string job_id;
+  int rank = -1;
+  double coll_wait_ratio = 0;  // inside collective calls, last window (~0 on real NCCL: async)
+  double sync_wait_ratio = 0;  // inside CUDA synchronize calls, last window
+  double coverage = 0;    // share of the window the rank has been watched
+  RankLagStats lag;
+  // GPU side (from the GPU-activity records), when the rank has current ones:
+  // share of the window its NCCL kernels run. They run long while waiting for a
+  // late peer, so the rank whose GPU is slow has the lowest.
+  bool gpu_valid = false;
+  double gpu_nccl_ratio = 0;
+  double bubble_ratio = 0;  // share of the window idle before a pipeline P2P receive
+  // Python GC (when its collector is probed): time, pauses and the longest pause, last window.
+  bool gc_valid = false;
+  double gc_seconds = 0;
+  double gc_span_s = 0;  // the span gc_seconds covers (0: the detector's window)
+  uint64_t gc_pauses = 0;
+  double gc_max_pause_s = 0;
+  // Kernel layer (when the sched_switch probe follows it), last window, in
+  // thread-seconds per wall second (OffCpuView): why a host straggler is late.
+  bool offcpu_valid = false;
+  double runqueue_share = 0;  // runnable, waiting for a CPU
+  double io_share = 0;        // blocked in block I/O
+  double lock_share = 0;      // blocked in futex
+  double sleep_share = 0;
+  double oncpu_share = 0;
+  bool throttle_valid = false;  // its cgroup's cpu.stat was read
+  double throttled_share = 0;   // its cgroup throttled, seconds per wall second
+  std::vector<CpuStealer> stealers;  // who took its CPU, most first
+  std::string cgroup;  // its cgroup (CgroupCpuView::path), named in a "throttled" summary
+};
+
+// A host blocked in a call right now (from the BPF in-flight map): a
+// collective (comm set) or a CUDA synchronize (sync = true, api named).
+struct InflightWait {
+  int pid = 0;
+  std::string comm;  // collectives only
+  bool sync = false;
+  std::string api;   // "cuStreamSynchronize", ... or the collective's op
+  uint64_t start_ns = 0;
+};
+
+// What the hang detector needs to know of each rank (by pid).
+struct RankInfoForHang {
+  std::string job_id;
+  int rank = -1;
+  bool exited = false;
+  std::string exit_reason;
+  int exit_code = 0;
+  double step_seconds = 0;
+  double gpu_last_activity_ns = 0;  // CLOCK_MONOTONIC end of its newest GPU record (0: no GPU layer)
+  std::string exit_summary{};  // exited: how it died ("killed by SIGKILL from pid 900 (`kill`)"); see rank_exit.h
+  nlohmann::json exit_cause = nullptr;  // exited: its rank_exit evidence
+};
+
+}  // namespace argus

@@ -1,0 +1,96 @@
+#include "userspace/wire/aggregates.h"
+
+#include <string>
+
+#include "bpf/argus.h"
+#include "userspace/wire/labels.h"
+
+namespace argus {
+
+AggregateRecord aggregate_of(const StatEntry& s) {
+  return {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum};
+}
+
+void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot& s) {
+  // BPF keeps totals since the process was first seen: replace, never add.
+  s.nccl.clear();
+  s.sync.clear();
+  s.cuda_errors.clear();
+  s.nccl_errors.clear();
+  s.kernel_launches = 0;
+  s.launch_timing = LaunchTiming{};
+  s.memcpy.clear();
+  s.python_gc.timed = 0;
+  s.python_gc.ns = 0;
+  s.python_gc.log2_buckets.clear();
+  s.block_io.clear();
+  s.offcpu.offcpu_ns.fill(0);
+  s.offcpu.oncpu_ns = 0;
+  for (const auto& r : records) {
+    switch (r.kind) {
+      case ARGUS_STAT_NCCL_CALLS: {
+        auto& c = s.nccl[nccl_op_label(r.sub)];
+        c.calls += r.count;
+        c.bytes += r.sum;
+        break;
+      }
+      case ARGUS_STAT_NCCL_WAIT:
+        s.nccl[nccl_op_label(r.sub)].wait_ns += r.sum;
+        break;
+      case ARGUS_STAT_CUDA_SYNC: {
+        auto& c = s.sync[cuda_api_label(r.sub)];
+        c.calls += r.count;
+        c.wait_ns += r.sum;
+        break;
+      }
+      case ARGUS_STAT_CUDA_LAUNCH:
+        s.kernel_launches += r.count;
+        break;
+      case ARGUS_STAT_CUDA_LAUNCH_HIST:  // its buckets sum to the timed launches and their time
+        s.launch_timing.count += r.count;
+        s.launch_timing.ns += r.sum;
+        s.launch_timing.log2_buckets[r.sub] += r.count;
+        break;
+      case ARGUS_STAT_PY_GC:
+        s.python_gc.timed += r.count;
+        s.python_gc.ns += r.sum;
+        break;
+      case ARGUS_STAT_PY_GC_HIST:
+        s.python_gc.log2_buckets[r.sub] += r.count;
+        break;
+      case ARGUS_STAT_BLOCK_IO: {
+        auto& b = s.block_io[block_op_label(r.sub)];
+        b.count += r.count;
+        b.ns += r.sum;
+        break;
+      }
+      case ARGUS_STAT_BLOCK_IO_HIST:
+        s.block_io[block_op_label(static_cast<uint32_t>(r.code))].log2_buckets[r.sub] += r.count;
+        break;
+      case ARGUS_STAT_OFFCPU:
+        if (r.sub < s.offcpu.offcpu_ns.size()) s.offcpu.offcpu_ns[r.sub] += r.sum;
+        break;
+      case ARGUS_STAT_ONCPU:
+        s.offcpu.oncpu_ns += r.sum;
+        break;
+      case ARGUS_STAT_CUDA_MEMCPY: {
+        auto& c = s.memcpy[copy_direction_label(r.sub)];
+        c.calls += r.count;
+        c.bytes += r.sum;
+        break;
+      }
+      case ARGUS_STAT_CUDA_ERROR:
+        s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
+        break;
+      case ARGUS_STAT_NCCL_ERROR: {
+        const std::string api = r.sub >= ARGUS_OP_MAX ? nccl_init_api_label(r.sub - ARGUS_OP_MAX) : nccl_op_label(r.sub);
+        s.nccl_errors[{api, nccl_result_name(r.code)}] += r.count;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+}  // namespace argus

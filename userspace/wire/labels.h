@@ -1,0 +1,33 @@
+// Every label the agent puts on what BPF counted or sent: the ids packed into
+// probe cookies, stat keys and records (enum values of bpf/argus*.h) turned into
+// the words /metrics, the JSON API and the logs use. One place, so that a new id
+// gets its word once.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace argus {
+
+// NCCL: an op id (enum argus_nccl_op) -> "all_reduce", ... ("unknown" out of range);
+// an init api id -> "ncclCommInitRank", ...
+const char* nccl_op_label(uint32_t op);
+const char* nccl_init_api_label(uint32_t api);
+// CUDA: an api id (enum argus_cu_api) -> "cuStreamSynchronize", ...
+const char* cuda_api_label(uint32_t api);
+// Return codes: "CUDA_ERROR_OUT_OF_MEMORY", "ncclSystemError" (bpf/argus_result_codes.h), or the number.
+std::string cuda_result_name(int code);
+std::string nccl_result_name(int code);
+// The `op` label of a block request (enum argus_block_op): "read", "write",
+// "flush", "discard", "other".
+const char* block_op_label(uint32_t op);
+// A record's source (enum argus_source): "proc", "nccl", "cuda", "gpu".
+const char* source_label(uint32_t source);
+// A BPF error counter (enum argus_error): "ringbuf_full_nccl", "stats_map_full", ...
+const char* bpf_error_name(uint32_t err);
+// A copy's direction (ARGUS_GPU_COPY_*, also the memcpy stat key's sub): "htod", "dtoh", ...
+const char* copy_direction_label(uint32_t dir);
+// The `remote` label of a TCP key's address: "10.0.0.7", "fd00::7"; an IPv4-mapped
+// IPv6 address as IPv4 (dual-stack sockets). "" for any other family.
+std::string tcp_remote_label(uint16_t family, const uint8_t (&addr)[16]);
+
+}  // namespace argus
