@@ -125,7 +125,7 @@ class HttpServer {
   // Rejected requests and connections by reason (kReject*), since construction.
   std::map<std::string, uint64_t> rejections() const;
 
-  struct Impl;  // the httplib side (http_server.cpp)
+  struct Impl;  // the httplib side (http_server_impl.h)
 
  private:
   struct Route {

@@ -1,0 +1,12 @@
+// Text helpers shared by the server's files. http_message.cpp also defines what
+// exporters/http_server.h declares about messages: HttpResponse's shorthands, the
+// reason phrases and percent-decoding.
+#pragma once
+#include <string>
+
+namespace argus::httpd {
+
+// s in ASCII lower case (header names, the "Bearer" scheme, reason phrases in bodies).
+std::string lower(std::string s);
+
+}  // namespace argus::httpd
