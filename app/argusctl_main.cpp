@@ -43,6 +43,9 @@ constexpr const char* kDefaultAgent = "http://127.0.0.1:9745";
 // Failures that end the command: printed as one line, exit 1.
 struct CommandError {
   std::string message;
+  // The agent serves the route only with --debug-routes: no other rank's try
+  // can succeed either.
+  bool route_disabled = false;
 };
 
 std::string one_line(std::string s) {
@@ -123,7 +126,8 @@ struct AgentOptions {
       nlohmann::json err = nlohmann::json::parse(resp->body, nullptr, false);
       if (err.is_object() && err.value("disabled", false))
         throw CommandError{"the agent at " + url("") + " has " + path.substr(0, path.find('?')) +
-                           " turned off: start argus-agent with --debug-routes to use this command"};
+                               " turned off: start argus-agent with --debug-routes to use this command",
+                           true};
     }
     if (resp->status != 200) {
       std::string body = one_line(resp->body);
@@ -328,7 +332,7 @@ struct StacksCommand {
         nlohmann::json doc = agent.get_json(path_for(job, r));
         docs.emplace_back(r, doc.value("threads", nlohmann::json::array()));
       } catch (const CommandError& e) {
-        if (e.message.find("--debug-routes") != std::string::npos) throw;
+        if (e.route_disabled) throw;
         errors.push_back({{"rank", r}, {"error", e.message}});
       }
     }

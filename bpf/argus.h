@@ -243,7 +243,7 @@ struct argus_tgid_seen_event {
 /* What the detectors need of a collective: when (hdr.ts_ns), on which
  * communicator, and its number there. Calls and bytes are aggregated in BPF
  * (ARGUS_STAT_NCCL_CALLS), never counted from events (`bytes` here only
- * numbers a late-attached rank's calls: userspace/detect/seq_aligner.h). */
+ * numbers a late-attached rank's calls: userspace/comms/seq_aligner.h). */
 struct argus_nccl_coll_event {
 	struct argus_event_header hdr;
 	__u64 comm; /* ncclComm_t handle (a pointer in the rank's address space) */

@@ -59,9 +59,9 @@ HttpResponse python_stacks_route(const ApiSource& src, const HttpRequest& req) {
   if (r->exited) return HttpResponse::json(404, dump_json({{"error", "the rank has exited"}, {"pid", r->pid}}));
   auto d = src.python_stacks(r->pid);
   if (!d) {
-    const std::string& e = d.error();
-    int status = e.rfind("not python", 0) == 0 ? 422 : e.rfind("unsupported python", 0) == 0 ? 501 : 500;
-    return HttpResponse::json(status, dump_json({{"error", e}, {"pid", r->pid}}));
+    const LocateError why = d.failure().kind;
+    const int status = why == LocateError::kNotPython ? 422 : why == LocateError::kUnsupportedPython ? 501 : 500;
+    return HttpResponse::json(status, dump_json({{"error", d.error()}, {"pid", r->pid}}));
   }
   return HttpResponse::json(200, dump_json(python::stacks_json(job, static_cast<int>(rank), r->pid, *d)));
 }

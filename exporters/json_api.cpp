@@ -84,7 +84,7 @@ json rank_json(const RankSnapshot& r) {
   j["node"] = r.node;
   j["comm"] = r.comm;
   j["state"] = r.exited ? "exited" : "running";
-  j["exit_reason"] = r.exited ? str_or_null(r.exit_reason) : json(nullptr);
+  j["exit_reason"] = r.exited ? str_or_null(label_of(r.exit_reason)) : json(nullptr);
   j["exit_code"] = r.exited ? json(r.exit_code) : json(nullptr);
   j["exited_at"] = r.exited ? json(r.exited_at_unix) : json(nullptr);
   j["exit_cause"] = r.exited ? exit_evidence(r) : json(nullptr);  // as in its rank_exit event
@@ -99,7 +99,7 @@ json rank_json(const RankSnapshot& r) {
   j["step_seconds"] = r.step_seconds;
   j["straggler"] = r.straggler;
   j["straggler_score"] = r.straggler_score;
-  j["straggler_reason"] = r.straggler ? str_or_null(r.straggler_reason) : json(nullptr);
+  j["straggler_reason"] = r.straggler ? str_or_null(label_of(r.straggler_reason)) : json(nullptr);
   j["pipeline_bubble"] = r.pipeline_bubble;
   j["hang_missing"] = r.hang_missing;
   if (r.gpu.seen) {

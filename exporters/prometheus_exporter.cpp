@@ -282,7 +282,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
         t.bytes += c.bytes;
       }
       // The contract's reasons only: exit, signal, oom (a rank whose end was not seen exited).
-      if (r->exited) exit_reasons[r->exit_reason == "signal" || r->exit_reason == "oom" ? r->exit_reason : "exit"] += 1;
+      if (r->exited) exit_reasons[r->exit_reason == ExitReason::kNone ? label_of(ExitReason::kExit) : label_of(r->exit_reason)] += 1;
     }
 
     for (const auto& [op, c] : nccl) {

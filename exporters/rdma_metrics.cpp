@@ -101,7 +101,7 @@ std::vector<DetectedEvent> link_degraded_events(const rdma::LinkEvent& event, co
     for (const auto& [k, v] : event.evidence) evidence[k] = v;
     DetectedEvent ev;
     ev.time = event.time_unix;
-    ev.kind = "link_degraded";
+    ev.kind = EventKind::kLinkDegraded;
     ev.job_id = job;
     ev.rank = rank;
     ev.device = event.device;

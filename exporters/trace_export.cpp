@@ -174,7 +174,7 @@ std::string trace_json_text(const std::vector<TraceRank>& ranks, const std::vect
     if (ev.time < from_unix || ev.time > req.end_unix) continue;
     next();
     o.raw("{\"ph\":\"i\",\"s\":\"g\",\"name\":")
-        .str(ev.kind + (ev.rank >= 0 ? " rank " + std::to_string(ev.rank) : ""));
+        .str(label_of(ev.kind) + (ev.rank >= 0 ? " rank " + std::to_string(ev.rank) : ""));
     o.raw(",\"cat\":\"event\",\"pid\":0,\"tid\":0,\"ts\":").num((ev.time - from_unix) * 1e6);
     o.raw(",\"args\":{\"summary\":").str(ev.summary).raw("}}");
   }

@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto st = argus::procfs::parse_stat(text);
   if (!st.ok()) {
     if (st.error().empty()) std::abort();
-    (void)argus::procfs::error_kind(st.error());
+    (void)argus::procfs::error_kind(st);
     return 0;
   }
   if (st->comm.size() > size) std::abort();

@@ -130,7 +130,7 @@ INSTANTIATE_TEST_SUITE_P(
 // The agent starts (or restarts, as in a DaemonSet rollout) while the job runs:
 // it sees no ncclCommInitRank, and each rank's count of collectives begins at
 // whatever call its probes went live, a few calls apart. Numbered alike by their
-// calls' op and bytes (userspace/detect/seq_aligner.h), the ranks are compared
+// calls' op and bytes (userspace/comms/seq_aligner.h), the ranks are compared
 // at the same collective: the injected straggler is named, alone, for its cause.
 // Its lag is over half a step here, so the nearest call in time would mislead.
 // Before, with the GPU layer off the straggler went unnamed; with it on, it was

@@ -201,12 +201,12 @@ TEST(AgentRuntime, RecordedRecordsGiveIdentityCountsAndTheStraggler) {
   EXPECT_LT(r.rank(2).sync_wait_ratio, 0.05);
   const auto s2 = r.rank(2);
   EXPECT_TRUE(s2.straggler);
-  EXPECT_EQ(s2.straggler_reason, "host");
+  EXPECT_EQ(s2.straggler_reason, StragglerReason::kHost);
   EXPECT_NEAR(s2.arrival_lag_seconds, 0.040, 0.001);
   for (int k : {0, 1, 3}) EXPECT_FALSE(r.rank(k).straggler) << k;
   const auto evs = r.rt->events_since(0);
   ASSERT_EQ(evs.size(), 1u);
-  EXPECT_EQ(evs[0].kind, "straggler");
+  EXPECT_EQ(evs[0].kind, EventKind::kStraggler);
   EXPECT_EQ(evs[0].rank, 2);
   // Ring-buffer loss is exported once, by source; other BPF errors as errors.
   const auto a = r.rt->snapshot().agent;
@@ -260,7 +260,7 @@ TEST(AgentRuntime, ARankThatStopsIssuingIsNamedMissingWhileItsPeersSitInSynchron
   for (int k = 0; k < 3; ++k) EXPECT_FALSE(r.rank(k).hang_missing) << k;
   std::vector<DetectedEvent> hangs;
   for (const auto& e : r.rt->events_since(0))
-    if (e.kind == "hang") hangs.push_back(e);
+    if (e.kind == EventKind::kHang) hangs.push_back(e);
   ASSERT_EQ(hangs.size(), 1u);
   EXPECT_EQ(hangs[0].rank, 3);
   EXPECT_NE(hangs[0].summary.find("rank 3 never issued it; its peers here: 3 wait in a CUDA synchronize"),
@@ -442,17 +442,17 @@ TEST(AgentRuntime, ExitCauseFromTheEventAndOomFromTheMemoryCgroup) {
 
   std::map<int, RankSnapshot> ranks;
   for (const auto& s : rt->snapshot().ranks) ranks[s.pid] = s;
-  EXPECT_EQ(ranks[301].exit_reason, "signal");
+  EXPECT_EQ(ranks[301].exit_reason, ExitReason::kSignal);
   EXPECT_EQ(ranks[301].exit_cause.sender_pid, 900);
-  EXPECT_EQ(ranks[302].exit_reason, "oom");
+  EXPECT_EQ(ranks[302].exit_reason, ExitReason::kOom);
   EXPECT_EQ(ranks[302].exit_cause.oom_details["source"], "memory_cgroup");
   EXPECT_EQ(ranks[302].exit_cause.oom_details["cgroup"], "/job");
   EXPECT_EQ(ranks[302].exit_cause.oom_details["limit_bytes"], 64 << 20);
-  EXPECT_EQ(ranks[303].exit_reason, "exit");
+  EXPECT_EQ(ranks[303].exit_reason, ExitReason::kExit);
   EXPECT_EQ(ranks[303].exit_code, 3);
   std::map<int, std::string> summaries;
   for (const auto& e : rt->events_since(0))
-    if (e.kind == "rank_exit") summaries[e.rank] = e.summary;
+    if (e.kind == EventKind::kRankExit) summaries[e.rank] = e.summary;
   EXPECT_EQ(summaries[0], "rank 0 of job dead (pid 301) was killed by SIGKILL from pid 900 (`kill`)");
   EXPECT_EQ(summaries[1], "rank 1 of job dead (pid 302) was killed by the OOM killer: memory cgroup /job at its 64 MiB limit");
   EXPECT_EQ(summaries[2], "rank 2 of job dead (pid 303) exited with code 3");
@@ -491,12 +491,12 @@ TEST(AgentRuntime, RankReapedBeforeItsExitEventIsReadEndsOnceWithItsCode) {
 
   std::vector<DetectedEvent> exits;
   for (const auto& e : rt->events_since(0))
-    if (e.kind == "rank_exit") exits.push_back(e);
+    if (e.kind == EventKind::kRankExit) exits.push_back(e);
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].summary, "rank 0 of job reaped (pid 401) exited with code 1");
   const auto ranks = rt->snapshot().ranks;
   ASSERT_EQ(ranks.size(), 1u);
-  EXPECT_EQ(ranks[0].exit_reason, "exit");
+  EXPECT_EQ(ranks[0].exit_reason, ExitReason::kExit);
   EXPECT_EQ(ranks[0].exit_code, 1);
 }
 

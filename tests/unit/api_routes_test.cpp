@@ -59,13 +59,13 @@ class ApiRoutes : public ::testing::Test {
     src.snap.agent.window_seconds = 10;
     DetectedEvent link;
     link.time = 1'700'000'100;
-    link.kind = "link_degraded";
+    link.kind = EventKind::kLinkDegraded;
     link.device = "mlx5_0";
     link.port = 1;
     link.summary = "mlx5_0 port 1 degraded (errors)";
     DetectedEvent strag;
     strag.time = 1'700'000'000;
-    strag.kind = "straggler";
+    strag.kind = EventKind::kStraggler;
     strag.job_id = "j";
     strag.rank = 3;
     src.events = {strag, link};

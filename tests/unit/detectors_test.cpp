@@ -283,7 +283,7 @@ TEST_P(StragglerMatrix, NamesTheRankTheOthersWaitFor) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].rank, 5);
   EXPECT_EQ(events[0].evidence["reason"], c.reason) << events[0].summary;
-  EXPECT_EQ(d.state(105).reason, c.reason);
+  EXPECT_STREQ(label_of(d.state(105).reason), c.reason);
   for (int p = 0; p < 8; ++p)
     if (p != 5) {
       EXPECT_FALSE(d.state(100 + p).straggler) << p;
@@ -344,7 +344,7 @@ TEST_P(GcReason, GcPauseOnlyWhenItsGcExplainsTheLag) {
     for (int p = 0; p < 8; ++p) EXPECT_FALSE(d.state(100 + p).straggler) << p;
     return;
   }
-  EXPECT_EQ(d.state(105).reason, c.reason);
+  EXPECT_STREQ(label_of(d.state(105).reason), c.reason);
   for (int p = 0; p < 8; ++p) {
     if (p != 5) {
       EXPECT_FALSE(d.state(100 + p).straggler) << p;
@@ -352,11 +352,11 @@ TEST_P(GcReason, GcPauseOnlyWhenItsGcExplainsTheLag) {
   }
   const bool gc = std::string(c.reason) == "gc_pause";
   ASSERT_EQ(events.size(), gc ? 2u : 1u);
-  EXPECT_EQ(events[0].kind, "straggler");
+  EXPECT_EQ(events[0].kind, EventKind::kStraggler);
   EXPECT_EQ(events[0].evidence["reason"], c.reason) << events[0].summary;
   if (!gc) return;
   const DetectedEvent& ev = events[1];
-  EXPECT_EQ(ev.kind, "gc_pause");
+  EXPECT_EQ(ev.kind, EventKind::kGcPause);
   EXPECT_EQ(ev.rank, 5);
   EXPECT_EQ(ev.job_id, "llm-7");
   // Evidence: its GC this window against the peers' median, its pauses, the worst one.
@@ -438,10 +438,10 @@ TEST_P(HostCause, SaysWhatOnTheHostMakesItLate) {
   }
   ASSERT_GE(events.size(), 1u);
   const DetectedEvent& ev = events[0];
-  EXPECT_EQ(ev.kind, "straggler");
+  EXPECT_EQ(ev.kind, EventKind::kStraggler);
   EXPECT_EQ(ev.rank, c.ranks - 1);
   EXPECT_EQ(ev.evidence["reason"], c.reason) << ev.summary;
-  EXPECT_EQ(d.state(slow).reason, c.reason);
+  EXPECT_STREQ(label_of(d.state(slow).reason), c.reason);
   EXPECT_EQ(events.size(), std::string(c.reason) == "gc_pause" ? 2u : 1u);
   for (int i = 0; i < c.ranks - 1; ++i) EXPECT_FALSE(d.state(r.pid(i)).straggler) << i;
   const auto& hc = ev.evidence["host_cause"];
@@ -657,7 +657,7 @@ TEST(Detectors, StragglerNamedAloneAfterTwoEvaluationsWithEvidence) {
     if (p != 5) {
       EXPECT_FALSE(d.state(100 + p).straggler) << p;
     }
-  EXPECT_EQ(ev2[0].kind, "straggler");
+  EXPECT_EQ(ev2[0].kind, EventKind::kStraggler);
   EXPECT_EQ(ev2[0].rank, 5);
   EXPECT_NE(ev2[0].summary.find("rank 5 of job llm-7 issues its collectives 190 ms after the earliest rank at 100% of "
                                 "them (step 295 ms): its host is slow"),
@@ -793,7 +793,7 @@ TEST(Detectors, DifferentWorldSizesAndRestartedRanksDoNotBreakIt) {
   for (uint64_t s = 51; s <= 400; ++s) t.on_arrival("c", 1, s, s * kMs);
   for (uint64_t s = 1; s <= 10; ++s) t.on_arrival("c", 3, s, (400 + s) * kMs);
   HangDetector h;
-  std::map<int, RankInfoForHang> facts{{1, {"j", 0, false, "", 0, 0.01}}, {3, {"j", 1, false, "", 0, 0.01}}};
+  std::map<int, RankInfoForHang> facts{{1, {"j", 0, false, ExitReason::kNone, 0, 0.01}}, {3, {"j", 1, false, ExitReason::kNone, 0, 0.01}}};
   // The newest collective moves: not hung, whatever the numbers say.
   auto ev = h.evaluate(t.comms(), {}, facts, 500 * kMs, 0);
   EXPECT_TRUE(ev.empty());
@@ -806,10 +806,10 @@ TEST(Detectors, DifferentWorldSizesAndRestartedRanksDoNotBreakIt) {
 struct HangReplay {
   CollectiveTracker t;
   uint64_t t100 = 100 * 100 * kMs;
-  std::map<int, RankInfoForHang> facts{{1, {"j", 0, false, "", 0, 0.1}},
-                                        {2, {"j", 1, false, "", 0, 0.1}},
-                                        {3, {"j", 2, false, "", 0, 0.1}},
-                                        {4, {"j", 3, true, "signal", 9, 0.1}}};
+  std::map<int, RankInfoForHang> facts{{1, {"j", 0, false, ExitReason::kNone, 0, 0.1}},
+                                        {2, {"j", 1, false, ExitReason::kNone, 0, 0.1}},
+                                        {3, {"j", 2, false, ExitReason::kNone, 0, 0.1}},
+                                        {4, {"j", 3, true, ExitReason::kSignal, 9, 0.1}}};
   HangReplay() {
     for (int p = 1; p <= 4; ++p) t.add_member("c", p, 4);
     for (uint64_t s = 1; s <= 99; ++s)
@@ -857,7 +857,7 @@ TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchron
   EXPECT_TRUE(h.missing(3));
   EXPECT_TRUE(h.missing(4));
   EXPECT_FALSE(h.missing(1));
-  EXPECT_EQ(ev[0].kind, "hang");
+  EXPECT_EQ(ev[0].kind, EventKind::kHang);
   EXPECT_EQ(ev[0].rank, 2);
   EXPECT_NE(ev[0].summary.find("collective #100 of job j has not moved for 10 s: rank 2, rank 3 (it died: signal 9) "
                                "never issued it; its peers here: 2 wait in a CUDA synchronize"),
@@ -980,7 +980,7 @@ TEST(Detectors, ARankThatDiedInsideTheCollectiveIsNamedNotTheCollective) {
   HangReplay r3;
   for (int p = 1; p <= 4; ++p) r3.t.on_arrival("c", p, 100, r3.t100 + p * kMs);
   r3.t.on_exit(4);
-  r3.facts[4] = {"j", 3, true, "exit", 0, 0.1};
+  r3.facts[4] = {"j", 3, true, ExitReason::kExit, 0, 0.1};
   HangDetector h3(HangOptions{10, 5});
   auto ev3 = h3.evaluate(r3.t.comms(), inflight, r3.facts, r3.t100 + 10'013 * kMs, 1);
   ASSERT_EQ(ev3.size(), 1u);
@@ -1000,7 +1000,7 @@ TEST(Detectors, AJobWhoseRanksAllExitedIsNotAHang) {
   for (int p = 1; p <= 4; ++p) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
   for (int p = 1; p <= 4; ++p) {
     r.t.on_exit(p);
-    r.facts[p] = {"j", p - 1, true, "exit", 0, 0.1};
+    r.facts[p] = {"j", p - 1, true, ExitReason::kExit, 0, 0.1};
   }
   HangDetector h(HangOptions{10, 5});
   EXPECT_TRUE(h.evaluate(r.t.comms(), {}, r.facts, r.t100 + 120'000 * kMs, 0).empty());
@@ -1055,7 +1055,7 @@ TEST(Detectors, EventsAsTheContractShapesThem) {
   for (int i = 0; i < 5; ++i) {
     DetectedEvent e;
     e.time = 1700000000.25 + i;
-    e.kind = "straggler";
+    e.kind = EventKind::kStraggler;
     e.job_id = "j";
     e.rank = i;
     e.summary = "s";

@@ -124,9 +124,9 @@ std::vector<std::byte> usdt_note(const std::string& provider, const std::string&
   return rec;
 }
 
-void expect_limit(const Result<SymbolTable>& r, const std::string& needle) {
+void expect_limit(const ParseResult<SymbolTable>& r, const std::string& needle) {
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(is_limit_error(r.error())) << r.error();
+  EXPECT_EQ(r.failure().kind, ParseFailure::kOverLimit) << r.error();
   EXPECT_NE(r.error().find(needle), std::string::npos) << r.error();
 }
 
@@ -246,7 +246,7 @@ TEST(ElfNotes, UsdtNotesAreRead) {
   EXPECT_EQ((*notes)[2].name, "gc__start");
   auto capped = parse_usdt_notes(build(spec), {.max_notes = 2});
   ASSERT_FALSE(capped.ok());
-  EXPECT_TRUE(is_limit_error(capped.error())) << capped.error();
+  EXPECT_EQ(capped.failure().kind, ParseFailure::kOverLimit) << capped.error();
 }
 
 TEST(ElfNotes, MalformedNotesAreCleanErrors) {

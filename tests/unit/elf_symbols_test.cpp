@@ -313,7 +313,7 @@ class ElfBadFiles : public ::testing::Test {
   fs::path dir_;
 };
 
-void expect_one_line_error(const Result<SymbolTable>& r, const std::string& needle) {
+void expect_one_line_error(const ParseResult<SymbolTable>& r, const std::string& needle) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().find(needle), std::string::npos) << r.error();
   EXPECT_EQ(r.error().find('\n'), std::string::npos) << r.error();

@@ -1,4 +1,4 @@
-// The one RFC 3339 formatter (detect/event_log.h) that events, RDMA events included, use.
+// The one RFC 3339 formatter (events/event_log.h) that events, RDMA events included, use.
 #include <gtest/gtest.h>
 
 #include <cmath>

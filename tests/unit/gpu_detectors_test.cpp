@@ -34,7 +34,7 @@ TEST(GpuStraggler, SlowGpuNamedWithReasonGpuWhileTheHostIsOnTime) {
   EXPECT_EQ(ev[0].evidence["source"], "gpu");
   EXPECT_NE(ev[0].summary.find("on its GPU"), std::string::npos) << ev[0].summary;
   EXPECT_TRUE(d.state(203).straggler);
-  EXPECT_EQ(d.state(203).reason, "gpu");
+  EXPECT_EQ(d.state(203).reason, StragglerReason::kGpu);
   for (int p = 0; p < 8; ++p) {
     if (p != 3) {
       EXPECT_FALSE(d.state(200 + p).straggler) << p;
@@ -57,7 +57,7 @@ TEST(GpuStraggler, HostEvidenceWinsTheReason) {
   auto ev = d.evaluate(sig, 2);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].evidence["reason"], "host");
-  EXPECT_EQ(d.state(205).reason, "host");
+  EXPECT_EQ(d.state(205).reason, StragglerReason::kHost);
 }
 
 TEST(GpuStraggler, EvenNcclTimeOrTooFewGpuRanksFlagNobody) {
@@ -99,7 +99,7 @@ TEST(BubbleDetector, TheStageThatIdlesMostIsNamed) {
   EXPECT_TRUE(d.evaluate(sig, 1).empty());
   auto ev = d.evaluate(sig, 2);
   ASSERT_EQ(ev.size(), 2u);
-  EXPECT_EQ(ev[0].kind, "pipeline_bubble");
+  EXPECT_EQ(ev[0].kind, EventKind::kPipelineBubble);
   EXPECT_EQ(ev[0].rank, 4);
   EXPECT_EQ(ev[1].rank, 5);
   EXPECT_EQ(ev[0].evidence["compared_with"], "peers");

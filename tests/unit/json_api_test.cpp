@@ -59,7 +59,7 @@ Snapshot make_snapshot() {
 
   RankSnapshot a0 = rank(12, "a", 0);
   a0.exited = true;
-  a0.exit_reason = "signal";
+  a0.exit_reason = ExitReason::kSignal;
   a0.exit_code = 9;
   a0.exited_at_unix = 1700000100.25;
 

@@ -76,12 +76,12 @@ TEST_F(ContainerRoot, AbsoluteLinkToAHostFileIsRefused) {
   fs::create_symlink(kShim, root_ / "lib" / "evil.so");
   auto f = open_mapped_file(proc(), 4242, entry_for("/lib/evil.so", kShim));
   ASSERT_FALSE(f.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(f.error()), "mapped_path_missing") << f.error();
+  EXPECT_STREQ(label_of(f.failure().kind), "mapped_path_missing") << f.error();
   // A relative climb stops at the root too.
   fs::create_symlink("../../../../../../../../.." + kShim, root_ / "lib" / "climb.so");
   auto g = open_mapped_file(proc(), 4242, entry_for("/lib/climb.so", kShim));
   ASSERT_FALSE(g.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(g.error()), "mapped_path_missing") << g.error();
+  EXPECT_STREQ(label_of(g.failure().kind), "mapped_path_missing") << g.error();
 }
 
 TEST_F(ContainerRoot, AFileThatIsNotTheMappedOneIsRefused) {
@@ -89,7 +89,7 @@ TEST_F(ContainerRoot, AFileThatIsNotTheMappedOneIsRefused) {
   fs::copy_file(kShim, host_.path / "other.so");
   auto f = open_mapped_file(proc(), 4242, entry_for("/lib/libnccl.so.2", host_.path / "other.so"));
   ASSERT_FALSE(f.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(f.error()), "mapped_identity_mismatch") << f.error();
+  EXPECT_STREQ(label_of(f.failure().kind), "mapped_identity_mismatch") << f.error();
 }
 
 TEST_F(ContainerRoot, FifoAndDeviceAreRefusedUnopened) {
@@ -97,7 +97,7 @@ TEST_F(ContainerRoot, FifoAndDeviceAreRefusedUnopened) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   auto f = open_mapped_file(proc(), 4242, entry_for("/lib/fifo.so", fifo));
   ASSERT_FALSE(f.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(f.error()), "mapped_not_regular") << f.error();
+  EXPECT_STREQ(label_of(f.failure().kind), "mapped_not_regular") << f.error();
   // Nobody holds the FIFO open for reading: a non-blocking writer finds no reader.
   const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   EXPECT_EQ(w, -1);
@@ -107,7 +107,7 @@ TEST_F(ContainerRoot, FifoAndDeviceAreRefusedUnopened) {
   if (::mknod((root_ / "dev" / "zero").c_str(), S_IFCHR | 0600, makedev(1, 5)) == 0) {
     auto d = open_mapped_file(proc(), 4242, entry_for("/dev/zero", root_ / "dev" / "zero"));
     ASSERT_FALSE(d.ok());
-    EXPECT_STREQ(mapped_file_skip_reason(d.error()), "mapped_not_regular") << d.error();
+    EXPECT_STREQ(label_of(d.failure().kind), "mapped_not_regular") << d.error();
   } else {
     ASSERT_NE(std::getenv("CI"), std::string("true")) << "mknod needs root (CAP_MKNOD)";
   }
@@ -115,13 +115,13 @@ TEST_F(ContainerRoot, FifoAndDeviceAreRefusedUnopened) {
   fs::create_symlink("/dev/null", root_ / "lib" / "null.so");
   auto n = open_mapped_file(proc(), 4242, entry_for("/lib/null.so", "/dev/null"));
   ASSERT_FALSE(n.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(n.error()), "mapped_path_missing") << n.error();
+  EXPECT_STREQ(label_of(n.failure().kind), "mapped_path_missing") << n.error();
 }
 
 TEST_F(ContainerRoot, VanishedProcessAndDeletedFileWithoutTheMapping) {
   auto gone = open_mapped_file(proc(), 999999, entry_for("/lib/libnccl.so.2", root_ / "lib" / "libnccl.so.2"));
   ASSERT_FALSE(gone.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(gone.error()), "vanished") << gone.error();
+  EXPECT_STREQ(label_of(gone.failure().kind), "vanished") << gone.error();
   auto m = entry_for("/lib/libnccl.so.2", root_ / "lib" / "libnccl.so.2");
   m.deleted = true;  // only map_files reaches a deleted file; this fake /proc has none
   auto d = open_mapped_file(proc(), 4242, m);
@@ -164,7 +164,7 @@ TEST(MappedFile, APathSwappedAfterMappingIsRefused) {
   m->deleted = false;
   auto f = open_mapped_file("/proc", child.pid(), *m);
   ASSERT_FALSE(f.ok());
-  EXPECT_STREQ(mapped_file_skip_reason(f.error()), "mapped_identity_mismatch") << f.error();
+  EXPECT_STREQ(label_of(f.failure().kind), "mapped_identity_mismatch") << f.error();
 }
 
 }  // namespace

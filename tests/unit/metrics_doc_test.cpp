@@ -1,6 +1,6 @@
 // docs/metrics.md documents every family the exporters can put on /metrics, and
 // names no family they cannot. Without root: the exporters (collect_metrics,
-// collect_rdma_metrics, xid_metrics, http_rejection_metrics, as agent_main.cpp
+// collect_rdma_metrics, xid_metrics, http_rejection_metrics, as app/agent_main.cpp
 // joins them for GET /metrics) fed an empty and a fully populated snapshot, so
 // that families hard to trigger live (OOM kills, Xid lines, throttling, HTTP
 // rejections) are covered too. The live variant, as root, is
@@ -70,7 +70,7 @@ Snapshot populated_snapshot() {
   r.arrival_lag_seconds = 0.04;
   r.step_seconds = 0.1;
   r.straggler = true;
-  r.straggler_reason = "host";
+  r.straggler_reason = StragglerReason::kHost;
   r.straggler_score = 1.5;
   r.pipeline_bubble = true;
   r.hang_missing = true;
@@ -108,7 +108,7 @@ Snapshot populated_snapshot() {
   dead.pid = 4243;
   dead.rank = 2;
   dead.exited = true;
-  dead.exit_reason = "oom";
+  dead.exit_reason = ExitReason::kOom;
   dead.exit_cause.signal = 9;
   dead.exit_cause.sender_pid = 0;
   dead.exit_cause.oom = true;
@@ -151,7 +151,7 @@ rdma::LinkSnapshot populated_links() {
   return s;
 }
 
-// Every family of GET /metrics, as agent_main.cpp puts them together.
+// Every family of GET /metrics, as app/agent_main.cpp puts them together.
 Families families_on_metrics(const Snapshot& snap, const rdma::LinkSnapshot& links, const kmsg::XidCounts& xids,
                              const std::map<std::string, uint64_t>& rejections) {
   auto fams = collect_metrics(snap);

@@ -330,11 +330,20 @@ TEST(ProcfsNamespaces, NodeProcFromAChildPidNamespaceIsNotShared) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "10: unshare failed, 11: fork failed, 12: judged shared";
 }
 
+// Each failure carries its kind, and the message starts with the same word for
+// the reader.
 TEST(ProcfsErrors, Kinds) {
-  EXPECT_EQ(error_kind("vanished: open /proc/1/maps: No such file or directory"), ErrorKind::kVanished);
-  EXPECT_EQ(error_kind("permission: open /proc/1/environ: Permission denied"), ErrorKind::kPermission);
-  EXPECT_EQ(error_kind("malformed: stat: bad pid"), ErrorKind::kMalformed);
-  EXPECT_EQ(error_kind("/x: is a directory"), ErrorKind::kOther);
+  const auto missing = read_file("/proc/self/no-such-file");
+  EXPECT_EQ(error_kind(missing), ErrorKind::kVanished);
+  EXPECT_TRUE(missing.error().starts_with("vanished: ")) << missing.error();
+  EXPECT_TRUE(vanished(missing));
+  const auto dir = read_file("/proc/self");
+  EXPECT_EQ(error_kind(dir), ErrorKind::kOther);
+  EXPECT_FALSE(vanished(dir));
+  const auto bad = parse_stat("1 (x");
+  EXPECT_EQ(error_kind(bad), ErrorKind::kMalformed);
+  EXPECT_TRUE(bad.error().starts_with("malformed: ")) << bad.error();
+  EXPECT_EQ(error_kind(read_file("/proc/self/stat")), ErrorKind::kOther);  // no failure: no kind to name
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ Snapshot make_snapshot() {
   r1.launch_timing.ns = 1'500'000'000;
   r1.launch_timing.log2_buckets = {{15, 10}, {21, 2}, {41, 1}};
   r1.exited = true;
-  r1.exit_reason = "oom";
+  r1.exit_reason = ExitReason::kOom;
   r1.collective_wait_ratio = 0.5;
 
   RankSnapshot unknown;
@@ -477,7 +477,7 @@ TEST(PrometheusExporter, RestartedRankSumsCountersAndUsesTheLiveProcess) {
   old_proc.job_id = "j";
   old_proc.rank = 3;
   old_proc.exited = true;
-  old_proc.exit_reason = "signal";
+  old_proc.exit_reason = ExitReason::kSignal;
   old_proc.first_seen_unix = 100;
   old_proc.nccl["all_reduce"] = {5, 50, 0};
   old_proc.collective_wait_ratio = 0.9;
@@ -486,7 +486,7 @@ TEST(PrometheusExporter, RestartedRankSumsCountersAndUsesTheLiveProcess) {
   RankSnapshot new_proc = old_proc;
   new_proc.pid = 501;
   new_proc.exited = false;
-  new_proc.exit_reason.clear();
+  new_proc.exit_reason = ExitReason::kNone;
   new_proc.first_seen_unix = 200;
   new_proc.nccl["all_reduce"] = {7, 70, 0};
   new_proc.collective_wait_ratio = 0.1;

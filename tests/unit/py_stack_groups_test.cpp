@@ -77,16 +77,17 @@ TEST(StackGroups, FormatsTruncatedTornAndEmpty) {
 
 struct StackSource : ApiSource {
   Snapshot snap;
-  std::map<int, Result<python::PyStackDump>> dumps;
+  using Dump = Result<python::PyStackDump, python::LocateFailure>;
+  std::map<int, Dump> dumps;
   Snapshot snapshot() const override { return snap; }
   std::vector<DetectedEvent> events_since(double) const override { return {}; }
   std::vector<TraceRank> trace(double, uint64_t*) const override { return {}; }
   StepHistory gpu_steps(int, size_t) const override { return {}; }
   double seconds_since_heartbeat() const override { return 0; }
   uint64_t monotonic_ns() const override { return 1; }
-  Result<python::PyStackDump> python_stacks(int pid) const override {
+  Result<python::PyStackDump, python::LocateFailure> python_stacks(int pid) const override {
     auto it = dumps.find(pid);
-    return it == dumps.end() ? Result<python::PyStackDump>(make_error("vanished: pid gone")) : it->second;
+    return it == dumps.end() ? Dump(make_error(LocateError::kUnreadable, "vanished: pid gone")) : it->second;
   }
 };
 
@@ -102,8 +103,8 @@ TEST(PythonStacksRoute, AnswersPerRankAndRefusesClearly) {
   };
   src.snap.ranks = {rank(10, 0, false), rank(11, 1, false), rank(12, 2, false), rank(13, 3, true)};
   src.dumps.emplace(10, dump_of({{"inner", "outer"}}));
-  src.dumps.emplace(11, Result<python::PyStackDump>(make_error("not python: pid 11 maps no Python interpreter")));
-  src.dumps.emplace(12, Result<python::PyStackDump>(make_error("unsupported python: debug build")));
+  src.dumps.emplace(11, StackSource::Dump(make_error(LocateError::kNotPython, "not python: pid 11 maps no Python interpreter")));
+  src.dumps.emplace(12, StackSource::Dump(make_error(LocateError::kUnsupportedPython, "unsupported python: debug build")));
   ApiOptions opts;
   opts.debug_routes = true;
   HttpServer http;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "userspace/detect/rank_exit.h"
+#include "userspace/registry/exit_cause.h"
 #include "userspace/registry/rank_registry.h"
 
 namespace argus {
@@ -19,7 +20,7 @@ argus_exit_info signal_info(int sig, uint32_t sender, const char* comm, uint32_t
   return i;
 }
 
-RankSnapshot dead_rank(const std::string& reason, int code, const ExitCause& c) {
+RankSnapshot dead_rank(ExitReason reason, int code, const ExitCause& c) {
   RankSnapshot r;
   r.pid = 4242;
   r.job_id = "J";
@@ -49,7 +50,7 @@ TEST(RankExit, KillFromAProcessKeepsItsSender) {
   EXPECT_EQ(c.sender_pid, 900);
   EXPECT_EQ(c.sender_comm, "kill");
   EXPECT_FALSE(c.oom);
-  EXPECT_EQ(exit_reason_of(9, c), "signal");
+  EXPECT_EQ(exit_reason_of(9, c), ExitReason::kSignal);
   // Even when the OOM killer's count rose: a user's kill is no OOM kill.
   EXPECT_FALSE(exit_cause_of(9, &info, true).oom);
 }
@@ -68,7 +69,7 @@ TEST(RankExit, OomFromMarkVictimOrFromTheCgroupCount) {
   EXPECT_TRUE(c.oom);
   EXPECT_EQ(c.sender_pid, 0);
   EXPECT_EQ(c.sender_comm, "kernel");
-  EXPECT_EQ(exit_reason_of(9, c), "oom");
+  EXPECT_EQ(exit_reason_of(9, c), ExitReason::kOom);
   // mark_victim blind: the kernel's SIGKILL with oom_kill risen is OOM ...
   const auto kernel_kill = signal_info(9, 0, "kernel", ARGUS_EXIT_F_SIGNAL | ARGUS_EXIT_F_KERNEL);
   EXPECT_TRUE(exit_cause_of(9, &kernel_kill, true).oom);
@@ -82,13 +83,13 @@ TEST(RankExit, SummariesSayWhatHappened) {
   kill.signal = 9;
   kill.sender_pid = 900;
   kill.sender_comm = "kill";
-  EXPECT_EQ(rank_exit_event(dead_rank("signal", 9, kill), 1).summary,
+  EXPECT_EQ(rank_exit_event(dead_rank(ExitReason::kSignal, 9, kill), 1).summary,
             "rank 2 of job J (pid 4242) was killed by SIGKILL from pid 900 (`kill`)");
   ExitCause segv;
   segv.signal = 11;
   segv.sender_pid = 0;
   segv.sender_comm = "kernel";
-  EXPECT_EQ(exit_phrase(dead_rank("signal", 11, segv)), "killed by SIGSEGV from the kernel");
+  EXPECT_EQ(exit_phrase(dead_rank(ExitReason::kSignal, 11, segv)), "killed by SIGSEGV from the kernel");
   ExitCause oom;
   oom.signal = 9;
   oom.oom = true;
@@ -100,10 +101,10 @@ TEST(RankExit, SummariesSayWhatHappened) {
   m.peak_bytes = 64u << 20;
   m.oom_kills = 1;
   oom.oom_details = oom_details(m, "mark_victim");
-  const DetectedEvent ev = rank_exit_event(dead_rank("oom", 9, oom), 1);
+  const DetectedEvent ev = rank_exit_event(dead_rank(ExitReason::kOom, 9, oom), 1);
   EXPECT_EQ(ev.summary,
             "rank 2 of job J (pid 4242) was killed by the OOM killer: memory cgroup /x at its 64 MiB limit");
-  EXPECT_EQ(ev.kind, "rank_exit");
+  EXPECT_EQ(ev.kind, EventKind::kRankExit);
   EXPECT_EQ(ev.rank, 2);
   EXPECT_EQ(ev.evidence["reason"], "oom");
   EXPECT_EQ(ev.evidence["signal_name"], "SIGKILL");
@@ -112,14 +113,14 @@ TEST(RankExit, SummariesSayWhatHappened) {
   EXPECT_EQ(ev.evidence["oom"]["oom_kills"], 1);
   EXPECT_FALSE(ev.evidence["oom"].contains("usage_bytes"));
   EXPECT_TRUE(ev.evidence["code"].is_null());
-  EXPECT_EQ(rank_exit_event(dead_rank("exit", 3, {}), 1).summary, "rank 2 of job J (pid 4242) exited with code 3");
-  EXPECT_EQ(exit_phrase(dead_rank("exit", -1, {})), "ended (its exit code was not seen)");
+  EXPECT_EQ(rank_exit_event(dead_rank(ExitReason::kExit, 3, {}), 1).summary, "rank 2 of job J (pid 4242) exited with code 3");
+  EXPECT_EQ(exit_phrase(dead_rank(ExitReason::kExit, -1, {})), "ended (its exit code was not seen)");
 }
 
 TEST(RankExit, EvidenceOfAnExitAndOfAKill) {
   ExitCause c;
   c.last_python_stack = {{"frames", {"<module> (t.py:3)", "step (t.py:9)"}}};
-  const auto e = exit_evidence(dead_rank("exit", 3, c));
+  const auto e = exit_evidence(dead_rank(ExitReason::kExit, 3, c));
   EXPECT_EQ(e["pid"], 4242);
   EXPECT_EQ(e["reason"], "exit");
   EXPECT_EQ(e["code"], 3);
@@ -131,7 +132,7 @@ TEST(RankExit, EvidenceOfAnExitAndOfAKill) {
   k.signal = 9;
   k.sender_pid = 900;
   k.sender_comm = "kill";
-  const auto s = exit_evidence(dead_rank("signal", 9, k));
+  const auto s = exit_evidence(dead_rank(ExitReason::kSignal, 9, k));
   EXPECT_EQ(s["signal"], 9);
   EXPECT_EQ(s["signal_name"], "SIGKILL");
   EXPECT_EQ(s["sender"]["pid"], 900);
@@ -157,7 +158,7 @@ TEST(RankExit, RegistryKeepsTheCauseAndOomWinsOverTheSignal) {
   reg.on_exit(7, 9, c);
   auto snap = reg.snapshot();
   ASSERT_EQ(snap.size(), 1u);
-  EXPECT_EQ(snap[0].exit_reason, "oom");
+  EXPECT_EQ(snap[0].exit_reason, ExitReason::kOom);
   EXPECT_EQ(snap[0].exit_code, 9);
   EXPECT_EQ(snap[0].exit_cause.signal, 9);
   EXPECT_TRUE(snap[0].exit_cause.oom);

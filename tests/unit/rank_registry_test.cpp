@@ -141,9 +141,9 @@ TEST(RankRegistry, ExitedRanksStayForTheGracePeriodThenGo) {
   reg.on_exit(8, 3 << 8);     // exit(3)
   EXPECT_EQ(reg.tracked_count(), 0u);
   auto snap = reg.snapshot();
-  EXPECT_EQ(find(snap, 7)->exit_reason, "signal");
+  EXPECT_EQ(find(snap, 7)->exit_reason, ExitReason::kSignal);
   EXPECT_EQ(find(snap, 7)->exit_code, 9);
-  EXPECT_EQ(find(snap, 8)->exit_reason, "exit");
+  EXPECT_EQ(find(snap, 8)->exit_reason, ExitReason::kExit);
   EXPECT_EQ(find(snap, 8)->exit_code, 3);
   clock.advance(29);
   reg.tick();

@@ -52,7 +52,7 @@ TEST(TraceExport, ChromeTraceWithRanksTracksAndWellNestedSpans) {
   TraceRequest req{kEnd, 2000.0, 10};
   DetectedEvent ev;
   ev.time = 1995.0;
-  ev.kind = "straggler";
+  ev.kind = EventKind::kStraggler;
   ev.rank = 1;
   ev.summary = "rank 1 is slow";
   const auto doc = trace_json(t.trace(kEnd - 10'000 * kMs, kEnd), ids, {ev}, req);

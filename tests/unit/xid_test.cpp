@@ -97,7 +97,7 @@ TEST(XidTracker, NamesRanksByPidThenByGpuAndCounts) {
   // By GPU: both ranks on GPU 1 (two jobs share it).
   auto evs = t.on_message("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", 10, ranks, gpus);
   ASSERT_EQ(evs.size(), 2u);
-  EXPECT_EQ(evs[0].kind, "xid");
+  EXPECT_EQ(evs[0].kind, EventKind::kXid);
   EXPECT_EQ(evs[0].job_id, "job");
   EXPECT_EQ(evs[0].rank, 1);
   EXPECT_EQ(evs[1].job_id, "other");

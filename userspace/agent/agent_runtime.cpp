@@ -15,6 +15,7 @@
 #include "userspace/attach/attach_plan.h"
 #include "userspace/common/comm_id.h"
 #include "userspace/detect/rank_exit.h"
+#include "userspace/registry/exit_cause.h"
 #include "userspace/procfs/cpu_stat.h"
 #include "userspace/procfs/pod_gpu_uuid.h"
 #include "userspace/python/stack_groups.h"
@@ -128,11 +129,13 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
 
 AgentRuntime::~AgentRuntime() { stop(); }
 
-Result<python::PyStackDump> AgentRuntime::python_stacks(int pid) const {
+Result<python::PyStackDump, python::LocateFailure> AgentRuntime::python_stacks(int pid) const {
   auto p = py_locator_.locate(pid);
-  if (!p) return make_error(p.error());
+  if (!p) return p.failure();
   auto mem = python::process_memory(pid, opts_.proc_root);
-  return python::dump_stacks(*p, *mem, opts_.proc_root);
+  auto dump = python::dump_stacks(*p, *mem, opts_.proc_root);
+  if (!dump) return make_error(LocateError::kUnreadable, dump.error());
+  return std::move(*dump);
 }
 
 void AgentRuntime::start() {
@@ -230,7 +233,7 @@ void AgentRuntime::track_found(const FoundProcess& f) {
     loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_IGNORED);
     loader_->delete_stats(static_cast<uint32_t>(f.pid));
     if (workers_seen_.insert(f.pid).second) {
-      discovery_->count_skip("rank_worker");
+      discovery_->count_skip(SkipReason::kRankWorker);
       spdlog::debug("pid {} ({}) is a worker of job_id={} rank={} (forked by the rank): not tracked as a rank", f.pid,
                     f.comm, f.identity.job_id, f.identity.rank);
     }
@@ -559,7 +562,7 @@ void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
       tracker_.add_member(key, pid, world_size_of(pid));
       spdlog::info("pid {} on {}: attached after its communicator began; its collectives numbered as its peers': "
                    "{}, {:+} on its own count",
-                   pid, key, numbering_label(a->how), a->shift);
+                   pid, key, label_of(a->how), a->shift);
     }
   }
   tracker_.on_arrival(key, pid, a->seq, a->ts_ns);
@@ -567,7 +570,7 @@ void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
 
 // aligner_'s counts, for the exporter (which reads them from another thread).
 void AgentRuntime::publish_numbering() {
-  for (size_t n = 0; n < static_cast<size_t>(Numbering::kCount); ++n)
+  for (size_t n = 0; n < kVocabSize<Numbering>; ++n)
     numbered_[n].store(aligner_.settled(static_cast<Numbering>(n)), std::memory_order_relaxed);
   unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
 }
@@ -684,7 +687,7 @@ void AgentRuntime::evaluate_detectors() {
     const auto st = stragglers_.state(r.pid);
     d.straggler = st.straggler && !r.exited;
     d.straggler_score = r.exited ? 0 : st.score;
-    d.straggler_reason = d.straggler ? st.reason : "";
+    d.straggler_reason = d.straggler ? st.reason : StragglerReason::kNone;
     d.pipeline_bubble = !r.exited && bubbles_.flagged(r.pid);
     d.hang_missing = hangs_.missing(r.pid);
     d.comm_seq = seqs[r.pid];
@@ -817,7 +820,7 @@ void AgentRuntime::refresh_python() {
         // Not Python (most NCCL-only tools), or an interpreter it refuses: look
         // again later, in case the process loads one.
         pr.next_try = now + 30;
-        if (!pr.said && located.error().find("not python") == std::string::npos) {
+        if (!pr.said && located.failure().kind != LocateError::kNotPython) {
           spdlog::info("pid {}: Python not followed: {}", pid, located.error());
           pr.said = true;
         }
@@ -929,7 +932,7 @@ void AgentRuntime::refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& 
   auto stat = procfs::parse_cpu_stat(*text, dir.version);
   if (!stat.ok()) {
     if (cpu_stat_bad_.insert(pid).second) {
-      discovery_->count_skip("cgroup_cpu_stat_malformed");
+      discovery_->count_skip(SkipReason::kCgroupCpuStatMalformed);
       spdlog::warn("pid {}: {}/cpu.stat skipped: {}", pid, dir.dir, stat.error());
     }
     return registry_.set_cgroup_cpu(pid, std::nullopt);
@@ -974,7 +977,7 @@ Snapshot AgentRuntime::snapshot() const {
   {
     std::lock_guard lock(counters_mu_);
     for (auto& r : snap.ranks)
-      if (auto d = detections_.find(r.pid); d != detections_.end()) apply_detection(r, d->second);
+      if (auto d = detections_.find(r.pid); d != detections_.end()) static_cast<RankDetection&>(r) = d->second;
   }
   AgentSnapshot& a = snap.agent;
   a.version = ARGUS_VERSION;
@@ -1007,8 +1010,8 @@ Snapshot AgentRuntime::snapshot() const {
   a.detected_events_dropped = events_.dropped();
   a.capped = caps_.all();
   a.ringbuf_poll_errors = ringbuf_poll_errors_.load();
-  for (size_t n = 0; n < static_cast<size_t>(Numbering::kCount); ++n)
-    a.collective_numbering[numbering_label(static_cast<Numbering>(n))] = numbered_[n].load();
+  for (size_t n = 0; n < kVocabSize<Numbering>; ++n)
+    a.collective_numbering[label_of(static_cast<Numbering>(n))] = numbered_[n].load();
   a.collectives_unnumbered = unnumbered_calls_.load();
   std::lock_guard lock(counters_mu_);
   for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_total[source_label(src)] = 0;

@@ -102,7 +102,7 @@ class AgentRuntime : public ApiSource {
   StepHistory gpu_steps(int pid, size_t last) const override { return timeline_.step_history(pid, last); }
   uint64_t monotonic_ns() const override { return clock_.monotonic_ns(); }
   // Read on the caller's thread (the HTTP server's), never the event loop's.
-  Result<python::PyStackDump> python_stacks(int pid) const override;
+  Result<python::PyStackDump, python::LocateFailure> python_stacks(int pid) const override;
   Result<std::string> python_profile(int pid, double seconds) const override;
 
  private:
@@ -164,7 +164,7 @@ class AgentRuntime : public ApiSource {
   CollectiveTracker tracker_;
   SeqAligner aligner_;  // numbers late-attached ranks' collectives as their peers'
   std::map<int, std::set<uint64_t>> anchored_comms_;  // pid -> ncclComm_t whose init was seen
-  std::atomic<uint64_t> numbered_[static_cast<size_t>(Numbering::kCount)] = {};  // aligner_'s, for the exporter
+  std::atomic<uint64_t> numbered_[kVocabSize<Numbering>] = {};  // aligner_'s, for the exporter
   std::atomic<uint64_t> unnumbered_calls_{0};
   StragglerDetector stragglers_;
   BubbleDetector bubbles_;

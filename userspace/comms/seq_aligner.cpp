@@ -5,22 +5,6 @@
 
 namespace argus {
 
-const char* numbering_label(Numbering n) {
-  switch (n) {
-    case Numbering::kAnchored:
-      return "anchored";
-    case Numbering::kReference:
-      return "reference";
-    case Numbering::kMatched:
-      return "matched";
-    case Numbering::kTimeOnly:
-      return "time_only";
-    case Numbering::kCount:
-      break;
-  }
-  return "unknown";
-}
-
 std::optional<AlignedArrival> SeqAligner::on_arrival(const std::string& comm, int pid, bool anchored, uint64_t seq,
                                                      uint64_t ts_ns, CallSignature sig) {
   Comm& c = comms_[comm];

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "userspace/model/vocab.h"
+
 namespace argus {
 
 struct CallSignature {
@@ -37,15 +39,6 @@ struct CallSignature {
   bool operator==(const CallSignature&) const = default;
 };
 
-// How a process's numbering on a communicator was settled (a metric label).
-enum class Numbering {
-  kAnchored,   // its communicator's init was seen: counted from its first call
-  kReference,  // nobody was anchored: the first late process is the reference
-  kMatched,    // matched by call signatures, the nearest in time among those that agree
-  kTimeOnly,   // no shift made the signatures agree: the nearest in time
-  kCount
-};
-const char* numbering_label(Numbering n);
 
 struct AlignedArrival {
   uint64_t seq = 0;  // in the communicator's numbering
@@ -109,7 +102,7 @@ class SeqAligner {
                                        bool signatures);
 
   std::map<std::string, Comm> comms_;
-  uint64_t settled_[static_cast<size_t>(Numbering::kCount)] = {};
+  uint64_t settled_[kVocabSize<Numbering>] = {};
   uint64_t held_dropped_ = 0;
 };
 

@@ -8,13 +8,14 @@
 namespace argus {
 namespace {
 
-constexpr int kSigKill = 9;
-
 std::string sender_text(const ExitCause& c) {
   if (c.sender_pid == 0) return " from the kernel";
   if (c.sender_pid > 0) return " from pid " + std::to_string(c.sender_pid) + " (`" + c.sender_comm + "`)";
   return "";
 }
+
+// Killed (a fatal signal, the OOM killer's among them) rather than exited.
+bool was_killed(ExitReason r) { return r == ExitReason::kSignal || r == ExitReason::kOom; }
 
 std::string oom_text(const nlohmann::json& oom) {
   if (!oom.is_object() || !oom.contains("cgroup")) return "";
@@ -52,55 +53,19 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
-ExitCause exit_cause_of(int exit_code, const argus_exit_info* info, bool oom_kill_rose) {
-  ExitCause c;
-  c.signal = exit_code & 0x7f;
-  const bool signalled = info && (info->flags & ARGUS_EXIT_F_SIGNAL);
-  if (c.signal != 0 && signalled && info->signal == c.signal) {
-    if (info->flags & ARGUS_EXIT_F_KERNEL) {
-      c.sender_pid = 0;
-      c.sender_comm = "kernel";
-    } else {
-      c.sender_pid = static_cast<int>(info->sender_tgid);
-      c.sender_comm.assign(info->sender_comm, strnlen(info->sender_comm, sizeof(info->sender_comm)));
-    }
-  }
-  const bool victim = info && (info->flags & ARGUS_EXIT_F_OOM);
-  c.oom = victim || (c.signal == kSigKill && c.sender_pid <= 0 && oom_kill_rose);
-  return c;
-}
-
-std::string exit_reason_of(int exit_code, const ExitCause& cause) {
-  if (cause.oom) return "oom";
-  return (exit_code & 0x7f) != 0 ? "signal" : "exit";
-}
-
-nlohmann::json oom_details(const procfs::MemcgState& m, const std::string& source) {
-  nlohmann::json j = {{"source", source}, {"cgroup", m.path}, {"cgroup_dir", m.dir}, {"cgroup_version", m.version}};
-  auto put = [&](const char* key, const std::optional<uint64_t>& v) {
-    if (v) j[key] = *v;
-  };
-  put("limit_bytes", m.limit_bytes);
-  put("usage_bytes", m.usage_bytes);
-  put("peak_bytes", m.peak_bytes);
-  put("oom_events", m.oom_events);
-  put("oom_kills", m.oom_kills);
-  return j;
-}
-
 std::string exit_phrase(const RankSnapshot& r) {
   const ExitCause& c = r.exit_cause;
-  if (r.exit_reason == "oom") return "killed by the OOM killer" + oom_text(c.oom_details);
-  if (r.exit_reason == "signal") return "killed by " + signal_name(r.exit_code) + sender_text(c);
+  if (r.exit_reason == ExitReason::kOom) return "killed by the OOM killer" + oom_text(c.oom_details);
+  if (r.exit_reason == ExitReason::kSignal) return "killed by " + signal_name(r.exit_code) + sender_text(c);
   if (r.exit_code < 0) return "ended (its exit code was not seen)";
   return "exited with code " + std::to_string(r.exit_code);
 }
 
 nlohmann::json exit_evidence(const RankSnapshot& r) {
   const ExitCause& c = r.exit_cause;
-  const bool killed = r.exit_reason == "signal" || r.exit_reason == "oom";
-  const int sig = c.signal != 0 ? c.signal : (r.exit_reason == "signal" ? r.exit_code : 0);
-  nlohmann::json j = {{"pid", r.pid}, {"reason", r.exit_reason}};
+  const bool killed = was_killed(r.exit_reason);
+  const int sig = c.signal != 0 ? c.signal : (r.exit_reason == ExitReason::kSignal ? r.exit_code : 0);
+  nlohmann::json j = {{"pid", r.pid}, {"reason", label_of(r.exit_reason)}};
   j["code"] = !killed && r.exit_code >= 0 ? nlohmann::json(r.exit_code) : nlohmann::json(nullptr);
   j["signal"] = sig != 0 ? nlohmann::json(sig) : nlohmann::json(nullptr);
   j["signal_name"] = sig != 0 ? nlohmann::json(signal_name(sig)) : nlohmann::json(nullptr);
@@ -114,12 +79,11 @@ nlohmann::json exit_evidence(const RankSnapshot& r) {
 DetectedEvent rank_exit_event(const RankSnapshot& r, double now_unix) {
   DetectedEvent ev;
   ev.time = now_unix;
-  ev.kind = "rank_exit";
+  ev.kind = EventKind::kRankExit;
   ev.job_id = r.job_id;
   ev.rank = r.rank;
-  const std::string phrase = exit_phrase(r);
   ev.summary = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " (pid " + std::to_string(r.pid) + ") " +
-               (phrase.rfind("killed", 0) == 0 ? "was " : "") + phrase;
+               (was_killed(r.exit_reason) ? "was " : "") + exit_phrase(r);
   ev.evidence = exit_evidence(r);
   return ev;
 }

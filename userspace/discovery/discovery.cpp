@@ -29,23 +29,34 @@ bool worth_probing(const procfs::MapEntry& m) {
   return true;
 }
 
-const char* skip_reason(procfs::ErrorKind kind) {
+SkipReason skip_reason(procfs::ErrorKind kind) {
   switch (kind) {
-    case procfs::ErrorKind::kVanished: return "vanished";
-    case procfs::ErrorKind::kPermission: return "permission";
-    case procfs::ErrorKind::kMalformed: return "malformed_proc";
+    case procfs::ErrorKind::kVanished: return SkipReason::kVanished;
+    case procfs::ErrorKind::kPermission: return SkipReason::kPermission;
+    case procfs::ErrorKind::kMalformed: return SkipReason::kMalformedProc;
     case procfs::ErrorKind::kOther: break;
   }
-  return "proc_read_error";
+  return SkipReason::kProcReadError;
+}
+
+// The same, for a rank's environment (its identity is then unknown).
+SkipReason environ_skip_reason(procfs::ErrorKind kind) {
+  switch (kind) {
+    case procfs::ErrorKind::kVanished: return SkipReason::kEnvironVanished;
+    case procfs::ErrorKind::kPermission: return SkipReason::kEnvironPermission;
+    case procfs::ErrorKind::kMalformed: return SkipReason::kEnvironMalformedProc;
+    case procfs::ErrorKind::kOther: break;
+  }
+  return SkipReason::kEnvironProcReadError;
 }
 
 }  // namespace
 
 Discovery::Discovery(DiscoveryOptions opts, LibraryProber& prober) : opts_(std::move(opts)), prober_(prober) {}
 
-void Discovery::count_skip(const std::string& reason) {
+void Discovery::count_skip(SkipReason reason) {
   std::lock_guard lock(skips_mu_);
-  ++skips_[reason];
+  ++skips_[label_of(reason)];
 }
 
 std::map<std::string, uint64_t> Discovery::skips() const {
@@ -97,7 +108,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
     return std::nullopt;
   }
   if (maps->malformed_lines > 0) {
-    count_skip("malformed_maps_line");
+    count_skip(SkipReason::kMalformedMapsLine);
     spdlog::debug("pid {}: {} malformed maps lines skipped", pid, maps->malformed_lines);
   }
 
@@ -137,7 +148,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   } else {
     count_skip(skip_reason(procfs::error_kind(stat)));
   }
-  auto env = env_for_python ? Result<std::map<std::string, std::string>>(std::move(*env_for_python))
+  auto env = env_for_python ? procfs::ReadResult<std::map<std::string, std::string>>(std::move(*env_for_python))
                             : procfs::read_environ(opts_.proc_root, pid);
   if (env.ok()) {
     found.identity = identity_from_environ(*env);
@@ -146,7 +157,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
       found.selected = it != env->end() && it->second == opts_.only_env_value;
     }
   } else {
-    count_skip(std::string("environ_") + skip_reason(procfs::error_kind(env)));
+    count_skip(environ_skip_reason(procfs::error_kind(env)));
     found.selected = opts_.only_env_key.empty();
   }
   return found;

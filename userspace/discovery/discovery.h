@@ -13,6 +13,7 @@
 #include "userspace/attach/attach_plan.h"
 #include "userspace/procfs/procfs.h"
 #include "userspace/model/rank_identity.h"
+#include "userspace/model/vocab.h"
 
 namespace argus {
 
@@ -78,7 +79,7 @@ class Discovery {
   const std::set<int>& alive_pids() const { return alive_; }
 
   std::map<std::string, uint64_t> skips() const;  // reason -> count
-  void count_skip(const std::string& reason);
+  void count_skip(SkipReason reason);
 
  private:
   struct PidState {

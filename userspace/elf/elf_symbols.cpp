@@ -94,7 +94,9 @@ class FileSource final : public ByteSource {
   std::vector<std::unique_ptr<std::byte[]>> buffers_;
 };
 
-using Status = std::optional<Error>;  // nullopt = success
+using Status = std::optional<ParseError>;  // nullopt = success
+
+ParseError unreadable(std::string message) { return make_error(ParseFailure::kUnreadable, std::move(message)); }
 
 // Two-level preference used by find(): lower sorts first.
 int binding_rank(const Symbol& s) { return s.global ? 0 : s.weak ? 1 : 2; }
@@ -110,7 +112,7 @@ class Parser {
     cost_ = ParseCost{};
   }
 
-  Result<SymbolTable> run() {
+  ParseResult<SymbolTable> run() {
     if (auto e = read_header()) return *e;
     if (auto e = read_section_headers()) return *e;
     if (auto e = read_program_headers()) return *e;
@@ -128,7 +130,7 @@ class Parser {
     return SymbolTable(std::move(out_), eh_.e_machine, eh_.e_type, symtab >= 0);
   }
 
-  Result<std::vector<UsdtNote>> run_notes() {
+  ParseResult<std::vector<UsdtNote>> run_notes() {
     if (auto e = read_header()) return *e;
     if (auto e = read_section_headers()) return *e;
     std::vector<UsdtNote> notes;
@@ -140,12 +142,12 @@ class Parser {
   }
 
  private:
-  Error fail(const std::string& what) const {
+  ParseError fail(const std::string& what) const {
     if (limit_) return *limit_;  // a refused read shows as "beyond end of file": name the cap instead
-    return make_error(path_ + ": " + what);
+    return unreadable(path_ + ": " + what);
   }
-  Error over_cap(const std::string& what, uint64_t value, uint64_t cap) const {
-    return make_error(std::string(kLimitPrefix) + path_ + ": " + what + " " + std::to_string(value) +
+  ParseError over_cap(const std::string& what, uint64_t value, uint64_t cap) const {
+    return make_error(ParseFailure::kOverLimit, std::string(kLimitPrefix) + path_ + ": " + what + " " + std::to_string(value) +
                       " over the cap of " + std::to_string(cap));
   }
 
@@ -170,11 +172,11 @@ class Parser {
     }
     auto ident = read(0, std::min<uint64_t>(size, EI_NIDENT));
     if (!ident || ident->size() < SELFMAG || std::memcmp(ident->data(), ELFMAG, SELFMAG) != 0) {
-      return make_error("not an ELF file: " + path_);
+      return unreadable("not an ELF file: " + path_);
     }
     if (ident->size() < EI_NIDENT || load<unsigned char>(*ident, EI_CLASS) != ELFCLASS64 ||
         load<unsigned char>(*ident, EI_DATA) != ELFDATA2LSB) {
-      return make_error("not a 64-bit little-endian ELF: " + path_);
+      return unreadable("not a 64-bit little-endian ELF: " + path_);
     }
     auto hdr = read(0, sizeof(Elf64_Ehdr));
     if (!hdr) return fail("truncated ELF header");
@@ -453,7 +455,7 @@ class Parser {
   std::vector<Symbol> out_;
   ParseCost own_cost_;
   ParseCost& cost_;
-  std::optional<Error> limit_;  // the first cap hit
+  std::optional<ParseError> limit_;  // the first cap hit
 };
 
 // Closes the fd on every path out of read_symbols.
@@ -504,9 +506,7 @@ bool SymbolTable::exports_any(std::initializer_list<std::string_view> names) con
   return false;
 }
 
-bool is_limit_error(const std::string& message) { return message.rfind(kLimitPrefix, 0) == 0; }
-
-Result<SymbolTable> parse_symbols(std::span<const std::byte> image, ReadOptions opts) {
+ParseResult<SymbolTable> parse_symbols(std::span<const std::byte> image, ReadOptions opts) {
   MemorySource src(image);
   return Parser(src, "<memory>", opts).run();
 }
@@ -517,31 +517,31 @@ namespace {
 template <typename Parse>
 auto with_regular_file(int fd, const std::string& name, Parse parse) -> decltype(parse(std::declval<FileSource&>())) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return make_error("stat " + name + ": " + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return make_error(name + ": is a directory");
-  if (!S_ISREG(st.st_mode)) return make_error(name + ": not a regular file");
+  if (::fstat(fd, &st) != 0) return unreadable("stat " + name + ": " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return unreadable(name + ": is a directory");
+  if (!S_ISREG(st.st_mode)) return unreadable(name + ": not a regular file");
   FileSource src(fd, static_cast<uint64_t>(st.st_size));
   return parse(src);
 }
 
 }  // namespace
 
-Result<SymbolTable> read_symbols_fd(int fd, const std::string& name, ReadOptions opts) {
+ParseResult<SymbolTable> read_symbols_fd(int fd, const std::string& name, ReadOptions opts) {
   return with_regular_file(fd, name, [&](FileSource& src) { return Parser(src, name, opts).run(); });
 }
 
-Result<SymbolTable> read_symbols(const std::string& path, ReadOptions opts) {
+ParseResult<SymbolTable> read_symbols(const std::string& path, ReadOptions opts) {
   // O_NONBLOCK: opening a FIFO must not hang the agent; it is refused below.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
-  if (f.fd < 0) return make_error("open " + path + ": " + std::strerror(errno));
+  if (f.fd < 0) return unreadable("open " + path + ": " + std::strerror(errno));
   return read_symbols_fd(f.fd, path, opts);
 }
 
-Result<std::vector<UsdtNote>> read_usdt_notes_fd(int fd, const std::string& name, ReadOptions opts) {
+ParseResult<std::vector<UsdtNote>> read_usdt_notes_fd(int fd, const std::string& name, ReadOptions opts) {
   return with_regular_file(fd, name, [&](FileSource& src) { return Parser(src, name, opts).run_notes(); });
 }
 
-Result<std::vector<UsdtNote>> parse_usdt_notes(std::span<const std::byte> image, ReadOptions opts) {
+ParseResult<std::vector<UsdtNote>> parse_usdt_notes(std::span<const std::byte> image, ReadOptions opts) {
   MemorySource src(image);
   return Parser(src, "<memory>", opts).run_notes();
 }

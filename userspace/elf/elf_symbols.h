@@ -78,7 +78,7 @@ struct ParseCost {
 // steps whatever the file claims; real libraries sit far below every one
 // (libtorch_cpu: ~40 sections, 10 program headers, ~200k dynamic symbols,
 // ~30 MiB of symbol and string tables). A file over a cap is refused with an
-// error that starts "limit: " (is_limit_error), so callers count it apart.
+// error of kind kOverLimit (its message starts "limit: "), so callers count it apart.
 struct ReadOptions {
   bool include_symtab = true;             // also read .symtab when present (locals, statics)
   uint64_t max_file_bytes = 4ull << 30;   // larger files are refused
@@ -91,8 +91,12 @@ struct ReadOptions {
   ParseCost* cost = nullptr;              // filled in when set
 };
 
-// True for the error of a file refused because it went over a ReadOptions cap.
-bool is_limit_error(const std::string& message);
+// Why a file was not parsed: it is no ELF we read (truncated, malformed, not a
+// regular file, ...), or it went over a ReadOptions cap.
+enum class ParseFailure { kUnreadable, kOverLimit };
+using ParseError = KindError<ParseFailure>;
+template <typename T>
+using ParseResult = Result<T, ParseError>;
 
 // One USDT probe site (.note.stapsdt), as SystemTap's sdt.h lays it out.
 struct UsdtNote {
@@ -106,16 +110,16 @@ struct UsdtNote {
 // with pread, so a 200 MiB libnccl costs a few hundred KiB and a file that
 // shrinks underneath yields an error, not SIGBUS. Every failure (not a regular
 // file, not ELF, truncated, out-of-bounds offsets, ...) is one line naming the path.
-Result<SymbolTable> read_symbols(const std::string& path, ReadOptions opts = {});
+ParseResult<SymbolTable> read_symbols(const std::string& path, ReadOptions opts = {});
 // The same on a file the caller opened and checked (a mapped library opened
 // safely through /proc); `name` is only for errors. The fd stays the caller's.
-Result<SymbolTable> read_symbols_fd(int fd, const std::string& name, ReadOptions opts = {});
+ParseResult<SymbolTable> read_symbols_fd(int fd, const std::string& name, ReadOptions opts = {});
 // The same on an image already in memory (tests, fuzzing); errors name "<memory>".
-Result<SymbolTable> parse_symbols(std::span<const std::byte> image, ReadOptions opts = {});
+ParseResult<SymbolTable> parse_symbols(std::span<const std::byte> image, ReadOptions opts = {});
 
 // The USDT notes of a file (every SHT_NOTE section, owner "stapsdt", type 3),
 // bounded by the same caps. A file without notes gives an empty list.
-Result<std::vector<UsdtNote>> read_usdt_notes_fd(int fd, const std::string& name, ReadOptions opts = {});
-Result<std::vector<UsdtNote>> parse_usdt_notes(std::span<const std::byte> image, ReadOptions opts = {});
+ParseResult<std::vector<UsdtNote>> read_usdt_notes_fd(int fd, const std::string& name, ReadOptions opts = {});
+ParseResult<std::vector<UsdtNote>> parse_usdt_notes(std::span<const std::byte> image, ReadOptions opts = {});
 
 }  // namespace argus::elf

@@ -50,7 +50,7 @@ nlohmann::json event_to_json(const DetectedEvent& ev) {
   nlohmann::json j;
   j["time"] = rfc3339(ev.time);
   j["unix_time"] = ev.time;
-  j["kind"] = ev.kind;
+  j["kind"] = label_of(ev.kind);
   j["job_id"] = ev.job_id.empty() ? nlohmann::json() : nlohmann::json(ev.job_id);
   j["rank"] = ev.rank < 0 ? nlohmann::json() : nlohmann::json(ev.rank);
   j["device"] = ev.device.empty() ? nlohmann::json() : nlohmann::json(ev.device);

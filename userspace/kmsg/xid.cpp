@@ -189,7 +189,7 @@ std::vector<DetectedEvent> XidTracker::on_message(std::string_view message, doub
   auto make = [&](const XidRank* r) {
     DetectedEvent ev;
     ev.time = now_unix;
-    ev.kind = "xid";
+    ev.kind = EventKind::kXid;
     ev.device = x.pci_bus_id;
     ev.evidence = evidence;
     if (r) {

@@ -25,10 +25,11 @@ class ApiSource {
   virtual double seconds_since_heartbeat() const = 0;
   virtual uint64_t monotonic_ns() const = 0;
   // Every Python thread's stack of process `pid`, read now without stopping it
-  // (GET .../python-stacks). Errors start "not python" (no interpreter) or
-  // "unsupported python" (a refused build); anything else is a read failure.
-  virtual Result<python::PyStackDump> python_stacks(int pid) const {
-    return make_error("python stacks are not available from this source (pid " + std::to_string(pid) + ")");
+  // (GET .../python-stacks). The error's kind says why not (no interpreter, a
+  // refused build, a read that failed).
+  virtual Result<python::PyStackDump, python::LocateFailure> python_stacks(int pid) const {
+    return make_error(LocateError::kUnreadable,
+                      "python stacks are not available from this source (pid " + std::to_string(pid) + ")");
   }
   // Folded Python stacks of the process's samples over the last `seconds`
   // (root first, ';' between frames, a space and the count); an error says

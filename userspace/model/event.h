@@ -5,12 +5,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "userspace/model/vocab.h"
+
 namespace argus {
 
 // A detected event, as GET /api/v1/events returns it.
 struct DetectedEvent {
   double time = 0;  // unix seconds
-  std::string kind;  // "straggler", "hang", "rank_exit", ...
+  EventKind kind = EventKind::kStraggler;  // set by whoever makes the event
   std::string job_id;
   int rank = -1;
   std::string summary;

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "userspace/common/result.h"
+#include "userspace/model/vocab.h"
+
 namespace argus::python {
 
 struct PyFrame {
@@ -25,5 +28,8 @@ struct PyStackDump {
   std::string version;     // "3.12.1"
   std::vector<PyThreadStack> threads;
 };
+
+// Why a process's stacks could not be read (LocateError), and a line saying so.
+using LocateFailure = KindError<LocateError>;
 
 }  // namespace argus::python

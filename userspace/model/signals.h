@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "userspace/model/snapshot.h"
+#include "userspace/model/vocab.h"
 
 namespace argus {
 
@@ -90,7 +91,7 @@ struct RankInfoForHang {
   std::string job_id;
   int rank = -1;
   bool exited = false;
-  std::string exit_reason;
+  ExitReason exit_reason = ExitReason::kNone;
   int exit_code = 0;
   double step_seconds = 0;
   double gpu_last_activity_ns = 0;  // CLOCK_MONOTONIC end of its newest GPU record (0: no GPU layer)

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "userspace/model/vocab.h"
+
 namespace argus {
 
 struct OpCounters {
@@ -142,7 +144,25 @@ struct PodIdentityView {
   bool operator==(const PodIdentityView&) const = default;
 };
 
-struct RankSnapshot {
+// What the detection pass concluded about one rank at its last evaluation:
+// kept apart from the registry's state, and laid over the registry's part of a
+// rank's snapshot when one is taken (RankSnapshot is both).
+struct RankDetection {
+  double arrival_lag_seconds = 0;  // mean lag behind the node's earliest rank, last window
+  double late_fraction = 0;        // share of collectives it arrived last (and late)
+  double step_seconds = 0;         // period of its collective pattern; 0 when unknown
+  bool straggler = false;
+  StragglerReason straggler_reason = StragglerReason::kNone;  // while a straggler
+  double straggler_score = 0;      // how much slower than the median rank (0 = on time)
+  bool pipeline_bubble = false;    // its GPU idles on pipeline receives far more than its peers
+  bool hang_missing = false;       // never reached a collective its peers sit in
+  std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
+};
+
+
+// One rank as the exporters see it: the registry's state and the detection
+// pass's conclusions.
+struct RankSnapshot : RankDetection {
   int pid = 0;
   uint64_t start_time_ticks = 0;  // /proc/PID/stat starttime: tells a reused pid apart
   std::string comm;               // process name
@@ -154,7 +174,7 @@ struct RankSnapshot {
   std::string node;
   std::string identity_source;  // "env:RANK", "nccl:ncclCommInitRank", ...
   bool exited = false;
-  std::string exit_reason;  // "exit", "signal", "oom" once exited
+  ExitReason exit_reason = ExitReason::kNone;  // once exited
   int exit_code = 0;
   double exited_at_unix = 0;  // wall clock seconds
   double first_seen_unix = 0;
@@ -170,16 +190,7 @@ struct RankSnapshot {
 
   double collective_wait_ratio = 0;  // last window: time inside collective calls / wall time
   double sync_wait_ratio = 0;        // last window: time inside CUDA synchronize calls / wall time
-  double arrival_lag_seconds = 0;    // mean lag behind the node's earliest rank, last window
-  double late_fraction = 0;          // share of collectives it arrived last (and late)
-  double step_seconds = 0;           // period of its collective pattern; 0 when unknown
-  bool straggler = false;
-  std::string straggler_reason;      // "host", "compute", "cpu_contention", "throttled", "io", "gc_pause", "sync" or "gpu" while a straggler
-  double straggler_score = 0;        // how much slower than the median rank (0 = on time)
-  bool pipeline_bubble = false;      // its GPU idles on pipeline receives far more than its peers
   GpuRankView gpu;
-  bool hang_missing = false;         // never reached a collective its peers sit in
-  std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
   std::vector<std::string> libraries;  // probed library files this process maps
   PythonGcView python_gc;
   OffCpuView offcpu;
@@ -199,32 +210,6 @@ struct RankSnapshot {
   std::string gpu_uuid;  // "GPU-..." where the environment or the driver's files name it, else ""
 };
 
-// What the detectors concluded about one rank at the last evaluation. The
-// detectors' output, kept apart from the registry's state and laid over the
-// registry's snapshot when one is taken (apply_detection).
-struct RankDetection {
-  double arrival_lag_seconds = 0;
-  double late_fraction = 0;
-  double step_seconds = 0;
-  bool straggler = false;
-  std::string straggler_reason;
-  double straggler_score = 0;
-  bool pipeline_bubble = false;
-  bool hang_missing = false;
-  std::map<std::string, uint64_t> comm_seq;
-};
-
-inline void apply_detection(RankSnapshot& s, const RankDetection& d) {
-  s.arrival_lag_seconds = d.arrival_lag_seconds;
-  s.late_fraction = d.late_fraction;
-  s.step_seconds = d.step_seconds;
-  s.straggler = d.straggler;
-  s.straggler_score = d.straggler_score;
-  s.straggler_reason = d.straggler_reason;
-  s.pipeline_bubble = d.pipeline_bubble;
-  s.hang_missing = d.hang_missing;
-  s.comm_seq = d.comm_seq;
-}
 
 struct AgentSnapshot {
   std::string version;

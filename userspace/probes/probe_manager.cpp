@@ -47,7 +47,7 @@ ProbeManager::~ProbeManager() {
   if (worker_.joinable()) worker_.join();
 }
 
-void ProbeManager::skip(const std::string& reason) {
+void ProbeManager::skip(SkipReason reason) {
   if (skips_ != nullptr) skips_->count_skip(reason);
 }
 
@@ -66,16 +66,16 @@ LibraryKind ProbeManager::consider(int pid, const procfs::MapEntry& mapping) {
   }
   if (refused_.count({key, pid})) return LibraryKind::None;  // this process's path was refused: said once
   if (pending_ >= opts_.max_pending_parses) {
-    skip("parse_queue_full");  // not remembered: a later recheck tries again
+    skip(SkipReason::kParseQueueFull);  // not remembered: a later recheck tries again
     return LibraryKind::None;
   }
   auto opened = procfs::open_mapped_file(opts_.proc_root, pid, mapping);
   if (!opened.ok()) {
-    const char* reason = procfs::mapped_file_skip_reason(opened.error());
+    const SkipReason reason = opened.failure().kind;
     skip(reason);
     spdlog::debug("not probing: {}", opened.error());
-    if (std::string_view(reason) == "vanished") return LibraryKind::None;  // another mapper may come
-    if (std::string_view(reason) != "mapped_open_failed")
+    if (reason == SkipReason::kVanished) return LibraryKind::None;  // another mapper may come
+    if (reason != SkipReason::kMappedOpenFailed)
       spdlog::warn("refused a mapped file: {}", opened.error());  // someone planted it
     // Refused for this process (its path), not for the file: the same inode
     // mapped by another process under a sound path is still probed (a bind
@@ -166,10 +166,10 @@ void ProbeManager::finish(Parsed& done) {
   Library& lib = it->second;
   lib.pending = false;
   --pending_;
-  const Result<elf::SymbolTable>& symbols = *done.symbols;
+  const elf::ParseResult<elf::SymbolTable>& symbols = *done.symbols;
   if (!symbols.ok()) {
-    const bool capped = elf::is_limit_error(symbols.error());
-    skip(capped ? "elf_limit" : "unreadable_elf");
+    const bool capped = symbols.failure().kind == elf::ParseFailure::kOverLimit;
+    skip(capped ? SkipReason::kElfLimit : SkipReason::kUnreadableElf);
     if (capped)
       spdlog::warn("not probing {}: {}", done.name, symbols.error());
     else
@@ -218,7 +218,7 @@ bool ProbeManager::reserve_usdt_slots(uint64_t slots, const std::string& what, c
     stats_.attach_errors[what] += 1;
     spdlog::warn("{} USDT probes not attached to {}: USDT spec table full ({} of {} slots)", what, name,
                  stats_.usdt_slots_used, stats_.usdt_slots_limit);
-    skip("usdt_spec_table_full");
+    skip(SkipReason::kUsdtSpecTableFull);
     return false;
   }
   return true;
@@ -239,7 +239,7 @@ void ProbeManager::attach_python_gc(Library& lib) {
   const Library::PendingGc& done = *lib.pending_gc;
   if (!done.py.ok()) {
     spdlog::warn("Python GC not probed in {}: {} (GC counts by polling only)", lib.name, done.py.error());
-    skip("python_gc_unprobed");
+    skip(SkipReason::kPythonGcUnprobed);
     std::lock_guard lock(counters_mu_);
     stats_.python_gc_unprobed_files += 1;
     return;
@@ -292,7 +292,7 @@ void ProbeManager::attach_python_gc(Library& lib) {
     spdlog::warn("Python {} GC not probed in {}: no usable GC anchor (no gc_collect_main in .symtab, no "
                  "python:gc__start/gc__done USDT probes, no call in PyGC_Collect); GC counts by polling only",
                  py.layout.version.str(), lib.name);
-    skip("python_gc_unprobed");
+    skip(SkipReason::kPythonGcUnprobed);
     stats_.python_gc_unprobed_files += 1;
   }
 }

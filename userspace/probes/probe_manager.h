@@ -96,8 +96,8 @@ class ProbeManager final : public LibraryProber {
     FileKey key;
     std::shared_ptr<procfs::MappedFile> file;
     std::string name;  // the mapped path, for logs
-    std::optional<Result<elf::SymbolTable>> symbols;
-    std::optional<Result<std::vector<elf::UsdtNote>>> notes;  // producers and interpreters
+    std::optional<elf::ParseResult<elf::SymbolTable>> symbols;
+    std::optional<elf::ParseResult<std::vector<elf::UsdtNote>>> notes;  // producers and interpreters
     std::optional<Result<python::PyInterpreterFile>> python;  // interpreters only
   };
   struct Library {
@@ -117,12 +117,12 @@ class ProbeManager final : public LibraryProber {
     struct PendingGc {
       std::shared_ptr<procfs::MappedFile> file;
       Result<python::PyInterpreterFile> py;
-      std::optional<Result<std::vector<elf::UsdtNote>>> notes;
+      std::optional<elf::ParseResult<std::vector<elf::UsdtNote>>> notes;
     };
     std::unique_ptr<PendingGc> pending_gc;
   };
 
-  void skip(const std::string& reason);
+  void skip(SkipReason reason);
   static void parse(Parsed& job, const elf::ReadOptions& ropts, bool python_gc);
   void worker_loop();
   void finish(Parsed& done);

@@ -18,7 +18,7 @@
 namespace argus::procfs {
 namespace {
 
-// Error prefixes: the kind of a refusal survives in Result's one string.
+// Each refusal's kind is its skip reason; the message starts with a word for it too.
 constexpr std::string_view kVanished = "vanished: ";
 constexpr std::string_view kNotRegular = "not_regular: ";
 constexpr std::string_view kIdentity = "identity: ";
@@ -36,8 +36,14 @@ std::string describe(int pid, const MapEntry& m) {
   return "pid " + std::to_string(pid) + " " + (m.path.empty() ? std::string("<anonymous>") : m.path);
 }
 
-Error errno_error(std::string_view kind, int err, const std::string& what) {
-  return make_error(std::string(kind) + what + ": " + std::strerror(err));
+// A failed call: gone (ENOENT, ESRCH) is `if_gone`, anything else a failed open.
+Refusal errno_error(SkipReason if_gone, int err, const std::string& what) {
+  const bool is_gone = gone(err);
+  const SkipReason kind = is_gone ? if_gone : SkipReason::kMappedOpenFailed;
+  const std::string_view word = !is_gone                                 ? ""
+                                : if_gone == SkipReason::kMappedPathMissing ? kPathMissing
+                                                                            : kVanished;
+  return make_error(kind, std::string(word) + what + ": " + std::strerror(err));
 }
 
 // The mapping itself: the kernel resolves the link to the mapped file, whatever
@@ -51,15 +57,15 @@ UniqueFd path_via_map_files(const std::string& proc_root, int pid, const MapEntr
 
 // The path resolved inside the process's root: a link (absolute or "..") can
 // never climb out of it, and no /proc magic link is followed.
-Result<UniqueFd> path_in_root(const std::string& proc_root, int pid, const MapEntry& m) {
+Result<UniqueFd, Refusal> path_in_root(const std::string& proc_root, int pid, const MapEntry& m) {
   UniqueFd root(::open(pid_path(proc_root, pid, "root").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!root.valid()) return errno_error(gone(errno) ? kVanished : "", errno, "open the root of " + describe(pid, m));
+  if (!root.valid()) return errno_error(SkipReason::kVanished, errno, "open the root of " + describe(pid, m));
   open_how how{};
   how.flags = kPathFlags;
   how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
   UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, root.get(), m.path.c_str(), &how, sizeof(how))));
   if (!fd.valid())
-    return errno_error(gone(errno) ? kPathMissing : "", errno, "resolve " + describe(pid, m) + " in its root");
+    return errno_error(SkipReason::kMappedPathMissing, errno, "resolve " + describe(pid, m) + " in its root");
   return fd;
 }
 
@@ -71,11 +77,12 @@ bool on_overlayfs(int fd) {
 // The fd must be the regular file the maps line names. On overlayfs the line
 // shows the backing file's device while fstat shows the overlay's: the inode
 // number is the same one (and through map_files the kernel itself chose it).
-std::optional<Error> check_identity(int fd, bool via_mapping, int pid, const MapEntry& m, const char* how) {
+std::optional<Refusal> check_identity(int fd, bool via_mapping, int pid, const MapEntry& m, const char* how) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return errno_error(gone(errno) ? kVanished : "", errno, "stat " + describe(pid, m));
+  if (::fstat(fd, &st) != 0) return errno_error(SkipReason::kVanished, errno, "stat " + describe(pid, m));
   if (!S_ISREG(st.st_mode))
-    return make_error(std::string(kNotRegular) + describe(pid, m) + " (" + how + ") is not a regular file");
+    return make_error(SkipReason::kMappedNotRegular,
+                      std::string(kNotRegular) + describe(pid, m) + " (" + how + ") is not a regular file");
   const bool same_inode = static_cast<uint64_t>(st.st_ino) == m.inode;
   const bool same_dev = major(st.st_dev) == m.dev_major && minor(st.st_dev) == m.dev_minor;
   if (same_inode && same_dev) return std::nullopt;
@@ -84,40 +91,32 @@ std::optional<Error> check_identity(int fd, bool via_mapping, int pid, const Map
   std::snprintf(want, sizeof(want), "%x:%x inode %lu", m.dev_major, m.dev_minor, static_cast<unsigned long>(m.inode));
   std::snprintf(got, sizeof(got), "%x:%x inode %lu", major(st.st_dev), minor(st.st_dev),
                 static_cast<unsigned long>(st.st_ino));
-  return make_error(std::string(kIdentity) + describe(pid, m) + " (" + how + ") is " + got + ", mapped as " + want);
+  return make_error(SkipReason::kMappedIdentityMismatch,
+                    std::string(kIdentity) + describe(pid, m) + " (" + how + ") is " + got + ", mapped as " + want);
 }
 
 }  // namespace
 
 std::string MappedFile::self_path() const { return "/proc/self/fd/" + std::to_string(fd.get()); }
 
-const char* mapped_file_skip_reason(const std::string& error) {
-  const std::string_view e(error);
-  if (e.starts_with(kVanished)) return "vanished";
-  if (e.starts_with(kNotRegular)) return "mapped_not_regular";
-  if (e.starts_with(kIdentity)) return "mapped_identity_mismatch";
-  if (e.starts_with(kPathMissing)) return "mapped_path_missing";
-  return "mapped_open_failed";
-}
-
 // Two views of one file must agree before it is read: the mapping itself
 // (map_files, where permitted) and the maps path resolved inside the
 // process's root. A path that now names something else (a planted link, a
 // FIFO, a device, a file outside its root) is refused, even though the mapping
 // alone would be safe to read: the process is not behaving like a rank.
-Result<MappedFile> open_mapped_file(const std::string& proc_root, int pid, const MapEntry& m) {
+Result<MappedFile, Refusal> open_mapped_file(const std::string& proc_root, int pid, const MapEntry& m) {
   UniqueFd mapped = path_via_map_files(proc_root, pid, m);
   if (mapped.valid()) {
     if (auto e = check_identity(mapped.get(), true, pid, m, "its mapping")) return *e;
   } else if (m.deleted) {
     // A deleted file has no path left to resolve: only the mapping reaches it.
-    return errno_error(gone(errno) ? kVanished : "", errno, "open deleted " + describe(pid, m) + " via map_files");
+    return errno_error(SkipReason::kVanished, errno, "open deleted " + describe(pid, m) + " via map_files");
   }
   const bool via_mapping = mapped.valid();
   UniqueFd chosen = std::move(mapped);
   if (!m.deleted) {
     auto in_root = path_in_root(proc_root, pid, m);
-    if (!in_root.ok()) return make_error(in_root.error());
+    if (!in_root.ok()) return in_root.failure();
     if (auto e = check_identity(in_root->get(), false, pid, m, "its path")) return *e;
     if (!chosen.valid()) chosen = std::move(*in_root);
   }
@@ -126,7 +125,7 @@ Result<MappedFile> open_mapped_file(const std::string& proc_root, int pid, const
   out.via = via_mapping ? "map_files" : "root";
   const std::string self = "/proc/self/fd/" + std::to_string(chosen.get());
   out.fd.reset(::open(self.c_str(), kReadFlags));
-  if (!out.fd.valid()) return errno_error("", errno, "open " + describe(pid, m));
+  if (!out.fd.valid()) return errno_error(SkipReason::kMappedOpenFailed, errno, "open " + describe(pid, m));
   if (auto e = check_identity(out.fd.get(), via_mapping, pid, m, "opened")) return *e;
   return out;
 }

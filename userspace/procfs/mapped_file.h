@@ -14,6 +14,7 @@
 #include <string>
 
 #include "userspace/common/result.h"
+#include "userspace/model/vocab.h"
 #include "userspace/common/unique_fd.h"
 #include "userspace/procfs/procfs.h"
 
@@ -27,11 +28,10 @@ struct MappedFile {
   std::string self_path() const;
 };
 
-// Why a mapped file was refused: the stable prefix of the error, a skip reason
-// for counters ("vanished", "mapped_not_regular", "mapped_identity_mismatch",
-// "mapped_open_failed").
-const char* mapped_file_skip_reason(const std::string& error);
-
-Result<MappedFile> open_mapped_file(const std::string& proc_root, int pid, const MapEntry& mapping);
+// Why a mapped file was refused: its skip reason (kVanished,
+// kMappedPathMissing, kMappedNotRegular, kMappedIdentityMismatch or
+// kMappedOpenFailed), and a line for the log.
+using Refusal = KindError<SkipReason>;
+Result<MappedFile, Refusal> open_mapped_file(const std::string& proc_root, int pid, const MapEntry& mapping);
 
 }  // namespace argus::procfs

@@ -18,12 +18,14 @@ constexpr std::string_view kVanished = "vanished: ";
 constexpr std::string_view kPermission = "permission: ";
 constexpr std::string_view kMalformed = "malformed: ";
 
-Error errno_error(const std::string& what, int err) {
+ReadError errno_error(const std::string& what, int err) {
   std::string msg = what + ": " + std::strerror(err);
-  if (err == ENOENT || err == ESRCH) return make_error(std::string(kVanished) + msg);
-  if (err == EACCES || err == EPERM) return make_error(std::string(kPermission) + msg);
-  return make_error(msg);
+  if (err == ENOENT || err == ESRCH) return make_error(ErrorKind::kVanished, std::string(kVanished) + msg);
+  if (err == EACCES || err == EPERM) return make_error(ErrorKind::kPermission, std::string(kPermission) + msg);
+  return make_error(ErrorKind::kOther, msg);
 }
+
+ReadError malformed(const std::string& what) { return make_error(ErrorKind::kMalformed, std::string(kMalformed) + what); }
 
 template <typename T>
 std::optional<T> parse_num(std::string_view s, int base) {
@@ -137,13 +139,6 @@ struct Fd {
 
 }  // namespace
 
-ErrorKind error_kind(std::string_view message) {
-  if (message.starts_with(kVanished)) return ErrorKind::kVanished;
-  if (message.starts_with(kPermission)) return ErrorKind::kPermission;
-  if (message.starts_with(kMalformed)) return ErrorKind::kMalformed;
-  return ErrorKind::kOther;
-}
-
 ParsedMaps parse_maps(std::string_view content) {
   ParsedMaps out;
   while (!content.empty()) {
@@ -173,19 +168,19 @@ std::map<std::string, std::string> parse_environ(std::string_view content) {
   return env;
 }
 
-Result<ProcStat> parse_stat(std::string_view content) {
+ReadResult<ProcStat> parse_stat(std::string_view content) {
   ProcStat st;
-  if (auto why = parse_stat_into(content, st)) return make_error(std::string(kMalformed) + "stat: " + *why);
+  if (auto why = parse_stat_into(content, st)) return malformed("stat: " + *why);
   return st;
 }
 
-Result<std::string> read_file(const std::string& path, size_t max_bytes) {
+ReadResult<std::string> read_file(const std::string& path, size_t max_bytes) {
   // O_NONBLOCK: a FIFO planted in a fake tree must not hang discovery.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
   if (f.fd < 0) return errno_error("open " + path, errno);
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) return errno_error("stat " + path, errno);
-  if (S_ISDIR(st.st_mode)) return make_error(path + ": is a directory");
+  if (S_ISDIR(st.st_mode)) return make_error(ErrorKind::kOther, path + ": is a directory");
   std::string out;
   char buf[65536];
   for (;;) {
@@ -194,7 +189,7 @@ Result<std::string> read_file(const std::string& path, size_t max_bytes) {
     if (n < 0) return errno_error("read " + path, errno);
     if (n == 0) return out;
     if (static_cast<size_t>(n) > max_bytes - out.size()) {
-      return make_error(path + ": larger than " + std::to_string(max_bytes) + " bytes");
+      return make_error(ErrorKind::kOther, path + ": larger than " + std::to_string(max_bytes) + " bytes");
     }
     out.append(buf, static_cast<size_t>(n));
   }
@@ -251,24 +246,24 @@ std::string root_path(const std::string& proc_root, int pid, const std::string& 
   return out + path_in_ns;
 }
 
-Result<ParsedMaps> read_maps(const std::string& proc_root, int pid) {
+ReadResult<ParsedMaps> read_maps(const std::string& proc_root, int pid) {
   auto content = read_file(pid_path(proc_root, pid, "maps"), 64 << 20);  // big jobs map many files
-  if (!content) return make_error(content.error());
+  if (!content) return content.failure();
   return parse_maps(*content);
 }
 
-Result<std::map<std::string, std::string>> read_environ(const std::string& proc_root, int pid) {
+ReadResult<std::map<std::string, std::string>> read_environ(const std::string& proc_root, int pid) {
   auto content = read_file(pid_path(proc_root, pid, "environ"));
-  if (!content) return make_error(content.error());
+  if (!content) return content.failure();
   return parse_environ(*content);
 }
 
-Result<ProcStat> read_stat(const std::string& proc_root, int pid) {
+ReadResult<ProcStat> read_stat(const std::string& proc_root, int pid) {
   std::string path = pid_path(proc_root, pid, "stat");
   auto content = read_file(path, 64 << 10);
-  if (!content) return make_error(content.error());
+  if (!content) return content.failure();
   ProcStat st;
-  if (auto why = parse_stat_into(*content, st)) return make_error(std::string(kMalformed) + path + ": " + *why);
+  if (auto why = parse_stat_into(*content, st)) return malformed(path + ": " + *why);
   return st;
 }
 

@@ -15,20 +15,24 @@
 namespace argus::procfs {
 
 // ---- Errors ---------------------------------------------------------------
-// Result carries a string, so the kind of a failure is its stable prefix:
-//   "vanished: ..."    ENOENT/ESRCH: the process (or file) is gone; routine, not worth a log line
-//   "permission: ..."  EACCES/EPERM: the agent lacks the privilege (ptrace access mode, hidepid)
-//   "malformed: ..."   the file was read but its content does not parse
-//   anything else      other I/O errors (too large, a directory, EIO, ...)
+// The kind of a failure, which callers decide on (a vanished process is
+// routine; a refused read is worth a line). The message starts with the same
+// word for the person reading it:
+//   kVanished    "vanished: ..."    ENOENT/ESRCH: the process (or file) is gone
+//   kPermission  "permission: ..."  EACCES/EPERM: the agent lacks the privilege (ptrace access mode, hidepid)
+//   kMalformed   "malformed: ..."   the file was read but its content does not parse
+//   kOther       anything else: other I/O errors (too large, a directory, EIO, ...)
 enum class ErrorKind { kVanished, kPermission, kMalformed, kOther };
-ErrorKind error_kind(std::string_view message);
+using ReadError = KindError<ErrorKind>;
 template <typename T>
-ErrorKind error_kind(const Result<T>& r) {
-  return r.ok() ? ErrorKind::kOther : error_kind(r.error());
+using ReadResult = Result<T, ReadError>;
+template <typename T>
+ErrorKind error_kind(const ReadResult<T>& r) {
+  return r.ok() ? ErrorKind::kOther : r.failure().kind;
 }
 template <typename T>
-bool vanished(const Result<T>& r) {
-  return !r.ok() && error_kind(r.error()) == ErrorKind::kVanished;
+bool vanished(const ReadResult<T>& r) {
+  return error_kind(r) == ErrorKind::kVanished;
 }
 
 // ---- /proc/PID/maps -------------------------------------------------------
@@ -66,18 +70,18 @@ struct ProcStat {
   uint64_t starttime_ticks = 0;  // since boot, in clock ticks: (pid, starttime) names a process
 };
 // comm may contain spaces, '(' and ')': it ends at the LAST ')'.
-Result<ProcStat> parse_stat(std::string_view content);
+ReadResult<ProcStat> parse_stat(std::string_view content);
 
 // ---- Files and processes ---------------------------------------------------
 // The whole file, read until EOF (st_size is 0 for /proc files). A file larger
 // than max_bytes is an error rather than silently cut.
-Result<std::string> read_file(const std::string& path, size_t max_bytes = 4 << 20);
+ReadResult<std::string> read_file(const std::string& path, size_t max_bytes = 4 << 20);
 // Numeric directory entries of proc_root, ascending; empty when it cannot be read.
 std::vector<int> list_pids(const std::string& proc_root);
 
-Result<ParsedMaps> read_maps(const std::string& proc_root, int pid);
-Result<std::map<std::string, std::string>> read_environ(const std::string& proc_root, int pid);
-Result<ProcStat> read_stat(const std::string& proc_root, int pid);
+ReadResult<ParsedMaps> read_maps(const std::string& proc_root, int pid);
+ReadResult<std::map<std::string, std::string>> read_environ(const std::string& proc_root, int pid);
+ReadResult<ProcStat> read_stat(const std::string& proc_root, int pid);
 
 // "<proc_root>/<pid>/<leaf>"
 std::string pid_path(const std::string& proc_root, int pid, std::string_view leaf);

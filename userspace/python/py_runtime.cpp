@@ -515,9 +515,9 @@ PythonLocator::PythonLocator(std::string proc_root, size_t max_files) : impl_(st
 }
 PythonLocator::~PythonLocator() = default;
 
-Result<PyProcess> PythonLocator::locate(int pid) {
+Result<PyProcess, LocateFailure> PythonLocator::locate(int pid) {
   auto maps = procfs::read_maps(impl_->proc_root, pid);
-  if (!maps) return make_error(maps.error());
+  if (!maps) return make_error(LocateError::kUnreadable, maps.error());
   // One candidate per file; the likely ones first (the executable, then any
   // name with "python"), though every file is recognised by its symbols only.
   std::vector<const procfs::MapEntry*> files;
@@ -551,10 +551,12 @@ Result<PyProcess> PythonLocator::locate(int pid) {
     for (const auto& e : maps->entries) {
       if (e.inode == m->inode && e.dev_major == m->dev_major && e.dev_minor == m->dev_minor) of_file.push_back(e);
     }
-    return locate_in_process(pid, entry.file, of_file);
+    auto located = locate_in_process(pid, entry.file, of_file);
+    if (!located) return make_error(LocateError::kUnreadable, located.error());
+    return std::move(*located);
   }
-  if (!refusal.empty()) return make_error("unsupported python: " + refusal);
-  return make_error("not python: pid " + std::to_string(pid) + " maps no Python interpreter");
+  if (!refusal.empty()) return make_error(LocateError::kUnsupportedPython, "unsupported python: " + refusal);
+  return make_error(LocateError::kNotPython, "not python: pid " + std::to_string(pid) + " maps no Python interpreter");
 }
 
 std::map<std::string, uint64_t> PythonLocator::refusals() const {

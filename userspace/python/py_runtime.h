@@ -18,6 +18,7 @@
 #include "userspace/common/result.h"
 #include "userspace/elf/elf_symbols.h"
 #include "userspace/model/python_stacks.h"
+#include "userspace/model/vocab.h"
 #include "userspace/procfs/procfs.h"
 
 namespace argus::python {
@@ -112,12 +113,13 @@ Result<PyProcess> locate_in_process(int pid, std::shared_ptr<const PyInterpreter
 // Finds the interpreter a live process runs (a libpython, or an executable with
 // Python linked in, under any file name: recognised by looks_like_python), its
 // files opened safely (procfs/mapped_file.h) and inspected once per (device,
-// inode). Thread-safe. Errors: "not python" for a process without one.
+// inode). Thread-safe. The error's kind says why not: kNotPython (none mapped),
+// kUnsupportedPython (one it refuses), kUnreadable (maps or memory unreadable).
 class PythonLocator {
  public:
   explicit PythonLocator(std::string proc_root = "/proc", size_t max_files = 256);
   ~PythonLocator();
-  Result<PyProcess> locate(int pid);
+  Result<PyProcess, LocateFailure> locate(int pid);
   // Files it refused (debug build, free-threaded, unknown version), for logs and skips.
   std::map<std::string, uint64_t> refusals() const;
 

@@ -139,7 +139,7 @@ nlohmann::json grouped_stacks_of(const std::vector<std::pair<int, int>>& rank_pi
     if (docs.size() + errors.size() >= max_ranks) break;
     auto p = locator.locate(pid);
     if (!p) {
-      if (p.error().rfind("not python", 0) != 0) errors.push_back({{"rank", rank}, {"pid", pid}, {"error", p.error()}});
+      if (p.failure().kind != LocateError::kNotPython) errors.push_back({{"rank", rank}, {"pid", pid}, {"error", p.error()}});
       continue;
     }
     auto mem = process_memory(pid, proc_root);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "bpf/argus.h"
+#include "userspace/registry/exit_cause.h"
 #include "userspace/wire/labels.h"
 
 namespace argus {
@@ -174,7 +175,7 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
   apply_identity_from_init(it->second, info);
 }
 
-void RankRegistry::mark_exited(Entry& e, const std::string& reason, int code, const ExitCause& cause) {
+void RankRegistry::mark_exited(Entry& e, ExitReason reason, int code, const ExitCause& cause) {
   if (e.snap.exited) return;
   e.snap.exited = true;
   e.snap.exit_reason = reason;
@@ -189,15 +190,11 @@ void RankRegistry::on_exit(int pid, int exit_code, const ExitCause& cause) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
-  const int sig = exit_code & 0x7f;
   ExitCause c = cause;
-  c.signal = sig;
-  if (c.oom)
-    mark_exited(it->second, "oom", sig, c);
-  else if (sig != 0)
-    mark_exited(it->second, "signal", sig, c);
-  else
-    mark_exited(it->second, "exit", (exit_code >> 8) & 0xff, c);
+  c.signal = exit_code & 0x7f;
+  // Killed: the code is the signal; exited: its status.
+  const ExitReason reason = exit_reason_of(exit_code, c);
+  mark_exited(it->second, reason, reason == ExitReason::kExit ? (exit_code >> 8) & 0xff : c.signal, c);
   evict_exited_past_cap(pid);
 }
 
@@ -223,7 +220,7 @@ void RankRegistry::on_vanished(int pid) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
-  mark_exited(it->second, "exit", -1);  // code unknown: the exit event was not seen
+  mark_exited(it->second, ExitReason::kExit, -1);  // code unknown: the exit event was not seen
   evict_exited_past_cap(pid);
 }
 

@@ -76,8 +76,8 @@ class RankRegistry {
   void set_pod_identity(int pid, const PodIdentityView& pod);
   void set_gpu_uuid(int pid, const std::string& uuid);
   // exit_code as the kernel keeps it: (status << 8) | signal. The reason is
-  // "oom" when the cause says so, else "signal" or "exit"; exit_code then holds
-  // the signal or the exit status.
+  // exit_reason_of's (exit_cause.h); exit_code then holds the signal or the exit
+  // status.
   void on_exit(int pid, int exit_code, const ExitCause& cause = {});
   // The process is gone and no exit event came (lost, or before the agent).
   void on_vanished(int pid);
@@ -111,7 +111,7 @@ class RankRegistry {
   void apply_identity_from_init(Entry& e, const NcclInitInfo& info);
   static void window_gc(const Sample& a, const Sample& b, PythonGcView& gc);
   static void window_offcpu(const Sample& a, const Sample& b, const std::vector<CpuStealer>& totals, Entry& e);
-  void mark_exited(Entry& e, const std::string& reason, int code, const ExitCause& cause = {});
+  void mark_exited(Entry& e, ExitReason reason, int code, const ExitCause& cause = {});
   void evict_exited_past_cap(int keep_pid);  // never the rank that just exited
 
   const Clock& clock_;

@@ -1,0 +1,47 @@
+// Pipeline bubbles: a rank whose GPU idles waiting on pipeline receives far
+// more than its peers, or than it used to. Pure: signals and time in.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "userspace/common/defaults.h"
+#include "userspace/model/event.h"
+#include "userspace/model/signals.h"
+
+namespace argus {
+
+struct BubbleOptions {
+  double min_excess = 0.10;  // bubble ratio at least this much above the job's median (or own past)
+  double mad_k = 2.0;        // ... and more than k robust deviations above the median
+  double past_factor = 2.0;  // own past: at least this many times its baseline
+  int baseline_evaluations = 5;  // evaluations before the own baseline counts
+  double baseline_alpha = 0.2;   // EWMA weight of a new evaluation in the baseline
+  double min_coverage = 0.3;
+  int raise_after = 2;
+  int clear_after = 3;
+};
+
+// Pipeline bubbles: a rank whose GPU idles waiting on pipeline P2P receives
+// much more than the other ranks of its job, or than it used to.
+class BubbleDetector {
+ public:
+  explicit BubbleDetector(BubbleOptions opts = {}, double window_seconds = kDefaultWindowSeconds)
+      : opts_(opts), window_seconds_(window_seconds) {}
+  std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
+  bool flagged(int pid) const;
+  void forget(int pid) { tracks_.erase(pid); }
+
+ private:
+  struct Track {
+    int hits = 0, misses = 0, evaluations = 0;
+    double baseline = 0;
+    bool flagged = false;
+  };
+  BubbleOptions opts_;
+  double window_seconds_;
+  std::map<int, Track> tracks_;
+};
+
+
+}  // namespace argus

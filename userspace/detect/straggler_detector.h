@@ -1,0 +1,87 @@
+// Which rank the others wait for on this node, and why it is late. No clocks,
+// maps or files: each evaluation gets the signals and the time, so tests replay
+// them exactly.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "userspace/common/defaults.h"
+#include "userspace/model/event.h"
+#include "userspace/model/signals.h"
+#include "userspace/model/vocab.h"
+
+namespace argus {
+
+// The straggler is the rank the others wait for: on one node (one clock) the
+// rank that issues the collectives last, by a margin, at most of them. Why it
+// is late: "host" (its host computes longer: it waits less than its peers and
+// its own synchronize calls do not explain the lag), "sync" (it spent the lag
+// in its own synchronize calls: its GPU or stream is slow), or, from the GPU
+// layer, "gpu" (its NCCL kernels run least: its peers' kernels wait for it).
+// "gc_pause" (from the Python layer): its garbage collector ran longer than
+// its peers' median by at least half of its lateness; a gc_pause event then
+// goes with the straggler event.
+// With the kernel layer (offcpu_valid), a host straggler's reason says what:
+// "throttled" (its cgroup's throttled time above its peers' median explains at
+// least min_host_cause_share of its lag per step; asked first, as a throttled
+// task also shows as runnable), "cpu_contention" (its runqueue time above the
+// peers' median explains it), "io" (its block I/O wait does), "gc_pause" as
+// above (it wins unless a kernel cause explains more), else "compute" (it
+// computes longer: nothing on its host explains it). Without the kernel layer
+// the reason stays "host".
+struct StragglerOptions {
+  double min_wait_gap = 0.03;  // host: it waits (collective + sync) at least this much less than the median
+  double min_late_fraction = 0.5;  // on one node: late at most of the recent spread-out collectives
+  double min_lag_s = 0.002;        // ... by more than this
+  double min_lag_step_share = 0.05;  // ... and by more than this share of the step
+  double min_sync_share = 0.5;     // lateness spent in its own synchronize calls: "sync"
+  double mad_k = 4.0;          // GPU side: more than k robust deviations below the median
+  double min_coverage = 0.3;
+  int raise_after = 2;  // consecutive evaluations before the flag rises
+  int clear_after = 3;  // ... and before it falls
+  double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
+  double min_gc_share = 0.5;  // GC time above the peers' median per step explains this share of the lag
+  double min_host_cause_share = 0.5;  // throttled / runqueue / I/O time above the peers' median, per step
+};
+
+struct StragglerState {
+  bool straggler = false;
+  StragglerReason reason = StragglerReason::kNone;  // while flagged
+  double score = 0;  // how far behind its peers, in steps (lag / step), or by the GPU share (0 = on time)
+};
+
+class StragglerDetector {
+  struct Verdict;
+
+ public:
+  explicit StragglerDetector(StragglerOptions opts = {}, double window_seconds = kDefaultWindowSeconds)
+      : opts_(opts), window_seconds_(window_seconds) {}
+  // One evaluation over all ranks of the node; returns the events of flags that rose.
+  std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
+  StragglerState state(int pid) const;
+  void forget(int pid);
+
+ private:
+  struct Track {
+    int hits = 0, misses = 0;
+    StragglerState st;
+  };
+  DetectedEvent straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
+                                const std::vector<const RankSignal*>& members, double now_unix) const;
+  bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
+  std::string gc_summary(const RankSignal& r, const Verdict& v) const;
+  StragglerReason host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members, bool gc_explains,
+                              Verdict& v) const;
+  std::string host_cause_summary(const RankSignal& r, const Verdict& v) const;
+  nlohmann::json host_cause_evidence(const RankSignal& r, const Verdict& v) const;
+  DetectedEvent gc_pause_event(const std::string& job, const RankSignal& r, const Verdict& v,
+                               const std::vector<const RankSignal*>& members, double now_unix) const;
+  StragglerOptions opts_;
+  double window_seconds_;
+  std::map<int, Track> tracks_;
+};
+
+}  // namespace argus

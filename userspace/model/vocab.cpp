@@ -1,0 +1,91 @@
+#include "userspace/model/vocab.h"
+
+namespace argus {
+
+const char* label_of(EventKind k) {
+  switch (k) {
+    case EventKind::kStraggler: return "straggler";
+    case EventKind::kHang: return "hang";
+    case EventKind::kLinkDegraded: return "link_degraded";
+    case EventKind::kPipelineBubble: return "pipeline_bubble";
+    case EventKind::kGcPause: return "gc_pause";
+    case EventKind::kRankExit: return "rank_exit";
+    case EventKind::kXid: return "xid";
+    case EventKind::kOom: return "oom";
+  }
+  return "unknown";
+}
+
+const char* label_of(StragglerReason r) {
+  switch (r) {
+    case StragglerReason::kNone: return "";
+    case StragglerReason::kHost: return "host";
+    case StragglerReason::kSync: return "sync";
+    case StragglerReason::kGpu: return "gpu";
+    case StragglerReason::kCompute: return "compute";
+    case StragglerReason::kCpuContention: return "cpu_contention";
+    case StragglerReason::kThrottled: return "throttled";
+    case StragglerReason::kIo: return "io";
+    case StragglerReason::kGcPause: return "gc_pause";
+  }
+  return "";
+}
+
+const char* label_of(HangCause c) {
+  switch (c) {
+    case HangCause::kMissingRank: return "missing_rank";
+    case HangCause::kRankDied: return "rank_died";
+    case HangCause::kPeersExited: return "peers_exited";
+    case HangCause::kNoLocalRankMissing: return "no_local_rank_missing";
+    case HangCause::kCollectiveStuck: return "collective_stuck";
+  }
+  return "unknown";
+}
+
+const char* label_of(ExitReason r) {
+  switch (r) {
+    case ExitReason::kNone: return "";
+    case ExitReason::kExit: return "exit";
+    case ExitReason::kSignal: return "signal";
+    case ExitReason::kOom: return "oom";
+  }
+  return "";
+}
+
+const char* label_of(SkipReason r) {
+  switch (r) {
+    case SkipReason::kVanished: return "vanished";
+    case SkipReason::kPermission: return "permission";
+    case SkipReason::kMalformedProc: return "malformed_proc";
+    case SkipReason::kProcReadError: return "proc_read_error";
+    case SkipReason::kEnvironVanished: return "environ_vanished";
+    case SkipReason::kEnvironPermission: return "environ_permission";
+    case SkipReason::kEnvironMalformedProc: return "environ_malformed_proc";
+    case SkipReason::kEnvironProcReadError: return "environ_proc_read_error";
+    case SkipReason::kMalformedMapsLine: return "malformed_maps_line";
+    case SkipReason::kUnreadableElf: return "unreadable_elf";
+    case SkipReason::kElfLimit: return "elf_limit";
+    case SkipReason::kMappedPathMissing: return "mapped_path_missing";
+    case SkipReason::kMappedNotRegular: return "mapped_not_regular";
+    case SkipReason::kMappedIdentityMismatch: return "mapped_identity_mismatch";
+    case SkipReason::kMappedOpenFailed: return "mapped_open_failed";
+    case SkipReason::kParseQueueFull: return "parse_queue_full";
+    case SkipReason::kUsdtSpecTableFull: return "usdt_spec_table_full";
+    case SkipReason::kPythonGcUnprobed: return "python_gc_unprobed";
+    case SkipReason::kRankWorker: return "rank_worker";
+    case SkipReason::kCgroupCpuStatMalformed: return "cgroup_cpu_stat_malformed";
+  }
+  return "unknown";
+}
+
+const char* label_of(Numbering n) {
+  switch (n) {
+    case Numbering::kAnchored: return "anchored";
+    case Numbering::kReference: return "reference";
+    case Numbering::kMatched: return "matched";
+    case Numbering::kTimeOnly: return "time_only";
+  }
+  return "unknown";
+}
+
+}  // namespace argus
