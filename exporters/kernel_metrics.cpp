@@ -45,22 +45,6 @@ void add_log2_histogram(prometheus::MetricFamily& f, MetricLabels labels, const 
   f.metric.push_back(std::move(m));
 }
 
-void append_kernel_agent_metrics(const AgentSnapshot& a, std::vector<prometheus::MetricFamily>& out) {
-  auto probes = metric_family("argus_agent_kernel_probe_up",
-                              "Kernel tracepoint probes: 1 attached (flavour tp_btf or raw_tp), 0 off by a flag "
-                              "(flavour=off) or refused by the kernel (flavour=failed): that layer is blind.",
-                              MetricType::Gauge);
-  for (const auto& [probe, state] : a.kernel_probes)
-    add_sample(probes, {{"probe", probe}, {"flavour", state}}, state == "tp_btf" || state == "raw_tp" ? 1 : 0);
-  out.push_back(std::move(probes));
-  auto links = metric_family("argus_agent_uprobe_links_info",
-                             "How uprobes attach: kind=multi (one uprobe_multi link per program and library file; "
-                             "one detach grace period each) or kind=perf (one perf event per probe).",
-                             MetricType::Gauge);
-  add_sample(links, {{"kind", a.uprobe_links}}, 1);
-  out.push_back(std::move(links));
-}
-
 std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& c, bool following) {
   auto xid = metric_family("argus_gpu_xid_errors_total",
                            "GPU Xid errors the NVIDIA driver logged since the agent started, by GPU (the driver's "
@@ -68,23 +52,12 @@ std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& c, bool
                            MetricType::Counter);
   for (const auto& [key, n] : c.errors)
     add_sample(xid, {{"pci_bus_id", key.first}, {"xid", key.second}}, static_cast<double>(n));
-  auto malformed = metric_family("argus_agent_kmsg_malformed_total",
-                                 "Kernel log lines that name an NVRM Xid but do not parse (skipped).",
-                                 MetricType::Counter);
-  add_sample(malformed, {}, static_cast<double>(c.malformed));
-  auto lost = metric_family("argus_agent_kmsg_lost_total",
-                            "Kernel log records overwritten before the agent read them (Xid lines may be among them).",
-                            MetricType::Counter);
-  add_sample(lost, {}, static_cast<double>(c.lost));
-  auto dropped = metric_family("argus_agent_kmsg_xid_dropped_total",
-                               "Xid lines not counted: argus_gpu_xid_errors_total was at its series cap (1024).",
-                               MetricType::Counter);
-  add_sample(dropped, {}, static_cast<double>(c.dropped));
-  auto up = metric_family("argus_agent_kmsg_up", "1 while the agent follows the kernel log for GPU Xid lines.",
-                          MetricType::Gauge);
-  add_sample(up, {}, following ? 1 : 0);
   std::vector<prometheus::MetricFamily> out;
-  for (auto* f : {&xid, &malformed, &lost, &dropped, &up}) out.push_back(std::move(*f));
+  out.push_back(std::move(xid));
+  out.push_back(count_family(AgentMetric::kKmsgMalformed, static_cast<double>(c.malformed)));
+  out.push_back(count_family(AgentMetric::kKmsgLost, static_cast<double>(c.lost)));
+  out.push_back(count_family(AgentMetric::kKmsgXidDropped, static_cast<double>(c.dropped)));
+  out.push_back(count_family(AgentMetric::kKmsgUp, following ? 1 : 0));
   return out;
 }
 

@@ -30,9 +30,8 @@ void add_log2_histogram(prometheus::MetricFamily& f, MetricLabels labels, const 
                         uint32_t last);
 
 void append_sched_metrics(const std::vector<RankGroup>& groups, std::vector<prometheus::MetricFamily>& out);
-void append_net_metrics(const std::vector<RankGroup>& groups, const AgentSnapshot& agent,
+void append_net_metrics(const std::vector<RankGroup>& groups,
                         std::vector<prometheus::MetricFamily>& out);
-void append_kernel_agent_metrics(const AgentSnapshot& agent, std::vector<prometheus::MetricFamily>& out);
 // The GPU driver's Xid lines (userspace/kmsg): following = the kernel log is read.
 std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& counts, bool following);
 

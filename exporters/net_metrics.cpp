@@ -21,7 +21,7 @@ MetricLabels with(MetricLabels base, const std::string& name, const std::string&
 
 }  // namespace
 
-void append_net_metrics(const std::vector<RankGroup>& groups, const AgentSnapshot& agent,
+void append_net_metrics(const std::vector<RankGroup>& groups,
                         std::vector<prometheus::MetricFamily>& out) {
   auto retrans = metric_family("argus_tcp_retransmits_total",
                                "TCP segments retransmitted on the rank's sockets, by remote address "
@@ -50,12 +50,6 @@ void append_net_metrics(const std::vector<RankGroup>& groups, const AgentSnapsho
   }
   out.push_back(std::move(retrans));
   out.push_back(std::move(block));
-  auto unattributed = metric_family("argus_agent_tcp_retransmits_unattributed_total",
-                                    "TCP segments retransmitted on sockets no rank was found to own (other "
-                                    "processes, sockets already closed, kernel sockets).",
-                                    MetricType::Counter);
-  add_sample(unattributed, {}, static_cast<double>(agent.tcp_retransmits_unattributed));
-  out.push_back(std::move(unattributed));
 }
 
 }  // namespace argus

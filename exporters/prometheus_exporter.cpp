@@ -1,5 +1,6 @@
 #include "exporters/prometheus_exporter.h"
 
+#include "exporters/agent_metrics.h"
 #include "exporters/kernel_metrics.h"
 #include "exporters/metric_family.h"
 #include "userspace/model/rank_identity.h"
@@ -57,10 +58,6 @@ const RankSnapshot* preferred(const std::vector<const RankSnapshot*>& members) {
   }
   return best;
 }
-
-// Buckets of argus_agent_probe_attach_delay_seconds: le = 2^b ns, about 1 ms to 17 s.
-constexpr uint32_t kAttachBucketFirst = 20;
-constexpr uint32_t kAttachBucketLast = 34;
 
 // Buckets of argus_python_gc_pause_seconds: le = 2^b ns, about 4 us to 17 s.
 constexpr uint32_t kGcBucketFirst = 12;
@@ -332,144 +329,24 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
     add(stalled, {{"job_id", c.job_id}, {"comm", c.comm}}, c.stalled_seconds);
   }
 
-  const AgentSnapshot& a = snap.agent;
-  auto per_key = [](MetricFamily f, const std::string& label, const std::map<std::string, uint64_t>& values) {
-    for (const auto& [k, v] : values) add(f, {{label, k}}, static_cast<double>(v));
-    return f;
-  };
-  auto events = per_key(family("argus_agent_events_total", "Events the agent received, by source.", MetricType::Counter),
-                        "source", a.events_total);
-  auto lost = per_key(family("argus_agent_events_lost_total", "Events lost before the agent read them, by source.",
-                             MetricType::Counter),
-                      "source", a.events_lost);
-  auto tracked = family("argus_agent_tracked_processes", "Processes the agent tracks now.", MetricType::Gauge);
-  add(tracked, {}, static_cast<double>(a.tracked_processes));
-  auto attach_err = per_key(family("argus_agent_probe_attach_errors_total", "Probe attaches that failed, by library.",
-                                   MetricType::Counter),
-                            "library", a.probe_attach_errors);
-  auto attached = per_key(family("argus_agent_probes_attached", "Probes attached now, by library.", MetricType::Gauge),
-                          "library", a.probes_attached);
-  auto files = per_key(family("argus_agent_probed_files", "Library files with probes attached now, by library.",
-                              MetricType::Gauge),
-                       "library", a.probed_files);
-  auto released = family("argus_agent_probe_files_released_total",
-                         "Library files whose probes were detached because no process mapped them any more.",
-                         MetricType::Counter);
-  add(released, {}, static_cast<double>(a.probe_files_released));
-  auto detaching = family("argus_agent_probes_detaching",
-                          "Probes released (no process maps their library) that the kernel is still detaching: "
-                          "one at a time, ~0.1 s each.",
-                          MetricType::Gauge);
-  add(detaching, {}, static_cast<double>(a.probes_detaching));
-  auto attach_delay = family("argus_agent_probe_attach_delay_seconds",
-                             "Per library file probed: from its first sight in a process's maps to its probes live "
-                             "(the first process's calls in between are not seen), by library.",
-                             MetricType::Histogram);
-  for (const auto& [lib, t] : a.probe_attach_delay)
-    add_log2_histogram(attach_delay, {{"library", lib}}, t, kAttachBucketFirst, kAttachBucketLast);
-  auto caps = family("argus_agent_capability",
-                     "Capabilities the agent holds (1) or lacks (0), checked at start; the log names what a "
-                     "missing one blinds.",
-                     MetricType::Gauge);
-  for (const auto& [name, held] : a.capabilities) add(caps, {{"capability", name}}, held ? 1 : 0);
-  auto usdt = family("argus_agent_usdt_spec_slots",
-                     "libbpf's USDT spec table: its size (state=limit) and the slots GPU producers hold "
-                     "(state=used). A full table blinds the GPU layer for new producers.",
-                     MetricType::Gauge);
-  add(usdt, {{"state", "limit"}}, static_cast<double>(a.usdt_spec_slots_limit));
-  add(usdt, {{"state", "used"}}, static_cast<double>(a.usdt_spec_slots_used));
-  auto py_files = per_key(family("argus_agent_python_gc_files",
-                                 "Python interpreter files whose collector is probed now, by GC anchor.",
-                                 MetricType::Gauge),
-                          "anchor", a.python_gc_files);
-  auto py_unprobed = family("argus_agent_python_gc_unprobed_files_total",
-                            "Python interpreter files with no usable GC anchor (their ranks' GC counts come from "
-                            "polling only).",
-                            MetricType::Counter);
-  add(py_unprobed, {}, static_cast<double>(a.python_gc_unprobed_files));
-  auto bpf_err = per_key(family("argus_agent_bpf_errors_total", "Errors counted inside the BPF programs.",
-                                MetricType::Counter),
-                         "error", a.bpf_errors);
-  auto skips = per_key(family("argus_agent_discovery_skips_total",
-                              "Processes process discovery skipped, by reason.", MetricType::Counter),
-                       "reason", a.discovery_skips);
-  auto build = family("argus_agent_build_info", "The agent's version (value 1).", MetricType::Gauge);
-  add(build, {{"version", a.version}}, 1);
-  // The Prometheus rules read ratios "over the agent's last window": say how long it is.
-  auto window = family("argus_agent_window_seconds", "The agent's analysis window (--window), in seconds.",
-                       MetricType::Gauge);
-  add(window, {}, a.window_seconds);
-  auto log_dropped = family("argus_agent_detected_events_dropped_total",
-                            "Detected events pushed out of the agent's bounded event log (GET /api/v1/events), "
-                            "oldest first.",
-                            MetricType::Counter);
-  add(log_dropped, {}, static_cast<double>(a.detected_events_dropped));
-  // One family for every bound of the agent (userspace/common/caps.h).
-  auto capped = per_key(family("argus_agent_capped_total",
-                               "Items a bound of the agent's memory dropped, refused or cut short, by structure.",
-                               MetricType::Counter),
-                        "structure", a.capped);
-  // Pod identity (--pod-info): every result present from the start, so a rate() sees the first one.
-  std::map<std::string, uint64_t> pod_lookups;
-  if (!a.pod_info.empty() && a.pod_info != "off")
-    for (const char* r : {"found", "container_unknown", "pod_unknown", "no_pod_logs", "not_pod", "cgroup_namespaced",
-                          "cgroup_malformed", "cgroup_unreadable"})
-      pod_lookups[r] = 0;
-  for (const auto& [k, v] : a.pod_lookups) pod_lookups[k] = v;
-  auto pod_lookup = per_key(family("argus_agent_pod_lookups_total",
-                                   "Lookups of a rank's Kubernetes pod and container (one per rank and try), by "
-                                   "result.",
-                                   MetricType::Counter),
-                            "result", pod_lookups);
-  auto pod_skips = per_key(family("argus_agent_pod_source_skips_total",
-                                  "Entries of the pod name source (log dir names, apiserver objects) skipped, by "
-                                  "reason.",
-                                  MetricType::Counter),
-                           "reason", a.pod_source_skips);
-  auto pod_watch = per_key(family("argus_agent_pod_watch_errors_total",
-                                  "Failed apiserver lists and watches of this node's pods (--pod-info apiserver), "
-                                  "by reason.",
-                                  MetricType::Counter),
-                           "reason", a.pod_watch_errors);
-  auto poll_err = family("argus_agent_ringbuf_poll_errors_total",
-                         "Ring-buffer polls that failed (the event loop goes on).", MetricType::Counter);
-  add(poll_err, {}, static_cast<double>(a.ringbuf_poll_errors));
-  auto numbering = per_key(family("argus_agent_collective_numbering_total",
-                                  "Ranks' communicators whose collective numbering was settled, by how: anchored (its "
-                                  "init seen, every call counted), reference (attached mid-job, the first such rank "
-                                  "numbers the rest), matched (by call signatures and time), time_only (no signature "
-                                  "match).",
-                                  MetricType::Counter),
-                           "how", a.collective_numbering);
-  auto unnumbered = family("argus_agent_collectives_unnumbered_total",
-                           "Collectives of ranks attached mid-job that the detectors never saw: held back until the "
-                           "rank was numbered like its peers (calls and bytes are still counted).",
-                           MetricType::Counter);
-  add(unnumbered, {}, static_cast<double>(a.collectives_unnumbered));
-
   std::vector<MetricFamily> out;
-  out.reserve(40);
+  out.reserve(70);
   for (auto* f : {&info, &coll, &bytes, &coll_wait, &sync_wait, &sync_calls, &launches, &launch_s, &launch_hist, &cuda_err,
-                  &copy_bytes, &copy_calls, &nccl_err, &gc_colls, &gc_secs, &gc_hist, &py_info, &py_files, &py_unprobed,
-                  &ratio, &sync_ratio, &exits, &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy,
-                  &gpu_idle, &bubble, &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel,
-                  &gpu_records, &gpu_lost, &gpu_copy, &sketch, &events, &lost, &tracked, &attach_err, &attached,
-                  &files, &released, &detaching, &attach_delay, &caps, &usdt, &bpf_err, &skips, &build, &window, &log_dropped, &capped,
-                  &poll_err, &pod_lookup, &pod_skips, &pod_watch, &numbering, &unnumbered}) {
+                  &copy_bytes, &copy_calls, &nccl_err, &gc_colls, &gc_secs, &gc_hist, &py_info, &ratio, &sync_ratio, &exits,
+                  &lag, &straggler, &score, &missing, &step, &last_seq, &stalled, &gpu_busy, &gpu_idle, &bubble,
+                  &bubble_s, &bubble_flag, &nccl_kernel, &nccl_kernel_ratio, &gpu_kernel, &gpu_records, &gpu_lost,
+                  &gpu_copy, &sketch}) {
     out.push_back(std::move(*f));
   }
+  append_agent_metrics(snap.agent, out);
   const auto rank_group_list = rank_groups(snap);
   append_sched_metrics(rank_group_list, out);
-  append_net_metrics(rank_group_list, a, out);
-  append_kernel_agent_metrics(a, out);
+  append_net_metrics(rank_group_list, out);
   return out;
 }
 
 MetricFamily http_rejection_metrics(const std::map<std::string, uint64_t>& by_reason) {
-  auto f = family("argus_agent_http_rejections_total",
-                  "HTTP connections and requests the agent's server refused, by reason: over_capacity, "
-                  "read_timeout, header_too_large, body_too_large, bad_request, unauthorized, tls_handshake.",
-                  MetricType::Counter);
+  auto f = agent_family(AgentMetric::kHttpRejections);
   for (const auto& [reason, n] : by_reason) add(f, {{"reason", reason}}, static_cast<double>(n));
   return f;
 }

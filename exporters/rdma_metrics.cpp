@@ -67,8 +67,7 @@ std::vector<MetricFamily> collect_rdma_metrics(const rdma::LinkSnapshot& snap, c
   }
 
   // Everything the RDMA layer skipped (rdma/rdma_monitor.h lists the reasons).
-  auto skips = family("argus_rdma_skips_total", "Problems the RDMA layer counted and skipped, by reason.",
-                      MetricType::Counter);
+  auto skips = agent_family(AgentMetric::kRdmaSkips);
   for (const auto& [reason, n] : snap.skips) add(skips, {{"reason", reason}}, static_cast<double>(n));
 
   std::vector<MetricFamily> out;

@@ -45,7 +45,7 @@ void dispatch(NodeTimeline& tl, const argus::DecodedEvent& ev, std::set<int>& pi
     tl.on_call(static_cast<int>(d->hdr.tgid), d->cls == ARGUS_CLS_NCCL, "op", "comm", d->start_ns, d->hdr.ts_ns, d->ret);
     now = std::max<uint64_t>(now, d->hdr.ts_ns);
   }
-  (void)argus::source_label(argus::event_source(ev));
+  (void)argus::label_of(argus::event_source(ev));
 }
 
 }  // namespace

@@ -157,7 +157,7 @@ TEST(AgentOffCpu, SharesStealersAndCgroupCpuFromTheKernelPass) {
   EXPECT_FALSE(r1->cgroup_cpu.present);
   clock.advance(2);
   rt->run_once(0);
-  EXPECT_EQ(rt->snapshot().agent.discovery_skips.at("cgroup_cpu_stat_malformed"), 1u);
+  EXPECT_EQ(rt->snapshot().agent.counters.get(SkipReason::kCgroupCpuStatMalformed), 1u);
 }
 
 // --offcpu off (the probe not attached): no off-CPU view, whatever the map holds.

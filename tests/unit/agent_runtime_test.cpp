@@ -47,7 +47,7 @@ class FakeBackend : public BpfBackend {
     return out;
   }
   void delete_stats(uint32_t) override {}
-  std::map<std::string, uint64_t> read_errors() const override { return errors; }
+  std::map<uint32_t, uint64_t> read_errors() const override { return errors; }
   std::vector<InflightCall> read_inflight_waits() const override { return inflight; }
   void delete_seqs(uint32_t) override {}
   void set_event_handler(EventHandler h) override { handler = std::move(h); }
@@ -90,7 +90,7 @@ class FakeBackend : public BpfBackend {
   std::deque<std::string> after_this_poll;
   std::vector<StatEntry> stats;
   std::vector<InflightCall> inflight;
-  std::map<std::string, uint64_t> errors{{"ringbuf_full_nccl", 2}, {"stats_map_full", 0}};
+  std::map<uint32_t, uint64_t> errors{{ARGUS_ERR_RINGBUF_NCCL, 2}, {ARGUS_ERR_STATS_FULL, 0}};
   std::map<uint32_t, argus_tgid_state> tgids;
   int poll_result = 0;  // < 0: the next polls fail with it
   void interrupt_poll() override { ++interrupts; }
@@ -213,8 +213,8 @@ TEST(AgentRuntime, RecordedRecordsGiveIdentityCountsAndTheStraggler) {
   EXPECT_EQ(a.events_lost.at("nccl"), 2u);
   EXPECT_EQ(a.bpf_errors.count("ringbuf_full_nccl"), 0u);
   EXPECT_EQ(a.bpf_errors.at("stats_map_full"), 0u);
-  EXPECT_EQ(a.events_total.at("nccl"), 4u + 80u * 4u);  // init + collectives
-  EXPECT_EQ(a.events_total.at("proc"), 4u);             // first calls (tgid seen)
+  EXPECT_EQ(a.counters.get(EventSource::kNccl), 4u + 80u * 4u);  // init + collectives
+  EXPECT_EQ(a.counters.get(EventSource::kProc), 4u);             // first calls (tgid seen)
 }
 
 // The communicator's name everywhere is the hash of its unique id, never the id's bytes
@@ -344,7 +344,7 @@ TEST(AgentRuntime, FailedRingBufferPollsAreCounted) {
   r.rt->run_once(0);
   r.backend->poll_result = -EINTR;  // a signal: not an error
   r.rt->run_once(0);
-  EXPECT_EQ(r.rt->snapshot().agent.ringbuf_poll_errors, 2u);
+  EXPECT_EQ(r.rt->snapshot().agent.counters.get(AgentCount::kRingbufPollErrors), 2u);
 }
 
 // A producer of GPU records that never calls NCCL (inference, one GPU, Gloo):
@@ -368,7 +368,7 @@ TEST(AgentRuntime, AGpuProducerWithoutCollectivesClosesItsSketchesOnTime) {
   }
   r.rt->run_once(0);
   EXPECT_EQ(r.rank(0).gpu.steps_summarized, 2u);  // closed at 60 s and 120 s
-  EXPECT_EQ(r.rt->snapshot().agent.capped.at("step_sketch_time"), 2u);
+  EXPECT_EQ(r.rt->snapshot().agent.counters.get(Cap::kStepSketchTime), 2u);
 }
 
 // A process that creates communicators forever keeps a bounded set of names.
@@ -385,9 +385,9 @@ TEST(AgentRuntime, CommunicatorNamesPerProcessAreCapped) {
   }
   r.rt->run_once(0);
   const auto a = r.rt->snapshot().agent;
-  EXPECT_EQ(a.capped.at("comm_handles"), 5u);     // one handle from the start, 1028 more, 1024 kept
-  EXPECT_EQ(a.capped.at("rank_comm_inits"), 5u);  // the registry's copy of the inits, too
-  EXPECT_EQ(a.capped.at("communicators"), 0u);
+  EXPECT_EQ(a.counters.get(Cap::kCommHandles), 5u);     // one handle from the start, 1028 more, 1024 kept
+  EXPECT_EQ(a.counters.get(Cap::kRankCommInits), 5u);  // the registry's copy of the inits, too
+  EXPECT_EQ(a.counters.get(Cap::kCommunicators), 0u);
 }
 
 // Rank deaths: the cause from the exit event, and an OOM kill told from the

@@ -1022,7 +1022,7 @@ TEST(Detectors, AnIdleJobIsNotAHang) {
 // The tracker follows at most max_comms communicators and max_samples arrivals
 // per rank; what the bounds refuse or drop is counted.
 TEST(Detectors, CommunicatorsAndSamplesAreCapped) {
-  CapCounts caps;
+  AgentCounters caps;
   TrackerOptions o;
   o.max_comms = 2;
   o.max_samples = 50;
@@ -1050,7 +1050,7 @@ TEST(Detectors, CommunicatorsAndSamplesAreCapped) {
 }
 
 TEST(Detectors, EventsAsTheContractShapesThem) {
-  CapCounts caps;
+  AgentCounters caps;
   EventLog log(3, &caps);
   for (int i = 0; i < 5; ++i) {
     DetectedEvent e;
@@ -1061,7 +1061,6 @@ TEST(Detectors, EventsAsTheContractShapesThem) {
     e.summary = "s";
     log.add(e);
   }
-  EXPECT_EQ(log.dropped(), 2u);
   EXPECT_EQ(caps.get(Cap::kDetectedEvents), 2u);
   auto since = log.since(1700000003);
   ASSERT_EQ(since.size(), 2u);

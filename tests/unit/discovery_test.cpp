@@ -135,7 +135,10 @@ TEST(Discovery, LinkMapHintsBringALookSoonAndCoalesce) {
   FakeProc proc;
   proc.add(31, kPlainMaps, env({"RANK=1"}));
   NameProber prober;
-  Discovery d({proc.root().string(), 0}, prober);
+  AgentCounters counters;
+  DiscoveryOptions opts{proc.root().string(), 0};
+  opts.counters = &counters;
+  Discovery d(opts, prober);
   d.scan(100.0);  // an old process, rechecked rarely
   const int after_scan = prober.calls;
   for (int i = 0; i < 50; ++i) d.on_link_map_change(31, 105.0 + i * 1e-4);  // an import storm
@@ -157,7 +160,7 @@ TEST(Discovery, LinkMapHintsBringALookSoonAndCoalesce) {
   // A hint for a process that is gone is a counted skip at its look, not an error.
   d.on_link_map_change(4242, 108.0);
   EXPECT_TRUE(d.run_due(108.02).empty());
-  EXPECT_EQ(d.skips()["vanished"], 1u);
+  EXPECT_EQ(counters.get(SkipReason::kVanished), 1u);
 }
 
 // A process whose loader is probed tells of each dlopen itself, and one with no
@@ -238,15 +241,17 @@ TEST(Discovery, MalformedAndVanishedEntriesAreCountedSkips) {
   fs::create_directories(proc.root() / "41");  // a pid whose files are gone
   fs::create_directories(proc.root() / "notapid");
   NameProber prober;
-  Discovery d({proc.root().string(), 0}, prober);
+  AgentCounters counters;
+  DiscoveryOptions opts{proc.root().string(), 0};
+  opts.counters = &counters;
+  Discovery d(opts, prober);
   auto found = d.scan(0);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].pid, 40);
-  auto skips = d.skips();
-  EXPECT_EQ(skips["malformed_maps_line"], 1u);
-  EXPECT_EQ(skips["vanished"], 1u);
+  EXPECT_EQ(counters.get(SkipReason::kMalformedMapsLine), 1u);
+  EXPECT_EQ(counters.get(SkipReason::kVanished), 1u);
   EXPECT_FALSE(d.check(999, 0));  // no such pid
-  EXPECT_EQ(d.skips()["vanished"], 2u);
+  EXPECT_EQ(counters.get(SkipReason::kVanished), 2u);
 }
 
 TEST(Discovery, UnreadableEnvironmentStillTracksTheRank) {
@@ -254,11 +259,14 @@ TEST(Discovery, UnreadableEnvironmentStillTracksTheRank) {
   proc.add(50, kNcclMaps, "");
   fs::remove(proc.root() / "50" / "environ");
   NameProber prober;
-  Discovery d({proc.root().string(), 0}, prober);
+  AgentCounters counters;
+  DiscoveryOptions opts{proc.root().string(), 0};
+  opts.counters = &counters;
+  Discovery d(opts, prober);
   auto found = d.scan(0);
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].identity.rank, -1);  // NCCL init will tell
-  EXPECT_EQ(d.skips()["environ_vanished"], 1u);
+  EXPECT_EQ(counters.get(SkipReason::kEnvironVanished), 1u);
 }
 
 }  // namespace

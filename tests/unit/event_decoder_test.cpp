@@ -25,7 +25,7 @@ TEST(EventDecoder, DecodesEachType) {
   ASSERT_NE(got, nullptr);
   EXPECT_EQ(got->hdr.tgid, 42u);
   EXPECT_EQ(got->seq, 4096u);
-  EXPECT_EQ(event_source(*ev), static_cast<uint32_t>(ARGUS_SRC_NCCL));
+  EXPECT_EQ(event_source(*ev), EventSource::kNccl);
 
   argus_exit_event x{};
   x.hdr.type = ARGUS_EV_EXIT;
@@ -33,7 +33,7 @@ TEST(EventDecoder, DecodesEachType) {
   ev = decode_event(&x, sizeof(x));
   ASSERT_TRUE(ev);
   EXPECT_EQ(std::get<argus_exit_event>(*ev).exit_code, 9);
-  EXPECT_STREQ(source_label(event_source(*ev)), "proc");
+  EXPECT_STREQ(label_of(event_source(*ev)), "proc");
 }
 
 TEST(EventDecoder, RefusesShortUnknownAndNull) {
@@ -63,7 +63,7 @@ TEST(EventDecoder, GpuBatchTakesExactlyItsRecords) {
   EXPECT_EQ(b.recs[2].correlation_id, 102u);
   EXPECT_EQ(b.sent, 5u);
   EXPECT_EQ(b.dropped, 11u);
-  EXPECT_STREQ(source_label(event_source(*d)), "gpu");
+  EXPECT_STREQ(label_of(event_source(*d)), "gpu");
   EXPECT_FALSE(decode_event(ev.get(), size - 1));  // fewer bytes than n records
   ev->n = ARGUS_GPU_BATCH_MAX + 1;                  // a count BPF never writes
   EXPECT_FALSE(decode_event(ev.get(), sizeof(*ev)));
@@ -82,7 +82,7 @@ TEST(EventDecoder, GpuBatchTakesExactlyItsRecords) {
   c.cls = ARGUS_CLS_CUDA;
   d = decode_event(&c, sizeof(c));
   ASSERT_TRUE(d);
-  EXPECT_STREQ(source_label(event_source(*d)), "cuda");
+  EXPECT_STREQ(label_of(event_source(*d)), "cuda");
 }
 
 TEST(EventDecoder, RandomBytesNeverCrash) {

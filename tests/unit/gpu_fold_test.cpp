@@ -503,7 +503,7 @@ TEST(GpuFold, ManyNamesSplitSpansAtTheSketchBound) {
 // A producer that sends sketch records and never a span still cannot grow the
 // open sketch past its kernel bound.
 TEST(GpuTimeline, SketchRecordsWithoutASpanStayBounded) {
-  CapCounts caps;
+  AgentCounters caps;
   TimelineOptions o;
   o.max_step_kernels = 1000;
   o.caps = &caps;

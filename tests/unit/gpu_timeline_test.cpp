@@ -195,7 +195,7 @@ TEST(GpuTimeline, StepMarksCloseOneSketchPerStep) {
 // A producer that never calls NCCL (inference, one GPU, Gloo) sends no step
 // marks: its sketch closes on time, so it never grows with every kernel.
 TEST(GpuTimeline, ASketchWithNoStepMarkClosesOnTime) {
-  CapCounts caps;
+  AgentCounters caps;
   TimelineOptions o;
   o.max_step_seconds = 60;
   o.caps = &caps;
@@ -221,7 +221,7 @@ TEST(GpuTimeline, ASketchWithNoStepMarkClosesOnTime) {
 }
 
 TEST(GpuTimeline, ASketchClosesAtItsKernelCap) {
-  CapCounts caps;
+  AgentCounters caps;
   TimelineOptions o;
   o.max_step_kernels = 100;
   o.caps = &caps;
@@ -243,7 +243,7 @@ TEST(GpuTimeline, ASketchClosesAtItsKernelCap) {
 }
 
 TEST(GpuTimeline, KernelNamesPerRankAreCapped) {
-  CapCounts caps;
+  AgentCounters caps;
   TimelineOptions o;
   o.max_names = 2;
   o.caps = &caps;
@@ -259,7 +259,7 @@ TEST(GpuTimeline, KernelNamesPerRankAreCapped) {
 }
 
 TEST(GpuTimeline, TraceRecordsPastTheCapAreCounted) {
-  CapCounts caps;
+  AgentCounters caps;
   TimelineOptions o;
   o.max_records = 10;
   o.caps = &caps;

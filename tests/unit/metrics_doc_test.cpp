@@ -7,10 +7,13 @@
 // tests/integration/metrics_doc_test.cpp.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "exporters/kernel_metrics.h"
 #include "exporters/prometheus_exporter.h"
 #include "exporters/rdma_metrics.h"
 #include "tests/metrics_doc.h"
+#include "userspace/model/agent_metrics.h"
 
 namespace argus {
 namespace {
@@ -28,7 +31,8 @@ Snapshot populated_snapshot() {
   s.agent.version = "test";
   s.agent.node = "node-0";
   s.agent.probes = "deep";
-  s.agent.events_total = {{"nccl", 10}, {"gpu", 2}};
+  s.agent.counters.set(EventSource::kNccl, 10);
+  s.agent.counters.set(EventSource::kGpu, 2);
   s.agent.events_lost = {{"gpu", 1}};
   s.agent.bpf_errors = {{"stats_map_full", 1}};
   s.agent.probe_attach_errors = {{"nccl", 1}};
@@ -40,15 +44,15 @@ Snapshot populated_snapshot() {
   s.agent.probes_detaching = 1;
   add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);
   s.agent.capabilities = {{"CAP_BPF", true}, {"CAP_SYS_PTRACE", false}};
-  s.agent.discovery_skips = {{"vanished", 3}};
+  s.agent.counters.set(SkipReason::kVanished, 3);
   s.agent.tracked_processes = 2;
-  s.agent.detected_events_dropped = 1;
-  s.agent.capped = {{"kernel_names", 1}};
-  s.agent.ringbuf_poll_errors = 1;
+  s.agent.counters.set(Cap::kKernelNames, 1);
+  s.agent.counters.set(Cap::kDetectedEvents, 1);
+  s.agent.counters.set(AgentCount::kRingbufPollErrors, 1);
   s.agent.python_gc_files = {{"usdt", 1}};
   s.agent.python_gc_unprobed_files = 1;
   s.agent.kernel_probes = {{"sched_switch", "tp_btf"}, {"mark_victim", "failed"}};
-  s.agent.tcp_retransmits_unattributed = 4;
+  s.agent.counters.set(AgentCount::kTcpUnattributed, 4);
 
   RankSnapshot r;
   r.pid = 4242;
@@ -193,6 +197,38 @@ TEST(MetricsDoc, EveryDocumentedFamilyIsExported) {
   for (const auto& name : documented_metrics(metrics_doc::read_file(kDoc)))
     if (name.rfind("argus_", 0) == 0 && !exported.count(name)) stale += "  " + name + "\n";
   EXPECT_EQ(stale, "") << "docs/metrics.md documents families no exporter has";
+}
+
+// The agent's own metrics, from the one table that declares them
+// (userspace/model/agent_metrics.h): each row is documented with its labels as
+// the table has them, the exporters put each row's family on /metrics with the
+// table's type, and every argus_agent_* family the doc or the exporters name is
+// a row of the table.
+TEST(MetricsDoc, TheAgentMetricsTableIsWhatIsDocumentedAndExported) {
+  const auto doc = metrics_doc::read_file(kDoc);
+  const Families exported = every_family();
+  const auto documented = documented_metrics(doc);
+  std::set<std::string> rows;
+  for (const AgentMetricSpec& m : kAgentMetrics) {
+    rows.insert(m.name);
+    const std::string span = std::string("`") + m.name + (*m.labels ? std::string("{") + m.labels + "}" : "") + "`";
+    EXPECT_NE(doc.find("| " + span + " |"), std::string::npos) << "docs/metrics.md has no row " << span;
+    const char* type = m.type == MetricKind::kCounter ? "counter" : m.type == MetricKind::kGauge ? "gauge" : "histogram";
+    auto it = exported.find(m.name);
+    ASSERT_NE(it, exported.end()) << m.name << " is in the table but on no /metrics";
+    EXPECT_EQ(it->second, type) << m.name;
+  }
+  auto agents_own = [](const std::string& name) { return name.rfind("argus_agent_", 0) == 0; };
+  for (const auto& name : documented) {
+    if (agents_own(name)) {
+      EXPECT_TRUE(rows.count(name)) << name << " is documented but not in the table";
+    }
+  }
+  for (const auto& [name, type] : exported) {
+    if (agents_own(name)) {
+      EXPECT_TRUE(rows.count(name)) << name << " is exported but not in the table";
+    }
+  }
 }
 
 TEST(MetricsDoc, HistogramSeriesBelongToTheirFamilyAndUntypedSamplesCount) {

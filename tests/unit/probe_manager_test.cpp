@@ -38,7 +38,7 @@ class RecordingBackend : public BpfBackend {
   void forget_tgid(uint32_t) override {}
   std::vector<StatEntry> read_stats(uint32_t) const override { return {}; }
   void delete_stats(uint32_t) override {}
-  std::map<std::string, uint64_t> read_errors() const override { return {}; }
+  std::map<uint32_t, uint64_t> read_errors() const override { return {}; }
   std::vector<InflightCall> read_inflight_waits() const override { return {}; }
   void delete_seqs(uint32_t) override {}
   void set_event_handler(EventHandler) override {}

@@ -24,20 +24,22 @@ Snapshot make_snapshot() {
   Snapshot s;
   s.agent.version = "0.1.0";
   s.agent.window_seconds = 7.5;
-  s.agent.detected_events_dropped = 3;
   s.agent.node = "gpu-node-1";
   s.agent.probes = "default";
-  s.agent.events_total = {{"nccl", 1000}, {"cuda", 42}};
+  s.agent.counters.set(EventSource::kNccl, 1000);
+  s.agent.counters.set(EventSource::kCuda, 42);
   s.agent.events_lost = {{"nccl", 3}};
   s.agent.bpf_errors = {{"map_full", 2}};
   s.agent.probe_attach_errors = {{"libcuda.so.1", 1}};
   s.agent.probes_attached = {{"libnccl.so.2", 24}};
-  s.agent.discovery_skips = {{"vanished", 5}};
+  s.agent.counters.set(SkipReason::kVanished, 5);
   s.agent.tracked_processes = 4;
-  s.agent.capped = {{"step_sketch_time", 2}, {"communicators", 0}};
-  s.agent.ringbuf_poll_errors = 6;
-  s.agent.collective_numbering = {{"anchored", 8}, {"matched", 3}};
-  s.agent.collectives_unnumbered = 45;
+  s.agent.counters.set(Cap::kStepSketchTime, 2);
+  s.agent.counters.set(Cap::kDetectedEvents, 3);
+  s.agent.counters.set(AgentCount::kRingbufPollErrors, 6);
+  s.agent.counters.set(Numbering::kAnchored, 8);
+  s.agent.counters.set(Numbering::kMatched, 3);
+  s.agent.counters.set(AgentCount::kCollectivesUnnumbered, 45);
   add_to_log2(s.agent.probe_attach_delay["nccl"], 50'000'000);  // 50 ms: in [2^25, 2^26) ns
   add_to_log2(s.agent.probe_attach_delay["nccl"], 3'000'000'000);  // 3 s
 
@@ -370,7 +372,7 @@ TEST(PrometheusExporter, NetAndBlockSeries) {
   idle.job_id = "job1";
   idle.rank = 1;
   s.ranks = {a, b, idle};
-  s.agent.tcp_retransmits_unattributed = 4;
+  s.agent.counters.set(AgentCount::kTcpUnattributed, 4);
   auto lines = lines_of(render_metrics(s));
   for (const char* want : {
            R"(argus_tcp_retransmits_total{job_id="job1",rank="0",remote="10.0.0.7"} 5)",

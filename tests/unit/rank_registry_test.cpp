@@ -157,7 +157,7 @@ TEST(RankRegistry, ExitedRanksStayForTheGracePeriodThenGo) {
 // period ends (counted); live ranks and the one that just exited always stay.
 TEST(RankRegistry, ExitedRanksAreCappedOldestFirst) {
   FakeClock clock;
-  CapCounts caps;
+  AgentCounters caps;
   RegistryOptions o{"n", 300, 10, false};
   o.max_exited = 2;
   o.caps = &caps;
@@ -189,7 +189,7 @@ TEST(RankRegistry, ExitedRanksAreCappedOldestFirst) {
 
 TEST(RankRegistry, CommInitsPerProcessAreCapped) {
   FakeClock clock;
-  CapCounts caps;
+  AgentCounters caps;
   RegistryOptions o{"n", 300, 10, false};
   o.max_comm_inits = 3;
   o.caps = &caps;

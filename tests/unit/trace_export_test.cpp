@@ -134,7 +134,7 @@ TEST(TraceExport, SecondsParameterIsChecked) {
 // An answer holds at most max_trace_spans, shared by the ranks, each keeping its
 // newest; the answer says it was capped and how many spans it left out.
 TEST(TraceExport, AnswersAreCappedKeepTheNewestAndSaySo) {
-  CapCounts caps;
+  AgentCounters caps;
   NodeTimelineOptions o;
   o.max_trace_spans = 20;
   o.caps = &caps;

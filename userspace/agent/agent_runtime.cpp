@@ -87,23 +87,25 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
                                        .exit_grace_seconds = opts.exit_grace_seconds,
                                        .window_seconds = opts.window_seconds,
                                        .launches_counted = opts.probes == ProbeSet::Deep,
-                                       .caps = &caps_,
+                                       .caps = &counters_,
                                        .sched_probe = sched_probe_up(*loader_)}),
-      tracker_(TrackerOptions{.window_seconds = opts.window_seconds, .caps = &caps_}),
+      tracker_(TrackerOptions{.window_seconds = opts.window_seconds, .caps = &counters_}),
+      aligner_(&counters_),
       stragglers_(opts.straggler, opts.window_seconds),
       bubbles_(BubbleOptions{}, opts.window_seconds),
       hangs_(opts.hang),
       timeline_(NodeTimelineOptions{.gpu = gpu::TimelineOptions{.window_seconds = opts.window_seconds},
-                                    .caps = &caps_}),
-      events_(kDefaultMaxDetectedEvents, &caps_),
-      profiles_(python::ProfileOptions{.caps = &caps_}),
+                                    .caps = &counters_}),
+      events_(kDefaultMaxDetectedEvents, &counters_),
+      profiles_(python::ProfileOptions{.caps = &counters_}),
       pods_(pod_resolver_options(opts)),
       py_locator_(opts.proc_root) {
   probes_ = std::make_unique<ProbeManager>(*loader_, ProbeManagerOptions{.proc_root = opts_.proc_root,
                                                                          .set = opts_.probes,
                                                                          .release_grace_seconds =
                                                                              opts_.probe_release_seconds,
-                                                                         .python_gc = opts_.python_gc_probes});
+                                                                         .python_gc = opts_.python_gc_probes,
+                                                                         .counters = &counters_});
   DiscoveryOptions dopts;
   dopts.proc_root = opts_.proc_root;
   dopts.self_pid = static_cast<int>(getpid());
@@ -111,8 +113,8 @@ AgentRuntime::AgentRuntime(const AgentOptions& opts, const Clock& clock, std::un
     dopts.only_env_key = opts_.only_env.substr(0, eq);
     dopts.only_env_value = opts_.only_env.substr(eq + 1);
   }
+  dopts.counters = &counters_;
   discovery_ = std::make_unique<Discovery>(dopts, *probes_);
-  probes_->set_skip_sink(discovery_.get());
   loader_->set_event_handler([this](const void* data, size_t size) { handle_record(data, size); });
   if (opts_.python_sample_hz > 0) {
     loader_->set_py_sample_handler([this](const void* data, size_t size) { py_sampler_.on_record(data, size); });
@@ -188,7 +190,8 @@ int AgentRuntime::next_wait_ms() const {
 int AgentRuntime::poll_ring_buffers(int timeout_ms) {
   const int n = loader_->poll_events(timeout_ms);
   if (n < 0 && n != -EINTR) {
-    if (ringbuf_poll_errors_.fetch_add(1) == 0) spdlog::error("ring buffer poll failed: error {}", -n);
+    if (counters_.get(AgentCount::kRingbufPollErrors) == 0) spdlog::error("ring buffer poll failed: error {}", -n);
+    counters_.add(AgentCount::kRingbufPollErrors);
   }
   return std::max(n, 0);
 }
@@ -233,7 +236,7 @@ void AgentRuntime::track_found(const FoundProcess& f) {
     loader_->set_tgid_state(static_cast<uint32_t>(f.pid), ARGUS_TGID_IGNORED);
     loader_->delete_stats(static_cast<uint32_t>(f.pid));
     if (workers_seen_.insert(f.pid).second) {
-      discovery_->count_skip(SkipReason::kRankWorker);
+      counters_.add(SkipReason::kRankWorker);
       spdlog::debug("pid {} ({}) is a worker of job_id={} rank={} (forked by the rank): not tracked as a rank", f.pid,
                     f.comm, f.identity.job_id, f.identity.rank);
     }
@@ -372,14 +375,10 @@ ExitCause AgentRuntime::exit_cause(int pid, int exit_code, const argus_exit_info
 void AgentRuntime::handle_record(const void* data, size_t size) {
   auto ev = decode_event(data, size);
   if (!ev) {
-    std::lock_guard lock(counters_mu_);
-    ++malformed_records_;
+    counters_.add(AgentCount::kMalformedRecords);
     return;
   }
-  {
-    std::lock_guard lock(counters_mu_);
-    ++events_total_[source_label(event_source(*ev))];
-  }
+  counters_.add(event_source(*ev));
   handle_event(*ev);
 }
 
@@ -489,7 +488,6 @@ void AgentRuntime::finish_process(int pid, std::optional<int> exit_code, const a
   tracker_.on_exit(pid);
   aligner_.forget(pid);
   anchored_comms_.erase(pid);
-  publish_numbering();  // calls it held back count as unnumbered
   for (const auto& r : registry_.snapshot()) {
     if (r.pid != pid || !r.identified()) continue;
     DetectedEvent ev = rank_exit_event(r, clock_.unix_seconds());
@@ -505,7 +503,7 @@ std::string AgentRuntime::comm_key(int pid, uint64_t handle) {
   auto& names = comm_names_[pid];
   if (auto it = names.find(handle); it != names.end()) return it->second;
   if (names.size() >= kDefaultMaxCommsPerRank) {  // counted: no more names kept for this process
-    caps_.hit(Cap::kCommHandles);
+    counters_.add(Cap::kCommHandles);
     return "pid:" + std::to_string(pid);
   }
   for (const auto& r : registry_.snapshot()) {
@@ -528,7 +526,7 @@ int AgentRuntime::world_size_of(int pid) const {
 bool AgentRuntime::remember_comm(int pid, uint64_t handle, const std::string& name) {
   auto& names = comm_names_[pid];
   if (names.size() >= kDefaultMaxCommsPerRank && !names.count(handle)) {
-    caps_.hit(Cap::kCommHandles);
+    counters_.add(Cap::kCommHandles);
     return false;
   }
   names[handle] = name;
@@ -552,12 +550,8 @@ void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
   auto anchored = anchored_comms_.find(pid);
   const bool init_seen = anchored != anchored_comms_.end() && anchored->second.count(e.comm) != 0;
   const auto a = aligner_.on_arrival(key, pid, init_seen, e.seq, e.hdr.ts_ns, {e.op, e.bytes});
-  if (!a) {  // a late-attached rank's calls, held back until numbered like its peers'
-    publish_numbering();
-    return;
-  }
+  if (!a) return;  // a late-attached rank's calls, held back until numbered like its peers'
   if (a->first) {
-    publish_numbering();
     if (!init_seen) {
       tracker_.add_member(key, pid, world_size_of(pid));
       spdlog::info("pid {} on {}: attached after its communicator began; its collectives numbered as its peers': "
@@ -566,13 +560,6 @@ void AgentRuntime::on_collective(const argus_nccl_coll_event& e) {
     }
   }
   tracker_.on_arrival(key, pid, a->seq, a->ts_ns);
-}
-
-// aligner_'s counts, for the exporter (which reads them from another thread).
-void AgentRuntime::publish_numbering() {
-  for (size_t n = 0; n < kVocabSize<Numbering>; ++n)
-    numbered_[n].store(aligner_.settled(static_cast<Numbering>(n)), std::memory_order_relaxed);
-  unnumbered_calls_.store(aligner_.held_dropped(), std::memory_order_relaxed);
 }
 
 void AgentRuntime::evaluate_detectors() {
@@ -855,7 +842,7 @@ void AgentRuntime::refresh_tcp() {
   auto got = tcp_attr_.update(entries, registry_.live_pids(),
                               [this](const argus_tcp_key& k) { return loader_->take_tcp_retransmit(k); });
   for (const auto& [pid, by_remote] : got.by_pid) registry_.add_tcp_retransmits(pid, by_remote);
-  tcp_unattributed_ += got.unattributed;
+  counters_.add(AgentCount::kTcpUnattributed, got.unattributed);
 }
 
 // The probes' newest absolute counters for a rank, folded in (larger wins).
@@ -932,7 +919,7 @@ void AgentRuntime::refresh_kernel_cpu(int pid, const std::vector<StealerEntry>& 
   auto stat = procfs::parse_cpu_stat(*text, dir.version);
   if (!stat.ok()) {
     if (cpu_stat_bad_.insert(pid).second) {
-      discovery_->count_skip(SkipReason::kCgroupCpuStatMalformed);
+      counters_.add(SkipReason::kCgroupCpuStatMalformed);
       spdlog::warn("pid {}: {}/cpu.stat skipped: {}", pid, dir.dir, stat.error());
     }
     return registry_.set_cgroup_cpu(pid, std::nullopt);
@@ -999,34 +986,25 @@ Snapshot AgentRuntime::snapshot() const {
   a.capabilities = opts_.capabilities;
   a.kernel_probes = loader_->kernel_probes();
   a.uprobe_links = loader_->uprobe_link_kind();
-  a.tcp_retransmits_unattributed = tcp_unattributed_.load();
   a.pod_info = opts_.pod_info == pods::PodInfoMode::kLogs        ? "logs"
                : opts_.pod_info == pods::PodInfoMode::kApiserver ? "apiserver"
                                                                  : "off";
   a.pod_lookups = pods_.lookups();
   a.pod_source_skips = pods_.skips();
   a.pod_watch_errors = pods_.source_errors();
-  a.discovery_skips = discovery_->skips();
-  a.detected_events_dropped = events_.dropped();
-  a.capped = caps_.all();
-  a.ringbuf_poll_errors = ringbuf_poll_errors_.load();
-  for (size_t n = 0; n < kVocabSize<Numbering>; ++n)
-    a.collective_numbering[label_of(static_cast<Numbering>(n))] = numbered_[n].load();
-  a.collectives_unnumbered = unnumbered_calls_.load();
+  a.counters = counters_.values();
   std::lock_guard lock(counters_mu_);
-  for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_total[source_label(src)] = 0;
-  for (const auto& [k, v] : events_total_) a.events_total[k] = v;
-  // A full ring buffer is exported once, as events lost by source; every other
-  // BPF failure path as a BPF error.
-  for (uint32_t src = 0; src < ARGUS_SRC_MAX; ++src) a.events_lost[source_label(src)] = 0;
-  constexpr std::string_view kRingbufFull = "ringbuf_full_";
-  for (const auto& [name, v] : bpf_errors_) {
-    if (name.rfind(kRingbufFull, 0) == 0)
-      a.events_lost[name.substr(kRingbufFull.size())] = v;
+  // A full ring buffer is exported once, as events lost by source (every source
+  // from the start); every other BPF failure path as a BPF error, with the
+  // records the agent could not decode.
+  for (unsigned src = 0; src < kVocabSize<EventSource>; ++src) a.events_lost[label_of(static_cast<EventSource>(src))] = 0;
+  for (const auto& [err, n] : bpf_errors_) {
+    if (auto source = ringbuf_full_source(err))
+      a.events_lost[label_of(*source)] = n;
     else
-      a.bpf_errors[name] = v;
+      a.bpf_errors[bpf_error_name(err)] = n;
   }
-  a.bpf_errors["malformed_record"] = malformed_records_;
+  a.bpf_errors["malformed_record"] = a.counters.get(AgentCount::kMalformedRecords);
   // The sampler's records the agent could not use: malformed, or whose code
   // objects changed before they were named (frames read "[unknown]").
   a.bpf_errors["py_sample_malformed"] = py_sample_stats_.malformed;

@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/common/clock.h"
 #include "userspace/wire/event_decoder.h"
 #include "userspace/comms/collective_tracker.h"
@@ -145,7 +145,6 @@ class AgentRuntime : public ApiSource {
   void on_gpu_batch(GpuBatch& b);  // takes its records
   std::string comm_key(int pid, uint64_t handle);
   int world_size_of(int pid) const;
-  void publish_numbering();
   bool remember_comm(int pid, uint64_t handle, const std::string& name);
   void evaluate_detectors();
   void python_sampling_status(int pid, const std::string& why_not, const python::PyProcess* p);
@@ -156,16 +155,13 @@ class AgentRuntime : public ApiSource {
   const Clock& clock_;
   std::unique_ptr<BpfBackend> loader_;
   double next_scan_ = 0, next_stats_ = 0;  // run_once: when discovery and the stats pass are due
-  CapCounts caps_;  // every bound that bit (before the parts that count into it)
-  std::atomic<uint64_t> ringbuf_poll_errors_{0};
+  AgentCounters counters_;  // the agent's own counts (before the parts that count into it)
   std::unique_ptr<ProbeManager> probes_;
   std::unique_ptr<Discovery> discovery_;
   RankRegistry registry_;
   CollectiveTracker tracker_;
   SeqAligner aligner_;  // numbers late-attached ranks' collectives as their peers'
   std::map<int, std::set<uint64_t>> anchored_comms_;  // pid -> ncclComm_t whose init was seen
-  std::atomic<uint64_t> numbered_[kVocabSize<Numbering>] = {};  // aligner_'s, for the exporter
-  std::atomic<uint64_t> unnumbered_calls_{0};
   StragglerDetector stragglers_;
   BubbleDetector bubbles_;
   HangDetector hangs_;
@@ -223,14 +219,11 @@ class AgentRuntime : public ApiSource {
   std::atomic<uint64_t> heartbeat_ns_{0};
 
   mutable std::mutex counters_mu_;
-  std::map<std::string, uint64_t> events_total_;
-  std::map<std::string, uint64_t> bpf_errors_;
-  uint64_t malformed_records_ = 0;
+  std::map<uint32_t, uint64_t> bpf_errors_;  // by BPF error id
   python::PySampler::Stats py_sample_stats_;  // the sampler's, as of the last stats pass
 
   // TCP retransmits to ranks by socket inode (stats thread only), and those no rank owned.
   TcpRetransAttributor tcp_attr_{opts_.proc_root};
-  std::atomic<uint64_t> tcp_unattributed_{0};
 };
 
 }  // namespace argus

@@ -22,7 +22,7 @@ CollectiveTracker::CollectiveTracker(TrackerOptions opts) : opts_(opts) {}
 CollectiveTracker::Comm* CollectiveTracker::find_or_add(const std::string& comm) {
   if (auto it = comms_.find(comm); it != comms_.end()) return &it->second;
   if (comms_.size() >= opts_.max_comms) {
-    count_cap(opts_.caps, Cap::kCommunicators);
+    count_into(opts_.caps, Cap::kCommunicators);
     return nullptr;
   }
   Comm& c = comms_[comm];
@@ -53,12 +53,12 @@ void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t se
   c.view.newest_arrival_ns = std::max(c.view.newest_arrival_ns, ts_ns);
   auto& arrivals = arrivals_[pid];
   arrivals.push_back(ts_ns);
-  for (; arrivals.size() > opts_.max_samples; arrivals.pop_front()) count_cap(opts_.caps, Cap::kCollectiveSamples);
+  for (; arrivals.size() > opts_.max_samples; arrivals.pop_front()) count_into(opts_.caps, Cap::kCollectiveSamples);
 
   c.open[seq].arrivals[pid] = ts_ns;
   try_complete(c, seq);
   // Bounded memory: collectives some member never reaches are dropped oldest first.
-  for (; c.open.size() > opts_.max_open_seqs; c.open.erase(c.open.begin())) count_cap(opts_.caps, Cap::kOpenCollectives);
+  for (; c.open.size() > opts_.max_open_seqs; c.open.erase(c.open.begin())) count_into(opts_.caps, Cap::kOpenCollectives);
   trim(ts_ns);
 }
 
@@ -88,7 +88,7 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
   const bool spread = static_cast<double>(last - first) / 1e9 > opts_.late_threshold_s;
   if (spread) c.spread_starts.push_back(first);
   for (; c.spread_starts.size() > opts_.max_samples; c.spread_starts.pop_front())
-    count_cap(opts_.caps, Cap::kCollectiveSamples);
+    count_into(opts_.caps, Cap::kCollectiveSamples);
   // Late: behind the median rank by more than the threshold (several stragglers
   // at once are all late, not only the very last).
   std::vector<uint64_t> times;
@@ -100,7 +100,7 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
     const bool late = ts > median_ts && static_cast<double>(ts - median_ts) / 1e9 > opts_.late_threshold_s;
     auto& lags = lags_[pid];
     lags.push_back({first, lag, spread, late, late ? sync_share(pid, first, ts) : 0.0});
-    for (; lags.size() > opts_.max_samples; lags.pop_front()) count_cap(opts_.caps, Cap::kCollectiveSamples);
+    for (; lags.size() > opts_.max_samples; lags.pop_front()) count_into(opts_.caps, Cap::kCollectiveSamples);
   }
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/model/signals.h"
 
@@ -23,7 +23,7 @@ struct TrackerOptions {
   size_t recent_spread = 10;        // lateness is judged on this many latest spread-out collectives
   size_t max_comms = kDefaultMaxCommunicators;  // communicators followed; a new one past this is ignored
   size_t max_samples = kDefaultMaxCollectiveSamplesPerRank;  // arrival and lag samples per rank
-  CapCounts* caps = nullptr;
+  AgentCounters* caps = nullptr;
 };
 
 

@@ -22,7 +22,7 @@ std::optional<AlignedArrival> SeqAligner::on_arrival(const std::string& comm, in
     if (!try_match(c, m, ts_ns)) return std::nullopt;
     // Its earlier calls are history now (kept to number others against), not
     // passed on: the detectors resume from its newest call.
-    held_dropped_ += m.probe.size() + m.held - 1;
+    counters_->add(AgentCount::kCollectivesUnnumbered, m.probe.size() + m.held - 1);
     m.probe.clear();
     m.held = 0;
     if (!in_probe) remember(m, {seq + static_cast<uint64_t>(m.shift), ts_ns, sig});
@@ -32,7 +32,7 @@ std::optional<AlignedArrival> SeqAligner::on_arrival(const std::string& comm, in
   // A call the reference numbering starts after (a late rank's first, when the
   // reference had made it before its probes went live): no number to give it.
   if (static_cast<int64_t>(seq) + m.shift < 1) {
-    ++held_dropped_;
+    counters_->add(AgentCount::kCollectivesUnnumbered);
     return std::nullopt;
   }
   AlignedArrival a{seq + static_cast<uint64_t>(m.shift), ts_ns, !m.passed_any, m.how, m.shift};
@@ -45,7 +45,7 @@ void SeqAligner::settle(Member& m, int64_t shift, Numbering how) {
   m.shift = shift;
   m.how = how;
   for (const Call& p : m.probe) remember(m, {p.seq + static_cast<uint64_t>(shift), p.ts_ns, p.sig});
-  ++settled_[static_cast<size_t>(how)];
+  counters_->add(how);
 }
 
 void SeqAligner::remember(Member& m, const Call& c) {
@@ -132,7 +132,7 @@ void SeqAligner::forget(int pid) {
   for (auto it = comms_.begin(); it != comms_.end();) {
     auto m = it->second.find(pid);
     if (m != it->second.end()) {
-      if (!m->second.numbered) held_dropped_ += m->second.probe.size() + m->second.held;
+      if (!m->second.numbered) counters_->add(AgentCount::kCollectivesUnnumbered, m->second.probe.size() + m->second.held);
       it->second.erase(m);
     }
     it = it->second.empty() ? comms_.erase(it) : std::next(it);

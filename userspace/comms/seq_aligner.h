@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "userspace/model/agent_counters.h"
 #include "userspace/model/vocab.h"
 
 namespace argus {
@@ -50,6 +51,11 @@ struct AlignedArrival {
 
 class SeqAligner {
  public:
+  // Counts settled numberings and unnumbered calls into `counters` (its own when none).
+  explicit SeqAligner(AgentCounters* counters = nullptr) : counters_(counters ? counters : &own_counters_) {}
+  SeqAligner(const SeqAligner&) = delete;
+  SeqAligner& operator=(const SeqAligner&) = delete;
+
   static constexpr size_t kProbeCalls = 16;               // a late process's calls matched
   static constexpr uint64_t kWaitNs = 1'000'000'000;      // reference calls after the probe before matching
   static constexpr uint64_t kGiveUpNs = 10'000'000'000;   // then match by time only
@@ -64,11 +70,11 @@ class SeqAligner {
                                            uint64_t ts_ns, CallSignature sig);
   void forget(int pid);  // the process ended
 
-  // Settled numberings so far, by how.
-  uint64_t settled(Numbering n) const { return settled_[static_cast<size_t>(n)]; }
+  // Settled numberings so far, by how (counted in the agent's counters).
+  uint64_t settled(Numbering n) const { return counters_->get(n); }
   // Calls held back and then dropped (superseded by the newest once matched, or
-  // their process ended first).
-  uint64_t held_dropped() const { return held_dropped_; }
+  // their process ended first): AgentCount::kCollectivesUnnumbered.
+  uint64_t held_dropped() const { return counters_->get(AgentCount::kCollectivesUnnumbered); }
   // The shift of a numbered process (communicator seq - its BPF seq); nullopt
   // while held back or unknown. Against an anchored process this is the
   // collectives it made before the probes went live.
@@ -102,8 +108,8 @@ class SeqAligner {
                                        bool signatures);
 
   std::map<std::string, Comm> comms_;
-  uint64_t settled_[kVocabSize<Numbering>] = {};
-  uint64_t held_dropped_ = 0;
+  AgentCounters own_counters_;  // where it counts when given no counters
+  AgentCounters* counters_;
 };
 
 }  // namespace argus

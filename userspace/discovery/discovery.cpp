@@ -54,16 +54,6 @@ SkipReason environ_skip_reason(procfs::ErrorKind kind) {
 
 Discovery::Discovery(DiscoveryOptions opts, LibraryProber& prober) : opts_(std::move(opts)), prober_(prober) {}
 
-void Discovery::count_skip(SkipReason reason) {
-  std::lock_guard lock(skips_mu_);
-  ++skips_[label_of(reason)];
-}
-
-std::map<std::string, uint64_t> Discovery::skips() const {
-  std::lock_guard lock(skips_mu_);
-  return skips_;
-}
-
 void Discovery::drop_hinted_followups(PidState& st, double now_s) {
   // Looks that hints asked for are never later than now + the settle time.
   const double keep_until = std::max(st.first_seen + kHintedExecFollowupsSeconds, now_s + kLinkMapSettleSeconds);
@@ -101,14 +91,14 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   auto maps = procfs::read_maps(opts_.proc_root, pid);
   if (!maps.ok()) {
     const auto kind = procfs::error_kind(maps);
-    count_skip(skip_reason(kind));
+    count_into(opts_.counters, skip_reason(kind));
     if (kind != procfs::ErrorKind::kVanished) spdlog::debug("pid {}: {}", pid, maps.error());
     if (kind == procfs::ErrorKind::kVanished) pids_.erase(pid);
     if (kind == procfs::ErrorKind::kPermission) st.unreadable = true;
     return std::nullopt;
   }
   if (maps->malformed_lines > 0) {
-    count_skip(SkipReason::kMalformedMapsLine);
+    count_into(opts_.counters, SkipReason::kMalformedMapsLine);
     spdlog::debug("pid {}: {} malformed maps lines skipped", pid, maps->malformed_lines);
   }
 
@@ -146,7 +136,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
     found.comm = stat->comm;
     found.ppid = stat->ppid;
   } else {
-    count_skip(skip_reason(procfs::error_kind(stat)));
+    count_into(opts_.counters, skip_reason(procfs::error_kind(stat)));
   }
   auto env = env_for_python ? procfs::ReadResult<std::map<std::string, std::string>>(std::move(*env_for_python))
                             : procfs::read_environ(opts_.proc_root, pid);
@@ -157,7 +147,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
       found.selected = it != env->end() && it->second == opts_.only_env_value;
     }
   } else {
-    count_skip(environ_skip_reason(procfs::error_kind(env)));
+    count_into(opts_.counters, environ_skip_reason(procfs::error_kind(env)));
     found.selected = opts_.only_env_key.empty();
   }
   return found;

@@ -13,6 +13,7 @@
 #include "userspace/attach/attach_plan.h"
 #include "userspace/procfs/procfs.h"
 #include "userspace/model/rank_identity.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/model/vocab.h"
 
 namespace argus {
@@ -53,6 +54,7 @@ struct DiscoveryOptions {
   // agents sharing one machine, each watching its own simulated node).
   std::string only_env_key{};
   std::string only_env_value{};
+  AgentCounters* counters = nullptr;  // its skips (argus_agent_discovery_skips_total)
 };
 
 class Discovery {
@@ -78,8 +80,6 @@ class Discovery {
   // The pids the last scan() found in /proc.
   const std::set<int>& alive_pids() const { return alive_; }
 
-  std::map<std::string, uint64_t> skips() const;  // reason -> count
-  void count_skip(SkipReason reason);
 
  private:
   struct PidState {
@@ -98,8 +98,6 @@ class Discovery {
   LibraryProber& prober_;
   std::map<int, PidState> pids_;
   std::set<int> alive_;
-  mutable std::mutex skips_mu_;
-  std::map<std::string, uint64_t> skips_;
 };
 
 }  // namespace argus

@@ -11,8 +11,7 @@ void EventLog::add(DetectedEvent ev) {
   events_.push_back(std::move(ev));
   while (events_.size() > capacity_) {
     events_.pop_front();
-    ++dropped_;
-    count_cap(caps_, Cap::kDetectedEvents);
+    count_into(counters_, Cap::kDetectedEvents);
   }
 }
 
@@ -24,10 +23,6 @@ std::vector<DetectedEvent> EventLog::since(double unix_seconds) const {
   return out;
 }
 
-uint64_t EventLog::dropped() const {
-  std::lock_guard lock(mu_);
-  return dropped_;
-}
 
 std::string rfc3339(double unix_seconds) {
   // Whole milliseconds first, then split: rounding the fraction alone could print

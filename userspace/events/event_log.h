@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/model/event.h"
 
@@ -15,18 +15,17 @@ namespace argus {
 
 class EventLog {
  public:
-  explicit EventLog(size_t capacity = kDefaultMaxDetectedEvents, CapCounts* caps = nullptr)
-      : capacity_(capacity), caps_(caps) {}
+  // The oldest events pushed out by the bound count as Cap::kDetectedEvents.
+  explicit EventLog(size_t capacity = kDefaultMaxDetectedEvents, AgentCounters* counters = nullptr)
+      : capacity_(capacity), counters_(counters) {}
   void add(DetectedEvent ev);
   std::vector<DetectedEvent> since(double unix_seconds) const;  // time >= since
-  uint64_t dropped() const;  // oldest events pushed out by the bound
 
  private:
   size_t capacity_;
-  CapCounts* caps_;
+  AgentCounters* counters_;
   mutable std::mutex mu_;
   std::deque<DetectedEvent> events_;
-  uint64_t dropped_ = 0;
 };
 
 // The contract's event object: time as RFC 3339 UTC, device/port null unless set.

@@ -128,7 +128,7 @@ void Timeline::set_name(uint32_t id, std::string name) {
   } else if (names_.size() < opts_.max_names) {
     names_.emplace(id, std::move(name));
   } else {
-    count_cap(opts_.caps, Cap::kKernelNames);
+    count_into(opts_.caps, Cap::kKernelNames);
   }
 }
 
@@ -210,7 +210,7 @@ void Timeline::add_batch(std::vector<argus_gpu_rec> batch, uint64_t dropped, dou
 void Timeline::add_sketch_entry(uint64_t span_start_ns, uint32_t name_id, int32_t bucket, uint32_t count,
                                 uint64_t sum_ns) {
   if (open_.count() >= opts_.max_step_kernels) {  // a producer that sends no span: still bounded
-    count_cap(opts_.caps, Cap::kStepSketchRecords);
+    count_into(opts_.caps, Cap::kStepSketchRecords);
     close_step(span_start_ns, "kernels");
   }
   if (open_.empty()) open_first_ns_ = span_start_ns;  // normally its span's start, set by sketch_start()
@@ -313,10 +313,10 @@ void Timeline::sketch_start(uint64_t start_ns) {
     const uint64_t begun = open_step_ns_ != 0 ? open_step_ns_ : open_first_ns_;
     const auto max_ns = static_cast<uint64_t>(opts_.max_step_seconds * kNs);
     if (start_ns >= begun + max_ns) {
-      count_cap(opts_.caps, Cap::kStepSketchTime);
+      count_into(opts_.caps, Cap::kStepSketchTime);
       close_step(start_ns, "time");
     } else if (open_.count() >= opts_.max_step_kernels) {
-      count_cap(opts_.caps, Cap::kStepSketchRecords);
+      count_into(opts_.caps, Cap::kStepSketchRecords);
       close_step(start_ns, "kernels");
     }
   }
@@ -350,13 +350,13 @@ void Timeline::trim() {
   const uint64_t keep_lo = frontier_ns_ > keep_ns ? frontier_ns_ - keep_ns : 0;
   while (!recent_.empty() && recent_.front().end_ns < keep_lo) recent_.pop_front();
   if (recent_.size() > opts_.max_records) {
-    count_cap(opts_.caps, Cap::kGpuTraceRecords, recent_.size() - opts_.max_records);
+    count_into(opts_.caps, Cap::kGpuTraceRecords, recent_.size() - opts_.max_records);
     recent_.erase(recent_.begin(), recent_.end() - static_cast<std::ptrdiff_t>(opts_.max_records));
   }
   const uint64_t lo = frontier_ns_ > window_ns ? frontier_ns_ - window_ns : 0;
   // Long kernels (a hung collective) may start before lo and still matter: kept by end.
-  count_cap(opts_.caps, Cap::kGpuWindowIntervals, busy_.trim(lo, opts_.max_intervals));
-  count_cap(opts_.caps, Cap::kGpuWindowIntervals, nccl_.trim(lo, opts_.max_intervals));
+  count_into(opts_.caps, Cap::kGpuWindowIntervals, busy_.trim(lo, opts_.max_intervals));
+  count_into(opts_.caps, Cap::kGpuWindowIntervals, nccl_.trim(lo, opts_.max_intervals));
   auto pop_gap = [this] {
     gaps_idle_ns_ -= gaps_.front().ns;
     if (gaps_.front().bubble) gaps_bubble_ns_ -= gaps_.front().ns;
@@ -368,10 +368,10 @@ void Timeline::trim() {
     busy_chunks_.pop_front();
   };
   while (!busy_chunks_.empty() && busy_chunks_.front().end_ns < lo) pop_chunk();
-  for (; busy_chunks_.size() > opts_.max_intervals; pop_chunk()) count_cap(opts_.caps, Cap::kGpuWindowIntervals);
-  for (; gaps_.size() > opts_.max_intervals; pop_gap()) count_cap(opts_.caps, Cap::kGpuGaps);
+  for (; busy_chunks_.size() > opts_.max_intervals; pop_chunk()) count_into(opts_.caps, Cap::kGpuWindowIntervals);
+  for (; gaps_.size() > opts_.max_intervals; pop_gap()) count_into(opts_.caps, Cap::kGpuGaps);
   while (!recent_gaps_.empty() && recent_gaps_.front().end_ns < keep_lo) recent_gaps_.pop_front();
-  for (; recent_gaps_.size() > opts_.max_records; recent_gaps_.pop_front()) count_cap(opts_.caps, Cap::kGpuGaps);
+  for (; recent_gaps_.size() > opts_.max_records; recent_gaps_.pop_front()) count_into(opts_.caps, Cap::kGpuGaps);
 }
 
 WindowStats Timeline::window(uint64_t now_ns) const {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bpf/argus_gpu_wire.h"
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/sketch.h"
 #include "userspace/model/trace.h"
@@ -29,7 +29,7 @@ struct TimelineOptions {
   size_t max_step_kernels = kDefaultMaxStepSketchKernels;
   size_t max_names = kDefaultMaxKernelNamesPerRank;
   size_t max_intervals = kDefaultMaxWindowIntervalsPerRank;  // busy intervals (and gaps) in the window
-  CapCounts* caps = nullptr;       // where the bounds that bite are counted
+  AgentCounters* caps = nullptr;       // where the bounds that bite are counted
 };
 
 struct GpuTotals {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "userspace/model/agent_counters.h"
 #include "userspace/model/vocab.h"
 
 namespace argus {
@@ -210,13 +211,14 @@ struct RankSnapshot : RankDetection {
   std::string gpu_uuid;  // "GPU-..." where the environment or the driver's files name it, else ""
 };
 
-
+// The agent itself: its settings, its counts (agent_counters.h) and what its
+// sources report of their own health.
 struct AgentSnapshot {
   std::string version;
   std::string node;
   std::string probes;  // "default" or "deep"
   double window_seconds = kDefaultWindowSeconds;
-  std::map<std::string, uint64_t> events_total;           // source -> events received
+  AgentCounterValues counters;  // events received, skips, caps, numbering, failed polls, ...
   std::map<std::string, uint64_t> events_lost;            // source -> events lost (ring buffer full, ...)
   std::map<std::string, uint64_t> bpf_errors;             // BPF error counter name -> count
   std::map<std::string, uint64_t> probe_attach_errors;    // library -> failed attaches
@@ -228,18 +230,11 @@ struct AgentSnapshot {
   uint64_t probes_detaching = 0;                          // released probes the kernel is still detaching
   std::map<std::string, LaunchTiming> probe_attach_delay;  // library -> mapped (first seen) to probes live
   std::map<std::string, bool> capabilities;  // capability -> held (checked at start)
-  std::map<std::string, uint64_t> discovery_skips;        // reason -> counted skips (malformed /proc, vanished pid)
   uint64_t tracked_processes = 0;
-  uint64_t detected_events_dropped = 0;  // oldest detected events pushed out of the bounded event log
-  std::map<std::string, uint64_t> capped;  // structure -> items a bound dropped or refused (common/caps.h)
-  uint64_t ringbuf_poll_errors = 0;        // ring-buffer polls that failed (not a signal)
-  std::map<std::string, uint64_t> collective_numbering;  // how -> (process, communicator) numberings settled
-  uint64_t collectives_unnumbered = 0;  // late-attached ranks' calls held back and not passed to the detectors
   std::map<std::string, uint64_t> python_gc_files;  // GC anchor -> interpreter files probed now
   uint64_t python_gc_unprobed_files = 0;            // interpreter files with no usable GC anchor, ever
   std::map<std::string, std::string> kernel_probes;  // kernel probe -> "tp_btf", "raw_tp", "off", "failed"
   std::string uprobe_links = "perf";                  // "multi" (uprobe_multi links) or "perf" (one per probe)
-  uint64_t tcp_retransmits_unattributed = 0;  // retransmits of sockets no rank was found to own
   std::string pod_info;                              // --pod-info: "logs", "apiserver" or "off"
   std::map<std::string, uint64_t> pod_lookups;       // result -> pod identity lookups (one per rank and try)
   std::map<std::string, uint64_t> pod_source_skips;  // reason -> log dir entries / apiserver objects skipped

@@ -2,6 +2,13 @@
 
 namespace argus {
 
+// Each table indexed by an enum is as long as the enum.
+static_assert(static_cast<unsigned>(EventKind::kOom) + 1 == kVocabSize<EventKind>);
+static_assert(static_cast<unsigned>(SkipReason::kCgroupCpuStatMalformed) + 1 == kVocabSize<SkipReason>);
+static_assert(static_cast<unsigned>(Numbering::kTimeOnly) + 1 == kVocabSize<Numbering>);
+static_assert(static_cast<unsigned>(EventSource::kGpu) + 1 == kVocabSize<EventSource>);
+static_assert(static_cast<unsigned>(Cap::kPythonSamples) + 1 == kVocabSize<Cap>);
+
 const char* label_of(EventKind k) {
   switch (k) {
     case EventKind::kStraggler: return "straggler";
@@ -84,6 +91,38 @@ const char* label_of(Numbering n) {
     case Numbering::kReference: return "reference";
     case Numbering::kMatched: return "matched";
     case Numbering::kTimeOnly: return "time_only";
+  }
+  return "unknown";
+}
+
+const char* label_of(EventSource s) {
+  switch (s) {
+    case EventSource::kProc: return "proc";
+    case EventSource::kNccl: return "nccl";
+    case EventSource::kCuda: return "cuda";
+    case EventSource::kGpu: return "gpu";
+  }
+  return "unknown";
+}
+
+const char* label_of(Cap c) {
+  switch (c) {
+    case Cap::kStepSketchTime: return "step_sketch_time";
+    case Cap::kStepSketchRecords: return "step_sketch_records";
+    case Cap::kKernelNames: return "kernel_names";
+    case Cap::kGpuTraceRecords: return "gpu_trace_records";
+    case Cap::kGpuWindowIntervals: return "gpu_window_intervals";
+    case Cap::kGpuGaps: return "gpu_gaps";
+    case Cap::kHostTraceSpans: return "host_trace_spans";
+    case Cap::kTraceAnswerSpans: return "trace_answer_spans";
+    case Cap::kCommunicators: return "communicators";
+    case Cap::kOpenCollectives: return "open_collectives";
+    case Cap::kCollectiveSamples: return "collective_samples";
+    case Cap::kCommHandles: return "comm_handles";
+    case Cap::kExitedRanks: return "exited_ranks";
+    case Cap::kRankCommInits: return "rank_comm_inits";
+    case Cap::kDetectedEvents: return "detected_events";
+    case Cap::kPythonSamples: return "python_samples";
   }
   return "unknown";
 }

@@ -86,6 +86,35 @@ enum class Numbering : uint8_t {
 };
 const char* label_of(Numbering n);  // "anchored", "reference", "matched", "time_only"
 
+// A bound of the agent's memory that bit (argus_agent_capped_total{structure}):
+// one item dropped, refused or cut short because of it.
+enum class Cap : uint8_t {
+  kStepSketchTime,      // a step sketch closed because no step mark came in time
+  kStepSketchRecords,   // ... because it held the most kernels a sketch may hold
+  kKernelNames,         // a kernel name refused: the rank has the most names kept
+  kGpuTraceRecords,     // a GPU record pushed out of the trace buffer before its time
+  kGpuWindowIntervals,  // a busy interval pushed out of the window before its time
+  kGpuGaps,             // an idle gap pushed out of the window or trace before its time
+  kHostTraceSpans,      // a host call span pushed out of the trace before its time
+  kTraceAnswerSpans,    // a span left out of a GET /api/v1/trace answer
+  kCommunicators,       // a communicator the tracker refused (the node has the most kept)
+  kOpenCollectives,     // an incomplete collective dropped (some member never came)
+  kCollectiveSamples,   // a per-rank arrival or lag sample dropped before its time
+  kCommHandles,         // an ncclComm_t handle of a process left unnamed
+  kExitedRanks,         // an exited rank forgotten before its grace period ended
+  kRankCommInits,       // an ncclCommInitRank of a process not kept
+  kDetectedEvents,      // a detected event pushed out of the event log
+  kPythonSamples,       // a Python stack sample pushed out of a rank's profile before its time
+};
+
+const char* label_of(Cap c);  // "step_sketch_time", "kernel_names", ...
+
+// Where a record the agent received came from (argus_agent_events_total{source},
+// argus_agent_events_lost_total{source}); the same numbers as BPF's enum
+// argus_source (the wire layer checks).
+enum class EventSource : uint8_t { kProc, kNccl, kCuda, kGpu };
+const char* label_of(EventSource s);  // "proc", "nccl", "cuda", "gpu"
+
 // Why a process's Python interpreter could not be read.
 enum class LocateError : uint8_t {
   kNotPython,          // it maps no Python interpreter
@@ -102,5 +131,9 @@ template <>
 inline constexpr unsigned kVocabSize<SkipReason> = 20;
 template <>
 inline constexpr unsigned kVocabSize<Numbering> = 4;
+template <>
+inline constexpr unsigned kVocabSize<EventSource> = 4;
+template <>
+inline constexpr unsigned kVocabSize<Cap> = 16;
 
 }  // namespace argus

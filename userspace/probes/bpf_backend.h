@@ -150,7 +150,7 @@ class BpfBackend {
   // All aggregates (per CPU summed); only_tgid != 0 restricts to one process.
   virtual std::vector<StatEntry> read_stats(uint32_t only_tgid = 0) const = 0;
   virtual void delete_stats(uint32_t tgid) = 0;
-  virtual std::map<std::string, uint64_t> read_errors() const = 0;  // BPF error counters by name
+  virtual std::map<uint32_t, uint64_t> read_errors() const = 0;  // BPF error counters by id (enum argus_error)
   // The TCP retransmit counts per (socket inode, remote), and the removal of an
   // idle one, returning its last count (nullopt when it was gone already).
   virtual std::vector<TcpRetransEntry> read_tcp_retransmits() const { return {}; }

@@ -424,8 +424,8 @@ std::optional<uint64_t> BpfLoader::take_tcp_retransmit(const argus_tcp_key& key)
   return segs;
 }
 
-std::map<std::string, uint64_t> BpfLoader::read_errors() const {
-  std::map<std::string, uint64_t> out;
+std::map<uint32_t, uint64_t> BpfLoader::read_errors() const {
+  std::map<uint32_t, uint64_t> out;
   std::vector<uint64_t> per_cpu(static_cast<size_t>(ncpus_));
   for (uint32_t i = 0; i < ARGUS_ERR_MAX; ++i) {
     uint64_t total = 0;
@@ -433,7 +433,7 @@ std::map<std::string, uint64_t> BpfLoader::read_errors() const {
                              per_cpu.size() * sizeof(uint64_t), 0) == 0) {
       for (uint64_t v : per_cpu) total += v;
     }
-    out[bpf_error_name(i)] = total;
+    out[i] = total;
   }
   return out;
 }

@@ -70,7 +70,7 @@ class BpfLoader : public BpfBackend {
   void delete_stats(uint32_t tgid) override;
   std::vector<TcpRetransEntry> read_tcp_retransmits() const override;
   std::optional<uint64_t> take_tcp_retransmit(const argus_tcp_key& key) override;
-  std::map<std::string, uint64_t> read_errors() const override;
+  std::map<uint32_t, uint64_t> read_errors() const override;
   std::vector<InflightCall> read_inflight_waits() const override;
   void delete_seqs(uint32_t tgid) override;
   void set_event_handler(EventHandler handler) override { handler_ = std::move(handler); }

@@ -22,8 +22,7 @@ uint64_t usdt_slots_for(const std::vector<elf::UsdtNote>& notes, const char* nam
 
 }  // namespace
 
-ProbeManager::ProbeManager(BpfBackend& loader, ProbeManagerOptions opts, Discovery* skips_sink)
-    : loader_(loader), opts_(std::move(opts)), skips_(skips_sink) {
+ProbeManager::ProbeManager(BpfBackend& loader, ProbeManagerOptions opts) : loader_(loader), opts_(std::move(opts)) {
   stats_.usdt_slots_limit = loader_.usdt_spec_slots();
   if (opts_.parse_in_background)
     worker_ = std::thread([this] {
@@ -48,7 +47,7 @@ ProbeManager::~ProbeManager() {
 }
 
 void ProbeManager::skip(SkipReason reason) {
-  if (skips_ != nullptr) skips_->count_skip(reason);
+  count_into(opts_.counters, reason);
 }
 
 // A loader whose hook did not attach sends no dlopen hints: discovery must keep

@@ -43,6 +43,7 @@ struct ProbeManagerOptions {
   size_t max_pending_parses = 64;
   elf::ReadOptions elf{.include_symtab = false};  // the NCCL and CUDA APIs are exported
   bool python_gc = true;  // probe Python interpreters' collectors (off: GC counts by polling only)
+  AgentCounters* counters = nullptr;  // files skipped (argus_agent_discovery_skips_total)
 };
 
 // What the probes cost now, for /metrics.
@@ -65,7 +66,7 @@ struct ProbeStats {
 
 class ProbeManager final : public LibraryProber {
  public:
-  ProbeManager(BpfBackend& loader, ProbeManagerOptions opts, Discovery* skips_sink = nullptr);
+  ProbeManager(BpfBackend& loader, ProbeManagerOptions opts);
   ~ProbeManager() override;
   ProbeManager(const ProbeManager&) = delete;
   ProbeManager& operator=(const ProbeManager&) = delete;
@@ -73,7 +74,6 @@ class ProbeManager final : public LibraryProber {
   // The kind of a file already parsed; None while it is still being parsed
   // (complete_parses() names the process again once it is done).
   LibraryKind consider(int pid, const procfs::MapEntry& mapping) override;
-  void set_skip_sink(Discovery* d) { skips_ = d; }
 
   // Event loop: attaches the probes of every finished parse. Returns the
   // processes that map those libraries, to be looked at again now.
@@ -135,7 +135,6 @@ class ProbeManager final : public LibraryProber {
 
   BpfBackend& loader_;
   ProbeManagerOptions opts_;
-  Discovery* skips_;
   std::map<FileKey, Library> files_;  // event loop only
   std::set<std::pair<FileKey, int>> refused_;  // (file, pid) whose mapped path was refused; event loop only
   size_t pending_ = 0;                // files_ entries still being parsed

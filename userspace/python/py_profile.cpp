@@ -57,12 +57,12 @@ void ProfileStore::add(int pid, uint64_t ts_ns, const std::vector<PyFrame>& fram
   std::lock_guard lock(mu_);
   Rank& r = ranks_[pid];
   if (opts_.max_samples_per_rank == 0) {
-    count_cap(opts_.caps, Cap::kPythonSamples);
+    count_into(opts_.caps, Cap::kPythonSamples);
     return;
   }
   while (r.samples.size() >= opts_.max_samples_per_rank) {
     drop_front(r);
-    count_cap(opts_.caps, Cap::kPythonSamples);
+    count_into(opts_.caps, Cap::kPythonSamples);
   }
   auto [it, inserted] = r.stacks.try_emplace(std::move(key));
   if (inserted) it->second.functions = std::move(functions);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "bpf/argus_py_sample.h"
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/model/event.h"
 #include "userspace/python/py_runtime.h"
 
@@ -40,7 +40,7 @@ std::string function_label(const PyFrame& f);
 struct ProfileOptions {
   double retention_seconds = 300;       // samples older than this are dropped
   size_t max_samples_per_rank = 30000;  // ... and beyond this count the oldest (Cap::kPythonSamples)
-  CapCounts* caps = nullptr;
+  AgentCounters* caps = nullptr;
 };
 
 // Samples per process, thread-safe (the event loop adds, HTTP threads read).

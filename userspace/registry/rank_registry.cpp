@@ -168,7 +168,7 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
   auto it = entries_.find(pid);
   if (it == entries_.end()) return;
   if (it->second.comms.size() >= opts_.max_comm_inits) {
-    count_cap(opts_.caps, Cap::kRankCommInits);
+    count_into(opts_.caps, Cap::kRankCommInits);
   } else {
     it->second.comms.push_back(info);
   }
@@ -212,7 +212,7 @@ void RankRegistry::evict_exited_past_cap(int keep_pid) {
     if (oldest == entries_.end()) return;
     entries_.erase(oldest);
     --exited;
-    count_cap(opts_.caps, Cap::kExitedRanks);
+    count_into(opts_.caps, Cap::kExitedRanks);
   }
 }
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
 #include "userspace/model/snapshot.h"
@@ -37,7 +37,7 @@ struct RegistryOptions {
   bool launches_counted = false;    // --probes deep
   size_t max_exited = kDefaultMaxExitedRanks;  // exited ranks kept; past it the oldest goes before its grace
   size_t max_comm_inits = kDefaultMaxCommsPerRank;  // ncclCommInitRank records kept per process
-  CapCounts* caps = nullptr;
+  AgentCounters* caps = nullptr;
   bool sched_probe = false;  // the sched_switch probe follows the ranks (OffCpuView::present)
 };
 

@@ -83,7 +83,7 @@ void NodeTimeline::add_host_span(Rank& r, HostSpan span) {
   r.host.push_back(std::move(span));
   const auto keep_ns = static_cast<uint64_t>(opts_.host_trace_seconds * kNs);
   while (!r.host.empty() && end_ns > keep_ns && r.host.front().end_ns < end_ns - keep_ns) r.host.pop_front();
-  for (; r.host.size() > opts_.max_host_spans; r.host.pop_front()) count_cap(opts_.caps, Cap::kHostTraceSpans);
+  for (; r.host.size() > opts_.max_host_spans; r.host.pop_front()) count_into(opts_.caps, Cap::kHostTraceSpans);
 }
 
 void NodeTimeline::on_call(int pid, bool collective, const std::string& label, const std::string& comm,
@@ -283,7 +283,7 @@ std::vector<TraceRank> NodeTimeline::trace(uint64_t from_ns, uint64_t to_ns) con
   }
   std::vector<TraceRank> out;
   for (const auto& raw : raws) {
-    count_cap(opts_.caps, Cap::kTraceAnswerSpans, raw.left_out);
+    count_into(opts_.caps, Cap::kTraceAnswerSpans, raw.left_out);
     auto tr = build_trace(raw);
     if (!tr.spans.empty() || tr.left_out != 0) out.push_back(std::move(tr));
   }

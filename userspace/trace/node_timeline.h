@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bpf/argus.h"
-#include "userspace/common/caps.h"
+#include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/timeline.h"
 #include "userspace/model/snapshot.h"
@@ -25,7 +25,7 @@ struct NodeTimelineOptions {
   double host_trace_seconds = kDefaultTraceSeconds;
   size_t max_host_spans = kDefaultMaxHostSpansPerRank;  // per rank
   size_t max_trace_spans = kDefaultMaxTraceAnswerSpans;  // per trace() answer, all ranks
-  CapCounts* caps = nullptr;  // also the GPU timelines' when gpu.caps is null
+  AgentCounters* caps = nullptr;  // also the GPU timelines' when gpu.caps is null
 };
 
 class NodeTimeline {

@@ -60,18 +60,18 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
   }
 }
 
-uint32_t event_source(const DecodedEvent& ev) {
+EventSource event_source(const DecodedEvent& ev) {
   struct Visitor {
-    uint32_t operator()(const argus_exec_event&) const { return ARGUS_SRC_PROC; }
-    uint32_t operator()(const argus_exit_event&) const { return ARGUS_SRC_PROC; }
-    uint32_t operator()(const argus_tgid_seen_event&) const { return ARGUS_SRC_PROC; }
-    uint32_t operator()(const argus_nccl_coll_event&) const { return ARGUS_SRC_NCCL; }
-    uint32_t operator()(const argus_nccl_init_event&) const { return ARGUS_SRC_NCCL; }
-    uint32_t operator()(const argus_call_done_event& e) const {
-      return e.cls == ARGUS_CLS_NCCL ? ARGUS_SRC_NCCL : ARGUS_SRC_CUDA;
+    EventSource operator()(const argus_exec_event&) const { return EventSource::kProc; }
+    EventSource operator()(const argus_exit_event&) const { return EventSource::kProc; }
+    EventSource operator()(const argus_tgid_seen_event&) const { return EventSource::kProc; }
+    EventSource operator()(const argus_nccl_coll_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_nccl_init_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_call_done_event& e) const {
+      return e.cls == ARGUS_CLS_NCCL ? EventSource::kNccl : EventSource::kCuda;
     }
-    uint32_t operator()(const GpuBatch&) const { return ARGUS_SRC_GPU; }
-    uint32_t operator()(const GpuName&) const { return ARGUS_SRC_GPU; }
+    EventSource operator()(const GpuBatch&) const { return EventSource::kGpu; }
+    EventSource operator()(const GpuName&) const { return EventSource::kGpu; }
   };
   return std::visit(Visitor{}, ev);
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bpf/argus.h"
+#include "userspace/model/vocab.h"
 
 namespace argus {
 
@@ -32,8 +33,8 @@ using DecodedEvent = std::variant<argus_exec_event, argus_exit_event, argus_tgid
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size);
 
-// The event's source (enum argus_source), for the events_total{source} counter.
-uint32_t event_source(const DecodedEvent& ev);
+// The event's source, for the events_total{source} counter.
+EventSource event_source(const DecodedEvent& ev);
 
 
 }  // namespace argus

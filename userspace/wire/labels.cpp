@@ -14,6 +14,13 @@
 namespace argus {
 namespace {
 
+// The model's sources are BPF's, number for number.
+static_assert(static_cast<int>(EventSource::kProc) == ARGUS_SRC_PROC);
+static_assert(static_cast<int>(EventSource::kNccl) == ARGUS_SRC_NCCL);
+static_assert(static_cast<int>(EventSource::kCuda) == ARGUS_SRC_CUDA);
+static_assert(static_cast<int>(EventSource::kGpu) == ARGUS_SRC_GPU);
+static_assert(ARGUS_SRC_MAX == kVocabSize<EventSource>);
+
 constexpr uint16_t kAfInet = 2;  // the kernel's AF_INET and AF_INET6, as BPF copies them
 constexpr uint16_t kAfInet6 = 10;
 
@@ -65,13 +72,13 @@ const char* block_op_label(uint32_t op) {
   }
 }
 
-const char* source_label(uint32_t source) {
-  switch (source) {
-    case ARGUS_SRC_PROC: return "proc";
-    case ARGUS_SRC_NCCL: return "nccl";
-    case ARGUS_SRC_CUDA: return "cuda";
-    case ARGUS_SRC_GPU: return "gpu";
-    default: return "unknown";
+std::optional<EventSource> ringbuf_full_source(uint32_t err) {
+  switch (err) {
+    case ARGUS_ERR_RINGBUF_PROC: return EventSource::kProc;
+    case ARGUS_ERR_RINGBUF_NCCL: return EventSource::kNccl;
+    case ARGUS_ERR_RINGBUF_CUDA: return EventSource::kCuda;
+    case ARGUS_ERR_RINGBUF_GPU: return EventSource::kGpu;
+    default: return std::nullopt;
   }
 }
 

@@ -4,7 +4,10 @@
 // gets its word once.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "userspace/model/vocab.h"
 
 namespace argus {
 
@@ -20,10 +23,11 @@ std::string nccl_result_name(int code);
 // The `op` label of a block request (enum argus_block_op): "read", "write",
 // "flush", "discard", "other".
 const char* block_op_label(uint32_t op);
-// A record's source (enum argus_source): "proc", "nccl", "cuda", "gpu".
-const char* source_label(uint32_t source);
 // A BPF error counter (enum argus_error): "ringbuf_full_nccl", "stats_map_full", ...
 const char* bpf_error_name(uint32_t err);
+// The source whose records a full ring buffer lost, for a ringbuf_full_* counter
+// (those are events lost, not errors); nullopt for any other counter.
+std::optional<EventSource> ringbuf_full_source(uint32_t err);
 // A copy's direction (ARGUS_GPU_COPY_*, also the memcpy stat key's sub): "htod", "dtoh", ...
 const char* copy_direction_label(uint32_t dir);
 // The `remote` label of a TCP key's address: "10.0.0.7", "fd00::7"; an IPv4-mapped
