@@ -3,7 +3,12 @@
 // The rank loads the CUDA and NCCL libraries with dlopen (as PyTorch does) and
 // calls them through the PUBLIC names an application uses, so that the agent's
 // uprobes on those files see exactly the calls counted here.
+//
+// This file: the rank's life (start-up, the step loop, the faults it injects, the stop
+// signals, teardown and its truth file). worker_libs.cpp loads the libraries and makes the
+// calls a step is made of; worker_rank.h declares the Rank and the libraries' C ABI.
 #include "worker.h"
+#include "worker_rank.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,117 +22,12 @@
 #include <string>
 #include <vector>
 
-#include <dlfcn.h>
 #include <unistd.h>
-
-#include "argus_result_codes.h"
-#include "sim_config.h"
-#include "sim_gpu.h"
-#include "truth.h"
-#include "workload.h"
 
 namespace argus::sim {
 namespace {
 
-// ---- the C ABI of the two libraries (opaque handles, by-value unique id) ----
-
-using CUresult = int;
-using CUdevice = int;
-using CUdeviceptr = unsigned long long;
-struct CUctx_st;
-struct CUmod_st;
-struct CUfunc_st;
-struct CUstream_st;
-struct CUevent_st;
-using CUcontext = CUctx_st *;
-using CUmodule = CUmod_st *;
-using CUfunction = CUfunc_st *;
-using CUstream = CUstream_st *;
-using CUevent = CUevent_st *;
-struct CUlaunchConfig {
-	unsigned gridDimX, gridDimY, gridDimZ;
-	unsigned blockDimX, blockDimY, blockDimZ;
-	unsigned sharedMemBytes;
-	CUstream hStream;
-	void *attrs;
-	unsigned numAttrs;
-};
-using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-			      unsigned, CUstream, void **, void **);
-using LaunchExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
-
-using ncclResult_t = int;
-struct ncclComm;
-using ncclComm_t = ncclComm *;
-struct NcclUniqueId {
-	char internal[128];
-};
-
-struct CudaApi {
-	CUresult (*cuInit)(unsigned);
-	CUresult (*cuDriverGetVersion)(int *);
-	CUresult (*cuDeviceGetCount)(int *);
-	CUresult (*cuDeviceGet)(CUdevice *, int);
-	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
-	CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned, CUdevice);
-	CUresult (*cuCtxDestroy_v2)(CUcontext);
-	CUresult (*cuCtxSynchronize)();
-	CUresult (*cuStreamCreate)(CUstream *, unsigned);
-	CUresult (*cuStreamDestroy_v2)(CUstream);
-	CUresult (*cuStreamSynchronize)(CUstream);
-	CUresult (*cuStreamSynchronize_ptsz)(CUstream);
-	CUresult (*cuEventCreate)(CUevent *, unsigned);
-	CUresult (*cuEventRecord)(CUevent, CUstream);
-	CUresult (*cuEventSynchronize)(CUevent);
-	CUresult (*cuEventDestroy_v2)(CUevent);
-	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
-	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
-	LaunchFn cuLaunchKernel;
-	LaunchFn cuLaunchKernel_ptsz;
-	LaunchExFn cuLaunchKernelEx;
-	LaunchExFn cuLaunchKernelEx_ptsz;
-	CUresult (*cuMemAlloc_v2)(CUdeviceptr *, std::size_t);
-	CUresult (*cuMemAllocAsync)(CUdeviceptr *, std::size_t, CUstream);
-	CUresult (*cuMemFree_v2)(CUdeviceptr);
-	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, std::size_t);
-	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, std::size_t);
-	CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void *, std::size_t, CUstream);
-	CUresult (*cuMemcpyDtoHAsync_v2)(void *, CUdeviceptr, std::size_t, CUstream);
-	CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, std::size_t, CUstream);
-	// Optional, sim only (a real libcuda has none of them; sim_gpu.h).
-	void (*argus_sim_set_kernel_us)(CUfunction, unsigned);
-	argus_sim_gpu_flush_all_fn argus_sim_gpu_flush_all;
-	argus_sim_gpu_totals_fn argus_sim_gpu_totals;
-	argus_sim_coll_log_fn argus_sim_coll_log;
-};
-
-struct NcclApi {
-	ncclResult_t (*ncclCommInitRank)(ncclComm_t *, int, NcclUniqueId, int);
-	ncclResult_t (*ncclCommDestroy)(ncclComm_t);
-	ncclResult_t (*ncclCommAbort)(ncclComm_t);
-	const char *(*ncclGetErrorString)(ncclResult_t);
-	const char *(*ncclGetLastError)(ncclComm_t);
-	ncclResult_t (*ncclAllReduce)(const void *, void *, std::size_t, int, int, ncclComm_t, CUstream);
-	ncclResult_t (*ncclAllGather)(const void *, void *, std::size_t, int, ncclComm_t, CUstream);
-	ncclResult_t (*ncclReduceScatter)(const void *, void *, std::size_t, int, int, ncclComm_t,
-					  CUstream);
-	ncclResult_t (*ncclBroadcast)(const void *, void *, std::size_t, int, int, ncclComm_t, CUstream);
-	ncclResult_t (*ncclReduce)(const void *, void *, std::size_t, int, int, int, ncclComm_t,
-				   CUstream);
-	ncclResult_t (*ncclAlltoAll)(const void *, void *, std::size_t, int, ncclComm_t, CUstream);
-	ncclResult_t (*ncclSend)(const void *, std::size_t, int, int, ncclComm_t, CUstream);
-	ncclResult_t (*ncclRecv)(void *, std::size_t, int, int, ncclComm_t, CUstream);
-	ncclResult_t (*ncclGroupStart)();
-	ncclResult_t (*ncclGroupEnd)();
-	ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
-};
-
-// The name NCCL gives a result code (the agent's table), or the number.
-std::string nccl_result_name(int r)
-{
-	const char *name = argus_nccl_result_name(r);
-	return name ? name : std::to_string(r);
-}
+using worker_detail::NcclUniqueId;
 
 // ---- signals: stop at the next safe point ----
 
@@ -229,19 +129,6 @@ bool burn_cpu(long long ns)
 	return !g_stop;
 }
 
-bool env_int(const char *name, int &out)
-{
-	const char *v = std::getenv(name);
-	if (!v || !*v)
-		return false;
-	char *end = nullptr;
-	long x = std::strtol(v, &end, 10);
-	if (*end != '\0' || x < 0 || x > (1 << 30))
-		return false;
-	out = static_cast<int>(x);
-	return true;
-}
-
 bool decode_hex_id(const char *hex, NcclUniqueId &id)
 {
 	if (!hex || std::strlen(hex) != 2 * sizeof id.internal)
@@ -264,284 +151,30 @@ bool decode_hex_id(const char *hex, NcclUniqueId &id)
 	return true;
 }
 
-template <typename Fn> bool load_sym(void *lib, const char *name, Fn &fn, std::string &missing)
-{
-	dlerror();
-	void *p = dlsym(lib, name);
-	if (!p) {
-		if (!missing.empty())
-			missing += ", ";
-		missing += name;
-		fn = nullptr;
-		return false;
-	}
-	*reinterpret_cast<void **>(&fn) = p;
-	return true;
-}
-
-enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit };
-
 // --gpu-hang: every kernel takes the longest the emulated GPU allows (~66 min).
 constexpr double kGpuHangFactor = 1e12;
 
-class Rank {
-public:
-	Rank(SimConfig cfg, int rank, int world, int local_rank, NcclUniqueId id)
-	    : cfg_(std::move(cfg)), rank_(rank), world_(world), local_rank_(local_rank), id_(id),
-	      plan_(plan_for(cfg_, rank))
-	{
-		truth_.job_id = cfg_.job_id;
-		truth_.rank = rank;
-		truth_.pid = static_cast<int>(getpid());
-		truth_.local_rank = local_rank;
-		truth_.world_size = world;
-		truth_.node = node_name(node_of(cfg_, rank));
-		truth_.local_world_size = local_world_size_of(cfg_, node_of(cfg_, rank));
-		if (const char *node = std::getenv(kNodeEnv); node && *node)
-			truth_.node = node;
-		if (int lws = 0; env_int("LOCAL_WORLD_SIZE", lws) && lws > 0)
-			truth_.local_world_size = lws;
-		if (plan_.pp_stage >= 0) {
-			truth_.pp_stage = plan_.pp_stage;
-			// What the NCCL shim applies: the launcher's value, else the plan's.
-			int delay = 0;
-			truth_.recv_delay_us = env_int(ARGUS_SIM_PP_RECV_DELAY_ENV, delay)
-						       ? delay
-						       : plan_.recv_delay_us;
-		}
-	}
+} // namespace
 
-	int run();
+namespace worker_detail {
 
-private:
-	void log(const std::string &msg) const
-	{
-		std::fprintf(stderr, "argus-sim[rank %d]: %s\n", rank_, msg.c_str());
-	}
-
-	int finish(const char *status, int code);
-	void write_truth();
-	void add_fault(nlohmann::json fault);
-	int hang(std::int64_t s);
-	bool load_libraries();
-	bool setup_cuda();
-	StepResult step(std::int64_t s);
-	StepResult step_start(std::int64_t s);
-	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
-	void set_kernel_durations(double factor);
-	bool host_burn(long long ns, long long &took);
-	bool launch(int i);
-	void teardown(bool abort_comm);
-	bool stopped_by_launcher() const;
-
-	// Records a CUDA call (whatever it returned) and passes its result on.
-	CUresult cuda(const char *symbol, CUresult r)
-	{
-		truth_.cuda_calls[symbol]++;
-		std::string base = cuda_base_api(symbol);
-		if (base.rfind("cuLaunchKernel", 0) == 0)
-			truth_.kernel_launches++;
-		if (base == "cuStreamSynchronize" || base == "cuCtxSynchronize" ||
-		    base == "cuEventSynchronize")
-			truth_.sync[base]++;
-		if (r != 0) {
-			const char *name = argus_cuda_result_name(r);
-			truth_.cuda_errors[base][name ? name : "CUDA_ERROR_" + std::to_string(r)]++;
-		}
-		return r;
-	}
-
-	// Records a host-API copy (calls and bytes per direction, whatever it
-	// returned) and passes its result on.
-	CUresult copy(const char *symbol, const char *direction, std::size_t bytes, CUresult r)
-	{
-		auto &c = truth_.memcpy[direction];
-		c.calls++;
-		c.bytes += bytes;
-		return cuda(symbol, r);
-	}
-
-	// Records a NCCL collective/p2p call.
-	ncclResult_t nccl(Op op, std::uint64_t bytes, ncclResult_t r)
-	{
-		auto &c = truth_.nccl[std::string(op_label(op))];
-		c.calls++;
-		c.bytes += bytes;
-		if (r != 0) {
-			truth_.nccl_errors[std::string(op_label(op))][nccl_result_name(r)]++;
-			note_nccl_error(std::string(op_label(op)), r);
-		}
-		return r;
-	}
-
-	void note_nccl_error(const std::string &what, ncclResult_t r)
-	{
-		if (!nccl_error_.empty())
-			return;
-		const char *last = nc_.ncclGetLastError ? nc_.ncclGetLastError(comm_) : nullptr;
-		nccl_error_ = what + ": " + nccl_result_name(r) + (last && *last ? std::string(" (") + last + ")" : "");
-	}
-
-	SimConfig cfg_;
-	int rank_, world_, local_rank_;
-	NcclUniqueId id_;
-	RankPlan plan_;
-	Truth truth_;
-	CudaApi cu_{};
-	NcclApi nc_{};
-	void *cuda_lib_ = nullptr;
-	void *nccl_lib_ = nullptr;
-
-	CUcontext ctx_ = nullptr;
-	CUstream stream_ = nullptr;
-	CUstream nccl_stream_ = nullptr;
-	CUevent event_ = nullptr;
-	CUmodule module_ = nullptr;
-	std::vector<CUfunction> kernels_;  // --kernel-names of them
-	std::vector<double> kernel_us_;     // nominal emulated durations
-	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
-	float loss_host_[16] = {};   // each step's loss, copied back (DtoH)
-	float lr_host_[64] = {};     // optimizer state uploaded every 10 steps (HtoD)
-	ncclComm_t comm_ = nullptr;
-	std::string nccl_error_;
-};
-
-bool Rank::load_libraries()
+// The name NCCL gives a result code (the agent's table), or the number.
+std::string nccl_result_name(int r)
 {
-	cuda_lib_ = dlopen(cfg_.cuda_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-	if (!cuda_lib_) {
-		const char *e = dlerror();
-		log("cannot load the CUDA library " + cfg_.cuda_lib + ": " + (e ? e : "unknown error"));
-		return false;
-	}
-	nccl_lib_ = dlopen(cfg_.nccl_lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-	if (!nccl_lib_) {
-		const char *e = dlerror();
-		log("cannot load the NCCL library " + cfg_.nccl_lib + ": " + (e ? e : "unknown error"));
-		return false;
-	}
-	std::string missing;
-#define ARGUS_CU(name) load_sym(cuda_lib_, #name, cu_.name, missing)
-	ARGUS_CU(cuInit);
-	ARGUS_CU(cuDriverGetVersion);
-	ARGUS_CU(cuDeviceGetCount);
-	ARGUS_CU(cuDeviceGet);
-	ARGUS_CU(cuDeviceGetName);
-	ARGUS_CU(cuCtxCreate_v2);
-	ARGUS_CU(cuCtxDestroy_v2);
-	ARGUS_CU(cuCtxSynchronize);
-	ARGUS_CU(cuStreamCreate);
-	ARGUS_CU(cuStreamDestroy_v2);
-	ARGUS_CU(cuStreamSynchronize);
-	ARGUS_CU(cuStreamSynchronize_ptsz);
-	ARGUS_CU(cuEventCreate);
-	ARGUS_CU(cuEventRecord);
-	ARGUS_CU(cuEventSynchronize);
-	ARGUS_CU(cuEventDestroy_v2);
-	ARGUS_CU(cuModuleLoadData);
-	ARGUS_CU(cuModuleGetFunction);
-	ARGUS_CU(cuLaunchKernel);
-	ARGUS_CU(cuLaunchKernel_ptsz);
-	ARGUS_CU(cuLaunchKernelEx);
-	ARGUS_CU(cuLaunchKernelEx_ptsz);
-	ARGUS_CU(cuMemAlloc_v2);
-	ARGUS_CU(cuMemAllocAsync);
-	ARGUS_CU(cuMemFree_v2);
-	ARGUS_CU(cuMemcpyHtoD_v2);
-	ARGUS_CU(cuMemcpyDtoD_v2);
-	ARGUS_CU(cuMemcpyHtoDAsync_v2);
-	ARGUS_CU(cuMemcpyDtoHAsync_v2);
-	ARGUS_CU(cuMemcpyDtoDAsync_v2);
-#undef ARGUS_CU
-#define ARGUS_NC(name) load_sym(nccl_lib_, #name, nc_.name, missing)
-	ARGUS_NC(ncclCommInitRank);
-	ARGUS_NC(ncclCommDestroy);
-	ARGUS_NC(ncclCommAbort);
-	ARGUS_NC(ncclGetErrorString);
-	ARGUS_NC(ncclGetLastError);
-	ARGUS_NC(ncclAllReduce);
-	ARGUS_NC(ncclAllGather);
-	ARGUS_NC(ncclReduceScatter);
-	ARGUS_NC(ncclBroadcast);
-	ARGUS_NC(ncclReduce);
-	ARGUS_NC(ncclAlltoAll);
-	ARGUS_NC(ncclSend);
-	ARGUS_NC(ncclRecv);
-	ARGUS_NC(ncclGroupStart);
-	ARGUS_NC(ncclGroupEnd);
-	ARGUS_NC(ncclCommGetAsyncError);
-#undef ARGUS_NC
-	if (!missing.empty()) {
-		log("missing symbols in " + cfg_.cuda_lib + " / " + cfg_.nccl_lib + ": " + missing);
-		return false;
-	}
-	// Sim-only knobs; a real libcuda does not have them.
-	std::string ignored;
-	load_sym(cuda_lib_, "argus_sim_set_kernel_us", cu_.argus_sim_set_kernel_us, ignored);
-	load_sym(cuda_lib_, "argus_sim_gpu_flush_all", cu_.argus_sim_gpu_flush_all, ignored);
-	load_sym(cuda_lib_, "argus_sim_gpu_totals", cu_.argus_sim_gpu_totals, ignored);
-	load_sym(cuda_lib_, "argus_sim_coll_log", cu_.argus_sim_coll_log, ignored);
-	return true;
+	const char *name = argus_nccl_result_name(r);
+	return name ? name : std::to_string(r);
 }
 
-bool Rank::setup_cuda()
+bool env_int(const char *name, int &out)
 {
-	auto fail = [&](const char *what, CUresult r) {
-		const char *name = argus_cuda_result_name(r);
-		log(std::string(what) + " failed: " + (name ? name : std::to_string(r)));
+	const char *v = std::getenv(name);
+	if (!v || !*v)
 		return false;
-	};
-	CUresult r;
-	if ((r = cuda("cuInit", cu_.cuInit(0))) != 0)
-		return fail("cuInit", r);
-	int version = 0, count = 0;
-	cuda("cuDriverGetVersion", cu_.cuDriverGetVersion(&version));
-	if ((r = cuda("cuDeviceGetCount", cu_.cuDeviceGetCount(&count))) != 0 || count < 1)
-		return fail("cuDeviceGetCount", r);
-	CUdevice dev = 0;
-	if ((r = cuda("cuDeviceGet", cu_.cuDeviceGet(&dev, local_rank_ % count))) != 0)
-		return fail("cuDeviceGet", r);
-	char name[128] = {};
-	cuda("cuDeviceGetName", cu_.cuDeviceGetName(name, sizeof name, dev));
-	if ((r = cuda("cuCtxCreate_v2", cu_.cuCtxCreate_v2(&ctx_, 0, dev))) != 0)
-		return fail("cuCtxCreate_v2", r);
-	if ((r = cuda("cuStreamCreate", cu_.cuStreamCreate(&stream_, 1))) != 0)
-		return fail("cuStreamCreate", r);
-	if ((r = cuda("cuStreamCreate", cu_.cuStreamCreate(&nccl_stream_, 1))) != 0)
-		return fail("cuStreamCreate", r);
-	if ((r = cuda("cuEventCreate", cu_.cuEventCreate(&event_, 0))) != 0)
-		return fail("cuEventCreate", r);
-	static const char image[] = "// argus-sim fake PTX image\n.version 8.0\n.target sm_90\n";
-	if ((r = cuda("cuModuleLoadData", cu_.cuModuleLoadData(&module_, image))) != 0)
-		return fail("cuModuleLoadData", r);
-	// The GPU is busy ~60% of the nominal step (not scaled by a host straggler).
-	const double base_us = cfg_.kernels_per_step > 0
-				       ? cfg_.step_ms * 1000.0 * kGpuBusyShare / cfg_.kernels_per_step
-				       : 0.0;
-	kernels_.assign(static_cast<std::size_t>(cfg_.kernel_names), nullptr);
-	kernel_us_.assign(kernels_.size(), 0.0);
-	for (std::size_t k = 0; k < kernels_.size(); k++) {
-		const std::string name = kernel_name(static_cast<int>(k));
-		if ((r = cuda("cuModuleGetFunction", cu_.cuModuleGetFunction(&kernels_[k], module_, name.c_str()))) != 0)
-			return fail("cuModuleGetFunction", r);
-		kernel_us_[k] = base_us * kernel_weight(static_cast<int>(k));
-	}
-	set_kernel_durations(1.0);
-	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&params_, std::size_t{2} << 30))) != 0)
-		return fail("cuMemAlloc_v2", r);
-	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&grads_, std::size_t{2} << 30))) != 0)
-		return fail("cuMemAlloc_v2", r);
-	if ((r = cuda("cuMemAllocAsync",
-		      cu_.cuMemAllocAsync(&comm_buf_, std::size_t{512} << 20, nccl_stream_))) != 0)
-		return fail("cuMemAllocAsync", r);
-	static const std::uint32_t init_weights[1024] = {};
-	copy("cuMemcpyHtoD_v2", "htod", sizeof init_weights,
-	     cu_.cuMemcpyHtoD_v2(params_, init_weights, sizeof init_weights));
-	// --cuda-errors: allocations no GPU can satisfy (1 PiB): CUDA_ERROR_OUT_OF_MEMORY.
-	for (int i = 0; i < plan_.cuda_errors; i++) {
-		CUdeviceptr p = 0;
-		cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&p, std::size_t{1} << 50));
-	}
+	char *end = nullptr;
+	long x = std::strtol(v, &end, 10);
+	if (*end != '\0' || x < 0 || x > (1 << 30))
+		return false;
+	out = static_cast<int>(x);
 	return true;
 }
 
@@ -553,70 +186,6 @@ bool Rank::host_burn(long long ns, long long &took)
 	took = now_ns() - wall0;
 	truth_.host_cpu_burnt_ns += static_cast<std::uint64_t>(std::max(0LL, thread_cpu_ns() - cpu0));
 	return ok;
-}
-
-// The emulated duration of every kernel: nominal x factor (--gpu-slow).
-void Rank::set_kernel_durations(double factor)
-{
-	if (!cu_.argus_sim_set_kernel_us)
-		return;
-	for (std::size_t k = 0; k < kernels_.size(); k++) {
-		double us = static_cast<double>(static_cast<unsigned>(kernel_us_[k] < 1.0 ? 1.0 : kernel_us_[k]));
-		us *= factor;
-		if (us > 4e9)
-			us = 4e9;
-		cu_.argus_sim_set_kernel_us(kernels_[k], us < 1.0 ? 1u : static_cast<unsigned>(us));
-	}
-}
-
-bool Rank::launch(int i)
-{
-	CUfunction f = kernels_[static_cast<std::size_t>(i) % kernels_.size()];
-	unsigned grid = 108u * static_cast<unsigned>(1 + i % 4);
-	void *arg0 = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
-	int arg1 = i;
-	void *params[] = {&arg0, &arg1};
-	if (i % 16 == 15 || i % 8 == 7) {
-		CUlaunchConfig lc{};
-		lc.gridDimX = grid;
-		lc.gridDimY = lc.gridDimZ = 1;
-		lc.blockDimX = 256;
-		lc.blockDimY = lc.blockDimZ = 1;
-		lc.hStream = stream_;
-		if (i % 16 == 15)
-			return cuda("cuLaunchKernelEx_ptsz", cu_.cuLaunchKernelEx_ptsz(&lc, f, params, nullptr)) == 0;
-		return cuda("cuLaunchKernelEx", cu_.cuLaunchKernelEx(&lc, f, params, nullptr)) == 0;
-	}
-	if (i % 8 == 3)
-		return cuda("cuLaunchKernel_ptsz", cu_.cuLaunchKernel_ptsz(f, grid, 1, 1, 256, 1, 1, 0, stream_,
-									  params, nullptr)) == 0;
-	return cuda("cuLaunchKernel",
-		    cu_.cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, stream_, params, nullptr)) == 0;
-}
-
-ncclResult_t Rank::call_nccl(const NcclCall &c, CUstream stream)
-{
-	void *send = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
-	void *recv = reinterpret_cast<void *>(static_cast<std::uintptr_t>(comm_buf_));
-	switch (c.op) {
-	case Op::AllReduce:
-		return nc_.ncclAllReduce(send, recv, c.count, c.dtype, c.redop, comm_, stream);
-	case Op::AllGather:
-		return nc_.ncclAllGather(send, recv, c.count, c.dtype, comm_, stream);
-	case Op::ReduceScatter:
-		return nc_.ncclReduceScatter(send, recv, c.count, c.dtype, c.redop, comm_, stream);
-	case Op::Broadcast:
-		return nc_.ncclBroadcast(send, recv, c.count, c.dtype, c.root, comm_, stream);
-	case Op::Reduce:
-		return nc_.ncclReduce(send, recv, c.count, c.dtype, c.redop, c.root, comm_, stream);
-	case Op::AllToAll:
-		return nc_.ncclAlltoAll(send, recv, c.count, c.dtype, comm_, stream);
-	case Op::Send:
-		return nc_.ncclSend(send, c.count, c.dtype, c.peer, comm_, stream);
-	case Op::Recv:
-		return nc_.ncclRecv(recv, c.count, c.dtype, c.peer, comm_, stream);
-	}
-	return 0;
 }
 
 // Before the step's compute: the GPU faults' onsets, then (--pp) the pipeline's
@@ -947,7 +516,10 @@ int Rank::run()
 	return finish("completed", kWorkerOk);
 }
 
-} // namespace
+} // namespace worker_detail
+
+using worker_detail::env_int;
+using worker_detail::Rank;
 
 int worker_main()
 {

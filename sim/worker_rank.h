@@ -1,0 +1,244 @@
+// Private to argus-sim's worker mode (worker.cpp, worker_libs.cpp): one rank of the
+// simulated job (Rank) and the C ABI of the CUDA and NCCL libraries it calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "argus_result_codes.h"
+#include "sim_config.h"
+#include "sim_gpu.h"
+#include "truth.h"
+#include "workload.h"
+
+namespace argus::sim::worker_detail {
+
+// ---- the C ABI of the two libraries (opaque handles, by-value unique id) ----
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+struct CUmod_st;
+struct CUfunc_st;
+struct CUstream_st;
+struct CUevent_st;
+using CUcontext = CUctx_st *;
+using CUmodule = CUmod_st *;
+using CUfunction = CUfunc_st *;
+using CUstream = CUstream_st *;
+using CUevent = CUevent_st *;
+struct CUlaunchConfig {
+	unsigned gridDimX, gridDimY, gridDimZ;
+	unsigned blockDimX, blockDimY, blockDimZ;
+	unsigned sharedMemBytes;
+	CUstream hStream;
+	void *attrs;
+	unsigned numAttrs;
+};
+using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			      unsigned, CUstream, void **, void **);
+using LaunchExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
+
+using ncclResult_t = int;
+struct ncclComm;
+using ncclComm_t = ncclComm *;
+struct NcclUniqueId {
+	char internal[128];
+};
+
+struct CudaApi {
+	CUresult (*cuInit)(unsigned);
+	CUresult (*cuDriverGetVersion)(int *);
+	CUresult (*cuDeviceGetCount)(int *);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+	CUresult (*cuCtxCreate_v2)(CUcontext *, unsigned, CUdevice);
+	CUresult (*cuCtxDestroy_v2)(CUcontext);
+	CUresult (*cuCtxSynchronize)();
+	CUresult (*cuStreamCreate)(CUstream *, unsigned);
+	CUresult (*cuStreamDestroy_v2)(CUstream);
+	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuStreamSynchronize_ptsz)(CUstream);
+	CUresult (*cuEventCreate)(CUevent *, unsigned);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuEventDestroy_v2)(CUevent);
+	CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	LaunchFn cuLaunchKernel;
+	LaunchFn cuLaunchKernel_ptsz;
+	LaunchExFn cuLaunchKernelEx;
+	LaunchExFn cuLaunchKernelEx_ptsz;
+	CUresult (*cuMemAlloc_v2)(CUdeviceptr *, std::size_t);
+	CUresult (*cuMemAllocAsync)(CUdeviceptr *, std::size_t, CUstream);
+	CUresult (*cuMemFree_v2)(CUdeviceptr);
+	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, std::size_t);
+	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, std::size_t);
+	CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void *, std::size_t, CUstream);
+	CUresult (*cuMemcpyDtoHAsync_v2)(void *, CUdeviceptr, std::size_t, CUstream);
+	CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, std::size_t, CUstream);
+	// Optional, sim only (a real libcuda has none of them; sim_gpu.h).
+	void (*argus_sim_set_kernel_us)(CUfunction, unsigned);
+	argus_sim_gpu_flush_all_fn argus_sim_gpu_flush_all;
+	argus_sim_gpu_totals_fn argus_sim_gpu_totals;
+	argus_sim_coll_log_fn argus_sim_coll_log;
+};
+
+struct NcclApi {
+	ncclResult_t (*ncclCommInitRank)(ncclComm_t *, int, NcclUniqueId, int);
+	ncclResult_t (*ncclCommDestroy)(ncclComm_t);
+	ncclResult_t (*ncclCommAbort)(ncclComm_t);
+	const char *(*ncclGetErrorString)(ncclResult_t);
+	const char *(*ncclGetLastError)(ncclComm_t);
+	ncclResult_t (*ncclAllReduce)(const void *, void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclAllGather)(const void *, void *, std::size_t, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclReduceScatter)(const void *, void *, std::size_t, int, int, ncclComm_t,
+					  CUstream);
+	ncclResult_t (*ncclBroadcast)(const void *, void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclReduce)(const void *, void *, std::size_t, int, int, int, ncclComm_t,
+				   CUstream);
+	ncclResult_t (*ncclAlltoAll)(const void *, void *, std::size_t, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclSend)(const void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclRecv)(void *, std::size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*ncclGroupStart)();
+	ncclResult_t (*ncclGroupEnd)();
+	ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
+};
+
+// The name NCCL gives a result code (the agent's table), or the number.
+std::string nccl_result_name(int r);
+// An environment variable as an int in [0, 2^30]; false when unset or not one.
+bool env_int(const char *name, int &out);
+
+enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit };
+
+class Rank {
+public:
+	Rank(SimConfig cfg, int rank, int world, int local_rank, NcclUniqueId id)
+	    : cfg_(std::move(cfg)), rank_(rank), world_(world), local_rank_(local_rank), id_(id),
+	      plan_(plan_for(cfg_, rank))
+	{
+		truth_.job_id = cfg_.job_id;
+		truth_.rank = rank;
+		truth_.pid = static_cast<int>(getpid());
+		truth_.local_rank = local_rank;
+		truth_.world_size = world;
+		truth_.node = node_name(node_of(cfg_, rank));
+		truth_.local_world_size = local_world_size_of(cfg_, node_of(cfg_, rank));
+		if (const char *node = std::getenv(kNodeEnv); node && *node)
+			truth_.node = node;
+		if (int lws = 0; env_int("LOCAL_WORLD_SIZE", lws) && lws > 0)
+			truth_.local_world_size = lws;
+		if (plan_.pp_stage >= 0) {
+			truth_.pp_stage = plan_.pp_stage;
+			// What the NCCL shim applies: the launcher's value, else the plan's.
+			int delay = 0;
+			truth_.recv_delay_us = env_int(ARGUS_SIM_PP_RECV_DELAY_ENV, delay)
+						       ? delay
+						       : plan_.recv_delay_us;
+		}
+	}
+
+	int run();
+
+private:
+	void log(const std::string &msg) const
+	{
+		std::fprintf(stderr, "argus-sim[rank %d]: %s\n", rank_, msg.c_str());
+	}
+
+	int finish(const char *status, int code);
+	void write_truth();
+	void add_fault(nlohmann::json fault);
+	int hang(std::int64_t s);
+	bool load_libraries();
+	bool setup_cuda();
+	StepResult step(std::int64_t s);
+	StepResult step_start(std::int64_t s);
+	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
+	void set_kernel_durations(double factor);
+	bool host_burn(long long ns, long long &took);
+	bool launch(int i);
+	void teardown(bool abort_comm);
+	bool stopped_by_launcher() const;
+
+	// Records a CUDA call (whatever it returned) and passes its result on.
+	CUresult cuda(const char *symbol, CUresult r)
+	{
+		truth_.cuda_calls[symbol]++;
+		std::string base = cuda_base_api(symbol);
+		if (base.rfind("cuLaunchKernel", 0) == 0)
+			truth_.kernel_launches++;
+		if (base == "cuStreamSynchronize" || base == "cuCtxSynchronize" ||
+		    base == "cuEventSynchronize")
+			truth_.sync[base]++;
+		if (r != 0) {
+			const char *name = argus_cuda_result_name(r);
+			truth_.cuda_errors[base][name ? name : "CUDA_ERROR_" + std::to_string(r)]++;
+		}
+		return r;
+	}
+
+	// Records a host-API copy (calls and bytes per direction, whatever it
+	// returned) and passes its result on.
+	CUresult copy(const char *symbol, const char *direction, std::size_t bytes, CUresult r)
+	{
+		auto &c = truth_.memcpy[direction];
+		c.calls++;
+		c.bytes += bytes;
+		return cuda(symbol, r);
+	}
+
+	// Records a NCCL collective/p2p call.
+	ncclResult_t nccl(Op op, std::uint64_t bytes, ncclResult_t r)
+	{
+		auto &c = truth_.nccl[std::string(op_label(op))];
+		c.calls++;
+		c.bytes += bytes;
+		if (r != 0) {
+			truth_.nccl_errors[std::string(op_label(op))][nccl_result_name(r)]++;
+			note_nccl_error(std::string(op_label(op)), r);
+		}
+		return r;
+	}
+
+	void note_nccl_error(const std::string &what, ncclResult_t r)
+	{
+		if (!nccl_error_.empty())
+			return;
+		const char *last = nc_.ncclGetLastError ? nc_.ncclGetLastError(comm_) : nullptr;
+		nccl_error_ = what + ": " + nccl_result_name(r) + (last && *last ? std::string(" (") + last + ")" : "");
+	}
+
+	SimConfig cfg_;
+	int rank_, world_, local_rank_;
+	NcclUniqueId id_;
+	RankPlan plan_;
+	Truth truth_;
+	CudaApi cu_{};
+	NcclApi nc_{};
+	void *cuda_lib_ = nullptr;
+	void *nccl_lib_ = nullptr;
+
+	CUcontext ctx_ = nullptr;
+	CUstream stream_ = nullptr;
+	CUstream nccl_stream_ = nullptr;
+	CUevent event_ = nullptr;
+	CUmodule module_ = nullptr;
+	std::vector<CUfunction> kernels_;  // --kernel-names of them
+	std::vector<double> kernel_us_;     // nominal emulated durations
+	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
+	float loss_host_[16] = {};   // each step's loss, copied back (DtoH)
+	float lr_host_[64] = {};     // optimizer state uploaded every 10 steps (HtoD)
+	ncclComm_t comm_ = nullptr;
+	std::string nccl_error_;
+};
+
+} // namespace argus::sim::worker_detail
