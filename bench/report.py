@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summary of one bench/run.sh run: reads the raw files it left in WORK_DIR and
 prints the ratios (and writes WORK_DIR/results.json). Every ratio is between two
-measurements of the same run; raw nanoseconds are secondary.
+measurements of the same run; raw nanoseconds are secondary. One file (~680
+lines): each part's reader is small, and the summary reads them all in one order.
 
   report.py WORK_DIR         bench/run.sh's summary (with WORK_DIR/gpu, if there, appended)
   report.py --gpu GPU_DIR    only the GPU layer's figures (bench/gpu_handoff.sh's OUT_DIR)"""

@@ -291,12 +291,17 @@ struct argus_gpu_name_event {
 
 /* A timed call returned: its span, for the trace and the straggler's
  * synchronize share (collectives and synchronize waits, never launches). Sent
- * only for a call that failed or lasted ARGUS_SPAN_MIN_NS or more: a real
- * collective returns once enqueued, in microseconds (REAL-SEMANTICS.md), and
- * a span that short shows nothing at a step's scale. Shorter calls still add
- * to their aggregates (count and time) in BPF, and the trace draws a
- * collective's call from its entry event. */
+ * only for a call that failed or lasted argus_span_min_ns or more (rodata set
+ * by the loader, ARGUS_SPAN_MIN_NS by default): a real collective returns once
+ * enqueued, in microseconds (REAL-SEMANTICS.md), and a span that short shows
+ * nothing at a step's scale. Shorter calls still add to their aggregates (count
+ * and time) in BPF, and the trace draws a collective's call from its entry
+ * event. */
 #define ARGUS_SPAN_MIN_NS 50000ULL
+/* A hot record wakes the agent once the ring buffer holds more than
+ * 1/argus_ring_wake_divisor of its size (rodata, this by default): see
+ * argus_submit_hot in helpers.bpf.h. */
+#define ARGUS_RING_WAKE_DIVISOR 8
 struct argus_call_done_event {
 	struct argus_event_header hdr; /* ts_ns = return time */
 	__u64 start_ns;

@@ -53,6 +53,10 @@ static __always_inline void *argus_reserve(__u64 size, __u32 type, __u32 source)
 	return argus_reserve_at(size, type, source, bpf_get_current_pid_tgid(), bpf_ktime_get_ns());
 }
 
+/* Set by the loader before load (LoaderOptions::ring_wake_divisor); __weak:
+ * every program file includes this one definition. */
+const volatile __u32 argus_ring_wake_divisor __weak = ARGUS_RING_WAKE_DIVISOR;
+
 /* Submits an event of a hot path (collectives, call spans) without
  * waking the agent, until an eighth of the ring buffer waits: the agent drains
  * the ring on every poll interval anyway (50 ms). A wakeup costs the traced
@@ -62,12 +66,14 @@ static __always_inline void *argus_reserve(__u64 size, __u32 type, __u32 source)
  * agent has read everything before this record, which the unannounced records
  * ahead of it prevent, so it never came, and a small ring filled up between
  * two polls (64 KiB lost 76% of 10^5 events/s: bench/event_rate.py). Forced
- * wakeups queued before the agent runs coalesce into one. */
+ * wakeups queued before the agent runs coalesce into one. The eighth is
+ * argus_ring_wake_divisor's default. */
 static __always_inline void argus_submit_hot(void *ev)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	__u64 size = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE);
-	bpf_ringbuf_submit(ev, avail >= size / 8 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	__u32 divisor = argus_ring_wake_divisor ? argus_ring_wake_divisor : ARGUS_RING_WAKE_DIVISOR;
+	bpf_ringbuf_submit(ev, avail >= size / divisor ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 /* Whether calls from this tgid are traced. A tgid the agent has not seen yet is

@@ -1,10 +1,13 @@
 /* The return half of every call timed entry->return (NCCL collectives, CUDA
  * synchronize): adds the time spent inside to the entry's aggregate, counts a
  * non-zero return code as an error of that op/api, and sends the call's span
- * when it failed or was long (ARGUS_SPAN_MIN_NS: the ring buffer is the costly
+ * when it failed or was long (argus_span_min_ns: the ring buffer is the costly
  * part of this probe).
  * Cookie: id = library class (ARGUS_CLS_*), flags = error stat kind. */
 #include "helpers.bpf.h"
+
+/* Set by the loader before load (LoaderOptions::span_min_ns). */
+const volatile __u64 argus_span_min_ns = ARGUS_SPAN_MIN_NS;
 
 SEC("uretprobe")
 int BPF_KRETPROBE(argus_timed_exit, int ret)
@@ -22,7 +25,7 @@ int BPF_KRETPROBE(argus_timed_exit, int ret)
 	argus_stat_add(tgid, st.kind, st.id, 0, 1, dt);
 	if (ret != 0)
 		argus_stat_add(tgid, ARGUS_COOKIE_FLAGS(cookie), st.id, ret, 1, 0);
-	if (ret == 0 && dt < ARGUS_SPAN_MIN_NS)
+	if (ret == 0 && dt < argus_span_min_ns)
 		return 0;
 
 	__u32 source = cls == ARGUS_CLS_NCCL ? ARGUS_SRC_NCCL : ARGUS_SRC_CUDA;

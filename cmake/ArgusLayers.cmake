@@ -66,6 +66,8 @@ target_include_directories(argus_sources PUBLIC ${ARGUS_BPF_GEN_DIR})
 target_link_libraries(argus_sources PUBLIC PkgConfig::LIBBPF PkgConfig::HTTPLIB OpenSSL::SSL OpenSSL::Crypto)
 add_dependencies(argus_sources argus_bpf_skeleton)
 target_link_libraries(argus_export PUBLIC prometheus-cpp::core PkgConfig::HTTPLIB OpenSSL::SSL OpenSSL::Crypto)
+# The flags bind into the agent's config.
+target_link_libraries(argus_app PUBLIC CLI11::CLI11)
 
 # libibverbs is optional: without it the RDMA port attributes always come from sysfs.
 pkg_check_modules(IBVERBS IMPORTED_TARGET libibverbs)

@@ -6,15 +6,6 @@
 
 namespace argus {
 
-namespace httpd {
-
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-}  // namespace httpd
-
 HttpResponse HttpResponse::text(int status, std::string body) {
   HttpResponse r;
   r.status = status;

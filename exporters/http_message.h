@@ -4,9 +4,11 @@
 #pragma once
 #include <string>
 
+#include "userspace/net/http_headers.h"
+
 namespace argus::httpd {
 
-// s in ASCII lower case (header names, the "Bearer" scheme, reason phrases in bodies).
-std::string lower(std::string s);
+// ASCII lower case (header names, the "Bearer" scheme, reason phrases in bodies).
+using net::lower;
 
 }  // namespace argus::httpd

@@ -154,13 +154,7 @@ bool to_request(const httplib::Request& in, HttpRequest& out, httplib::Response&
   for (const auto& [k, v] : in.headers) {
     // httplib adds the peer's and our address as pseudo-headers: not the client's.
     if (k == "REMOTE_ADDR" || k == "REMOTE_PORT" || k == "LOCAL_ADDR" || k == "LOCAL_PORT") continue;
-    std::string name = lower(k);
-    auto it = out.headers.find(name);
-    if (it == out.headers.end()) {
-      out.headers.emplace(std::move(name), v);
-    } else {
-      it->second += ", " + v;
-    }
+    net::add_header(out.headers, k, v);
   }
   std::size_t start = 0;
   while (qm != std::string::npos && start <= out.raw_query.size()) {

@@ -3,7 +3,6 @@
 #include "exporters/agent_metrics.h"
 #include "exporters/kernel_metrics.h"
 #include "exporters/metric_family.h"
-#include "userspace/model/rank_identity.h"
 
 #include <algorithm>
 #include <array>
@@ -220,13 +219,9 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
                                      {"world_size", int_or_empty(lead->world_size)},
                                      {"pid", std::to_string(lead->pid)},
                                      {"node", lead->node.empty() ? snap.agent.node : lead->node}});
-    // gpu_uuid only where known (CONTRACT): as the agent resolved it (the environment's
-    // UUID, or the index's through the driver), else the environment's own UUID.
-    const GpuRef gpu = rank_gpu_from_strings(lead->cuda_visible_devices, lead->nvidia_visible_devices, lead->local_rank);
-    if (!lead->gpu_uuid.empty())
-      info_labels.push_back({"gpu_uuid", lead->gpu_uuid});
-    else if (gpu.form == GpuRef::Form::Uuid && !gpu.id.empty())
-      info_labels.push_back({"gpu_uuid", gpu.id});
+    // gpu_uuid only where known (CONTRACT): as the registry decided it (the
+    // environment's UUID, or the index's through the driver's files).
+    if (!lead->gpu_uuid.empty()) info_labels.push_back({"gpu_uuid", lead->gpu_uuid});
     // The Kubernetes identity, on the info metric only (join on job_id, rank for it).
     const PodIdentityView& pod = lead->pod;
     if (!pod.namespace_name.empty()) info_labels.push_back({"namespace", pod.namespace_name});

@@ -18,22 +18,11 @@
 #include <nlohmann/json.hpp>
 #include <prometheus/metric_family.h>
 
-#include "userspace/events/event_log.h"
 #include "rdma/link_model.h"
 
 namespace argus {
 
 std::vector<prometheus::MetricFamily> collect_rdma_metrics(const rdma::LinkSnapshot& snap,
                                                            const std::vector<rdma::RankGpu>& ranks);
-
-// The contract's events for one raised reason (a cleared one gives none): one event per job
-// whose ranks use the port, "rank" the lowest of them and evidence.ranks all of them; one
-// event with job_id and rank null when no known rank uses it.
-//   {"time": RFC 3339, "kind": "link_degraded", "job_id", "rank", "device", "port",
-//    "summary": "mlx5_2 port 1 degraded (errors): ...; carries ranks 4, 5 of job J",
-//    "evidence": {"reason", "detail", "ranks": [...], "affinity", "rate", "link_layer",
-//                 <the detector's numbers>}}
-std::vector<DetectedEvent> link_degraded_events(const rdma::LinkEvent& event, const rdma::LinkSnapshot& snap,
-                                                 const std::vector<rdma::RankGpu>& ranks);
 
 }  // namespace argus

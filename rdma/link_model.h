@@ -118,7 +118,7 @@ struct LinkSnapshot {
 struct RankGpu {
   std::string job_id;
   int rank = -1;
-  int gpu_index = -1;   // CUDA index on this node (see gpu_index_from_env in topology.h)
+  int gpu_index = -1;   // CUDA index on this node (the registry's RankSnapshot::gpu_ref)
   std::string gpu_pci;  // "0000:1b:00.0" when known
 };
 

@@ -1,5 +1,7 @@
 #include "rdma/rdma_monitor.h"
 
+#include "userspace/common/defaults.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -367,7 +369,7 @@ void RdmaMonitor::rescan(uint64_t now) {
   if (!verbs_checked_ && class_present_ && !devices_.empty()) {
     verbs_checked_ = true;
     std::error_code ec;
-    const bool real_sys = fs::equivalent(root_, "/sys", ec);
+    const bool real_sys = fs::equivalent(root_, kDefaultSysfsRoot, ec);
     if (opts_.use_verbs && VerbsPorts::compiled() && real_sys) {
       verbs_active_ = verbs_->ports.open() > 0;
       spdlog::info("rdma: port attributes from {}", verbs_active_ ? "libibverbs" : "sysfs (libibverbs found no device)");

@@ -8,7 +8,6 @@
 #include <sstream>
 #include <system_error>
 
-#include "userspace/model/rank_identity.h"
 #include "rdma/parse.h"
 
 namespace argus::rdma {
@@ -185,21 +184,5 @@ std::map<std::string, std::vector<GpuAffinity>> gpu_nic_affinity(const Topology&
   return out;
 }
 
-int gpu_index_from_env(const std::optional<std::string>& cuda_visible_devices,
-                       const std::optional<std::string>& local_rank,
-                       const std::optional<std::string>& nvidia_visible_devices) {
-  int lr = -1;
-  if (local_rank) {
-    std::string_view t = trim(*local_rank);
-    int v = -1;
-    auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v, 10);
-    if (ec == std::errc() && ptr == t.data() + t.size() && v >= 0) lr = v;
-  }
-  auto view = [](const std::optional<std::string>& s) {
-    return s ? std::optional<std::string_view>(*s) : std::nullopt;
-  };
-  const GpuRef g = rank_gpu(view(cuda_visible_devices), view(nvidia_visible_devices), lr);
-  return g.form == GpuRef::Form::Index ? g.index : -1;
-}
 
 }  // namespace argus::rdma

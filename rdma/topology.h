@@ -57,12 +57,4 @@ std::map<std::string, std::vector<GpuAffinity>> gpu_nic_affinity(const Topology&
 std::vector<std::string> bdf_chain(const std::string& path);
 bool is_pci_address(const std::string& s);
 
-// The index of a rank's GPU (argus::rank_gpu in rank_identity.h: CUDA_VISIBLE_DEVICES
-// indexed by LOCAL_RANK, or its only entry, mapped through NVIDIA_VISIBLE_DEVICES inside a
-// container; without either, LOCAL_RANK). -1 when unknown or not an index (a UUID or MIG
-// entry, LOCAL_RANK out of range, no GPU visible, nothing set).
-int gpu_index_from_env(const std::optional<std::string>& cuda_visible_devices,
-                       const std::optional<std::string>& local_rank,
-                       const std::optional<std::string>& nvidia_visible_devices = std::nullopt);
-
 }  // namespace argus::rdma

@@ -43,6 +43,11 @@ CLEAN = {
 
 
 class CheckLayers(unittest.TestCase):
+    def assert_refused(self, files, says, layers=LAYERS):
+        rc, err = run(files, layers)
+        self.assertEqual(rc, 1, err)
+        self.assertIn(says, err)
+
     def test_clean_tree_passes(self):
         rc, err = run(CLEAN)
         self.assertEqual(rc, 0, err)
@@ -51,17 +56,13 @@ class CheckLayers(unittest.TestCase):
     def test_backwards_include_fails_naming_file_and_line(self):
         files = dict(CLEAN)
         files['userspace/common/clock.cpp'] = '#include <vector>\n#include "userspace/registry/registry.h"\n'
-        rc, err = run(files)
-        self.assertEqual(rc, 1)
-        self.assertIn('userspace/common/clock.cpp:2: includes userspace/registry/registry.h of layer state '
-                      'from layer model', err)
+        self.assert_refused(files, 'userspace/common/clock.cpp:2: includes userspace/registry/registry.h of layer state '
+                      'from layer model')
 
     def test_cycle_inside_a_layer_fails(self):
         files = dict(CLEAN)
         files['userspace/registry/uses_comms.h'] = '#include "userspace/comms/tracker.h"\n'
-        rc, err = run(files)
-        self.assertEqual(rc, 1)
-        self.assertIn('folders include each other: userspace/comms <-> userspace/registry', err)
+        self.assert_refused(files, 'folders include each other: userspace/comms <-> userspace/registry')
 
     def test_top_level_cycle_fails(self):
         layers = "model userspace/common\nstate exporters\napp userspace/agent\n"
@@ -70,29 +71,21 @@ class CheckLayers(unittest.TestCase):
             'exporters/b.h': '#include "userspace/common/a.h"\n',
             'userspace/agent/c.h': '#include "exporters/b.h"\n',
         }
-        rc, err = run(files, layers)
-        self.assertEqual(rc, 1)
-        self.assertIn('top-level folders include each other: exporters <-> userspace', err)
+        self.assert_refused(files, 'top-level folders include each other: exporters <-> userspace', layers)
 
     def test_unlisted_folder_with_sources_fails(self):
         files = dict(CLEAN)
         files['userspace/newroom/x.cpp'] = 'int x;\n'
-        rc, err = run(files)
-        self.assertEqual(rc, 1)
-        self.assertIn('userspace/newroom/: has sources but no layer', err)
+        self.assert_refused(files, 'userspace/newroom/: has sources but no layer')
 
     def test_include_outside_every_layer_fails(self):
         files = dict(CLEAN)
         files['sim/sim_gpu.h'] = '#pragma once\n'
         files['userspace/comms/sim_user.cpp'] = '#include "sim/sim_gpu.h"\n'
-        rc, err = run(files)
-        self.assertEqual(rc, 1)
-        self.assertIn('userspace/comms/sim_user.cpp:1: includes sim/sim_gpu.h, which is in no layer', err)
+        self.assert_refused(files, 'userspace/comms/sim_user.cpp:1: includes sim/sim_gpu.h, which is in no layer')
 
     def test_folder_in_two_layers_fails(self):
-        rc, err = run(CLEAN, LAYERS + 'export userspace/common\n')
-        self.assertEqual(rc, 1)
-        self.assertIn('folder userspace/common is in layer model already', err)
+        self.assert_refused(CLEAN, 'folder userspace/common is in layer model already', LAYERS + 'export userspace/common\n')
 
 
 if __name__ == '__main__':

@@ -103,11 +103,11 @@ TEST(AgentOffCpu, SharesStealersAndCgroupCpuFromTheKernelPass) {
   put(sys.path / "fs/cgroup/cpu,cpuacct/job/r1/cpu.stat", "nr_periods ten\n");  // malformed
   fs::create_directories(sys.path / "fs/cgroup/cpu,cpuacct/noisy");
 
-  AgentOptions opts;
+  AgentConfig opts;
   opts.node = "n";
-  opts.proc_root = proc.root().string();
-  opts.sysfs_root = sys.str();
-  opts.window_seconds = 10;
+  opts.paths.proc_root = proc.root().string();
+  opts.paths.sysfs_root = sys.str();
+  opts.detection.window_seconds = 10;
   auto owned = std::make_unique<SchedBackend>();
   SchedBackend* b = owned.get();
   auto rt = AgentRuntime::with_backend(opts, clock, std::move(owned));
@@ -165,9 +165,9 @@ TEST(AgentOffCpu, NoViewWhenTheSchedProbeIsOff) {
   ManualClock clock{1'000'000'000'000, 1'790'000'000};
   FakeProc proc;
   proc.add(301, "", environ_of({"RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=k"}));
-  AgentOptions opts;
-  opts.proc_root = proc.root().string();
-  opts.sysfs_root = proc.root().string();  // no cgroup tree there
+  AgentConfig opts;
+  opts.paths.proc_root = proc.root().string();
+  opts.paths.sysfs_root = proc.root().string();  // no cgroup tree there
   auto owned = std::make_unique<SchedBackend>();
   owned->sched_state = "off";
   SchedBackend* b = owned.get();

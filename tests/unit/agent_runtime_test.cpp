@@ -131,9 +131,9 @@ struct Replay {
     for (int r = 0; r < 4; ++r)
       proc.add(pid(r), "", environ_of({"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r), "WORLD_SIZE=4",
                                        "LOCAL_WORLD_SIZE=4", "TORCHELASTIC_RUN_ID=rec"}));
-    AgentOptions opts;
+    AgentConfig opts;
     opts.node = "n";
-    opts.proc_root = proc.root().string();
+    opts.paths.proc_root = proc.root().string();
     auto b = std::make_unique<FakeBackend>();
     backend = b.get();
     rt = AgentRuntime::with_backend(opts, clock, std::move(b));
@@ -291,16 +291,16 @@ TEST(AgentRuntime, MalformedRecordsAreCountedNotTrusted) {
 TEST(AgentRuntime, TheLoopSleepsUntilSomethingIsDueAndStopWakesIt) {
   ManualClock clock{1'000'000 * kMs, 1'790'000'000};
   FakeProc proc;
-  AgentOptions opts;
+  AgentConfig opts;
   opts.node = "n";
-  opts.proc_root = proc.root().string();
+  opts.paths.proc_root = proc.root().string();
   auto b = std::make_unique<FakeBackend>();
   FakeBackend& backend = *b;
   auto idle = AgentRuntime::with_backend(opts, clock, std::move(b));
   const auto waits = loop_waits(*idle, backend, 4);
   ASSERT_GE(waits.size(), 4u);
   EXPECT_EQ(waits[0], 0);  // the first scan and stats pass are due at once
-  const int idle_ms = static_cast<int>(std::max(opts.stats_interval_seconds, opts.idle_scan_interval_seconds) * 1000);
+  const int idle_ms = static_cast<int>(std::max(opts.stats_interval_seconds, opts.discovery.idle_scan_interval_seconds) * 1000);
   for (size_t i = 1; i < waits.size(); ++i) EXPECT_EQ(waits[i], idle_ms) << i;
   EXPECT_EQ(backend.interrupts, 1);
 
@@ -319,9 +319,9 @@ TEST(AgentRuntime, QuietRanksLetTheLoopRestUntilTheStatsPass) {
   const auto waits = loop_waits(*r.rt, *r.backend, 24);
   ASSERT_GE(waits.size(), 24u);
   // The manual clock stands still: the next /proc scan and stats pass stay 1 s away.
-  const AgentOptions defaults;
+  const AgentConfig defaults;
   const int rest_ms =
-      static_cast<int>(std::min(defaults.stats_interval_seconds, defaults.scan_interval_seconds) * 1000);
+      static_cast<int>(std::min(defaults.stats_interval_seconds, defaults.discovery.scan_interval_seconds) * 1000);
   for (size_t i = 0; i < 20; ++i) EXPECT_EQ(waits[i], 50) << i;
   for (size_t i = 20; i < waits.size(); ++i) EXPECT_EQ(waits[i], rest_ms) << i;
 
@@ -406,10 +406,10 @@ TEST(AgentRuntime, ExitCauseFromTheEventAndOomFromTheMemoryCgroup) {
     proc.add(pid, "", environ_of({"RANK=" + std::to_string(r), "WORLD_SIZE=3", "TORCHELASTIC_RUN_ID=dead"}));
     std::ofstream(proc.root() / std::to_string(pid) / "cgroup") << "7:memory:/job\n0::/\n";
   }
-  AgentOptions opts;
+  AgentConfig opts;
   opts.node = "n";
-  opts.proc_root = proc.root().string();
-  opts.sysfs_root = sys.str();
+  opts.paths.proc_root = proc.root().string();
+  opts.paths.sysfs_root = sys.str();
   auto b = std::make_unique<FakeBackend>();
   FakeBackend* backend = b.get();
   auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
@@ -467,9 +467,9 @@ TEST(AgentRuntime, RankReapedBeforeItsExitEventIsReadEndsOnceWithItsCode) {
   ManualClock clock{1'000'000 * kMs, 1'790'000'000};
   FakeProc proc;
   proc.add(401, "", environ_of({"RANK=0", "WORLD_SIZE=1", "TORCHELASTIC_RUN_ID=reaped"}));
-  AgentOptions opts;
+  AgentConfig opts;
   opts.node = "n";
-  opts.proc_root = proc.root().string();
+  opts.paths.proc_root = proc.root().string();
   auto b = std::make_unique<FakeBackend>();
   FakeBackend* backend = b.get();
   auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));

@@ -27,6 +27,8 @@
 #include <prometheus/text_serializer.h>
 
 #include "exporters/rdma_metrics.h"
+#include "rdma/link_events.h"
+#include "userspace/events/event_log.h"
 #include "sim/ib_fixture.h"
 #include "rdma/rdma_monitor.h"
 #include "tests/unit/rdma_test_util.h"

@@ -48,11 +48,11 @@ TEST(PodRuntime, PodNamedOnALaterTryAndGpuUuidByIndex) {
   std::ofstream(proc.root() / "402/cgroup") << "0::/user.slice/user-1000.slice\n";  // not a pod: tried once
   fs::create_directories(logs.path / "pods");
 
-  AgentOptions opts;
+  AgentConfig opts;
   opts.node = "n";
-  opts.proc_root = proc.root().string();
-  opts.pod_logs_dir = (logs.path / "pods").string();
-  opts.container_logs_dir = (logs.path / "containers").string();
+  opts.paths.proc_root = proc.root().string();
+  opts.pods.logs_dir = (logs.path / "pods").string();
+  opts.pods.container_logs_dir = (logs.path / "containers").string();
   auto b = std::make_unique<QuietBackend>();
   QuietBackend* backend = b.get();
   auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
@@ -96,11 +96,11 @@ TEST(PodRuntime, TriesAreBoundedAndOffMeansNoLookups) {
   for (bool off : {false, true}) {
     testing_support::TempDir logs("podlogs");
     fs::create_directories(logs.path / "pods");  // present, but never names the pod
-    AgentOptions opts;
+    AgentConfig opts;
     opts.node = "n";
-    opts.proc_root = proc.root().string();
-    opts.pod_logs_dir = (logs.path / "pods").string();
-    opts.pod_info = off ? pods::PodInfoMode::kOff : pods::PodInfoMode::kLogs;
+    opts.paths.proc_root = proc.root().string();
+    opts.pods.logs_dir = (logs.path / "pods").string();
+    opts.pods.mode = off ? pods::PodInfoMode::kOff : pods::PodInfoMode::kLogs;
     auto b = std::make_unique<QuietBackend>();
     QuietBackend* backend = b.get();
     auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));

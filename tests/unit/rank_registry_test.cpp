@@ -75,6 +75,39 @@ TEST(RankRegistry, TotalsReplaceNeverAdd) {
 // Python GC: the probes' aggregates replace (per generation time, pause
 // histogram); the interpreter's counters only grow (the larger of polled and
 // seen wins); the window has the GC time, pauses and the longest pause.
+// The rank's GPU is decided once, here, from its environment: a UUID it names is
+// its gpu_uuid at once (an index needs the driver's files: the pod collector's),
+// and the directory the RDMA and Xid collectors read carries the same GPU.
+TEST(RankRegistry, DecidesEachRanksGpuFromItsEnvironment) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"node-a", 60, 10, false});
+  const std::string uuid = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6";
+  RankIdentity by_uuid = env_identity("j", 0);
+  by_uuid.cuda_visible_devices = uuid;  // one GPU per process
+  RankIdentity by_pod = env_identity("j", 1);
+  by_pod.nvidia_visible_devices = "GPU-1," + uuid;  // the container's GPUs, LOCAL_RANK 1
+  RankIdentity by_index = env_identity("j", 2);
+  by_index.cuda_visible_devices = "0,1,2,3";
+  RankIdentity unset = env_identity("j", 3);
+  reg.track(100, 1, "py", by_uuid, {});
+  reg.track(101, 1, "py", by_pod, {});
+  reg.track(102, 1, "py", by_index, {});
+  reg.track(103, 1, "py", unset, {});
+  const auto snap = reg.snapshot();
+  EXPECT_EQ(find(snap, 100)->gpu_uuid, uuid);
+  EXPECT_EQ(find(snap, 101)->gpu_uuid, uuid);
+  EXPECT_EQ(find(snap, 102)->gpu_uuid, "");
+  EXPECT_EQ(find(snap, 102)->gpu_ref.form, GpuRef::Form::Index);
+  EXPECT_EQ(find(snap, 102)->gpu_ref.index, 2);
+  EXPECT_EQ(find(snap, 103)->gpu_ref.index, 3);  // cuda:LOCAL_RANK
+  const auto placed = reg.live_ranks();
+  ASSERT_EQ(placed.size(), 4u);
+  EXPECT_EQ(placed[2].pid, 102);
+  EXPECT_EQ(placed[2].gpu, find(snap, 102)->gpu_ref);
+  reg.on_exit(103, 0);
+  EXPECT_EQ(reg.live_ranks().size(), 3u);  // only live ranks are placed
+}
+
 TEST(RankRegistry, PythonGcCountersGrowAndTheWindowSeesThePauses) {
   FakeClock clock;
   RankRegistry reg(clock, {"node-a", 60, 10, false});

@@ -17,6 +17,8 @@
 #include <prometheus/text_serializer.h>
 
 #include "exporters/rdma_metrics.h"
+#include "rdma/link_events.h"
+#include "userspace/events/event_log.h"
 
 namespace argus {
 namespace {

@@ -140,28 +140,6 @@ TEST(RdmaAffinity, MissingTopologyIsSaidOnceAndPollingGoesOn) {
   EXPECT_TRUE(rank_nics(s, {{"job", 0, 0, ""}}).empty());
 }
 
-TEST(RdmaAffinity, RankGpuFromEnvironment) {
-  using O = std::optional<std::string>;
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("3")), 3);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, std::nullopt), -1);
-  EXPECT_EQ(gpu_index_from_env(O("4,5,6,7"), O("2")), 6);
-  EXPECT_EQ(gpu_index_from_env(O("5"), O("3")), 5);  // one visible GPU: that one
-  EXPECT_EQ(gpu_index_from_env(O(" 2 , 3 "), O("1")), 3);
-  EXPECT_EQ(gpu_index_from_env(O("0,1"), O("2")), -1);  // out of range
-  EXPECT_EQ(gpu_index_from_env(O("GPU-5e3c1b2a-1111-2222-3333-444455556666"), O("0")), -1);
-  EXPECT_EQ(gpu_index_from_env(O(""), O("0")), -1);             // no GPU visible
-  EXPECT_EQ(gpu_index_from_env(O("1,-1,2"), O("1")), 1);  // CUDA stops at the invalid entry: "1" only
-  EXPECT_EQ(gpu_index_from_env(O("4,5,x,7"), O("2")), -1);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("x")), -1);
-  // Inside a container NVIDIA_VISIBLE_DEVICES names the host GPUs the container sees.
-  EXPECT_EQ(gpu_index_from_env(O("1"), O("0"), O("4,5,6,7")), 5);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("2"), O("4,5,6,7")), 6);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("0"), O("3")), 3);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("1"), O("all")), 1);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("0"), O("none")), -1);
-  EXPECT_EQ(gpu_index_from_env(std::nullopt, O("0"), O("GPU-5e3c1b2a-1111-2222-3333-444455556666")), -1);
-}
-
 TEST(RdmaAffinity, PciAddresses) {
   EXPECT_TRUE(is_pci_address("0000:1b:00.0"));
   EXPECT_TRUE(is_pci_address("10000:1B:1f.7"));

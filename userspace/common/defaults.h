@@ -5,6 +5,16 @@
 
 namespace argus {
 
+// Where the agent reads the host from, unless a flag says otherwise (every
+// component's default; the flags' too).
+inline constexpr const char* kDefaultProcRoot = "/proc";
+inline constexpr const char* kDefaultSysfsRoot = "/sys";
+inline constexpr const char* kDefaultBtfPath = "/sys/kernel/btf/vmlinux";
+inline constexpr const char* kDefaultKmsgPath = "/dev/kmsg";
+inline constexpr const char* kDefaultPodLogsDir = "/var/log/pods";
+inline constexpr const char* kDefaultContainerLogsDir = "/var/log/containers";
+inline constexpr const char* kDefaultListen = "0.0.0.0:9745";
+
 // --window: the analysis window of every ratio, lag and detector, in seconds.
 // The Prometheus rules read it from argus_agent_window_seconds.
 inline constexpr double kDefaultWindowSeconds = 10;

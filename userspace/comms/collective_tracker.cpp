@@ -143,6 +143,31 @@ void CollectiveTracker::forget(int pid) {
   lags_.erase(pid);
   arrivals_.erase(pid);
   syncs_.erase(pid);
+  last_stats_.erase(pid);
+  std::erase_if(blocked_, [pid](const InflightWait& w) { return w.pid == pid; });
+}
+
+void CollectiveTracker::retain(const std::set<int>& pids) {
+  std::set<int> gone;
+  for (const auto& [pid, samples] : lags_) gone.insert(pid);
+  for (const auto& [pid, times] : arrivals_) gone.insert(pid);
+  for (const auto& [pid, spans] : syncs_) gone.insert(pid);
+  for (const auto& [name, c] : comms_)
+    for (const auto& [pid, m] : c.view.members) gone.insert(pid);
+  for (int pid : gone)
+    if (!pids.count(pid)) forget(pid);
+}
+
+void CollectiveTracker::update(uint64_t now_ns) {
+  std::map<int, RankLagStats> stats;
+  for (const auto& [pid, arrivals] : arrivals_) stats[pid] = lag_stats(pid, now_ns);
+  for (const auto& [pid, samples] : lags_) stats.try_emplace(pid, lag_stats(pid, now_ns));
+  last_stats_ = std::move(stats);
+}
+
+RankLagStats CollectiveTracker::last_lag_stats(int pid) const {
+  auto it = last_stats_.find(pid);
+  return it == last_stats_.end() ? RankLagStats{} : it->second;
 }
 
 void CollectiveTracker::trim(uint64_t now_ns) {

@@ -12,6 +12,7 @@
 
 #include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
+#include "userspace/model/pid_scoped.h"
 #include "userspace/model/signals.h"
 
 namespace argus {
@@ -27,8 +28,7 @@ struct TrackerOptions {
 };
 
 
-
-class CollectiveTracker {
+class CollectiveTracker final : public PidScoped {
  public:
   explicit CollectiveTracker(TrackerOptions opts = {});
 
@@ -42,8 +42,23 @@ class CollectiveTracker {
   void on_exit(int pid);
   // Forget a process entirely (its grace period is over).
   void forget(int pid);
+  void rank_ended(int pid) override { on_exit(pid); }
+  void retain(const std::set<int>& pids) override;
 
   RankLagStats lag_stats(int pid, uint64_t now_ns) const;
+  // Once a stats pass: every process's lag stats as of now_ns, kept for
+  // last_lag_stats() and step_seconds() until the next pass.
+  void update(uint64_t now_ns);
+  RankLagStats last_lag_stats(int pid) const;
+  // The process's step period at the last update (0 when unknown): where the
+  // GPU timeline marks its steps.
+  double step_seconds(int pid) const { return last_lag_stats(pid).step_seconds; }
+
+  // The calls the node's hosts are blocked in now (set each stats pass): what a
+  // stalled communicator waits on.
+  void set_blocked_calls(std::vector<InflightWait> calls) { blocked_ = std::move(calls); }
+  const std::vector<InflightWait>& blocked_calls() const { return blocked_; }
+
   std::vector<CommView> comms() const;
   // The communicators a process belongs to.
   std::vector<std::string> comms_of(int pid) const;
@@ -75,6 +90,8 @@ class CollectiveTracker {
   std::map<int, std::deque<LagSample>> lags_;
   std::map<int, std::deque<uint64_t>> arrivals_;  // per pid: all arrival times in the window (step period)
   std::map<int, std::deque<std::pair<uint64_t, uint64_t>>> syncs_;  // per pid: recent synchronize spans
+  std::map<int, RankLagStats> last_stats_;  // per pid, at the last update()
+  std::vector<InflightWait> blocked_;
   static constexpr size_t kMaxSyncSpans = 256;
 };
 

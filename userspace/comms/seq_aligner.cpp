@@ -128,6 +128,14 @@ bool SeqAligner::try_match(Comm& c, Member& m, uint64_t now_ns) {
   return true;
 }
 
+void SeqAligner::retain(const std::set<int>& pids) {
+  std::set<int> gone;
+  for (const auto& [name, c] : comms_)
+    for (const auto& [pid, m] : c)
+      if (!pids.count(pid)) gone.insert(pid);
+  for (int pid : gone) forget(pid);
+}
+
 void SeqAligner::forget(int pid) {
   for (auto it = comms_.begin(); it != comms_.end();) {
     auto m = it->second.find(pid);

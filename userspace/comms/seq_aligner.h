@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "userspace/model/agent_counters.h"
+#include "userspace/model/pid_scoped.h"
 #include "userspace/model/vocab.h"
 
 namespace argus {
@@ -49,7 +50,7 @@ struct AlignedArrival {
   int64_t shift = 0;                     // communicator seq - its own (BPF) seq
 };
 
-class SeqAligner {
+class SeqAligner final : public PidScoped {
  public:
   // Counts settled numberings and unnumbered calls into `counters` (its own when none).
   explicit SeqAligner(AgentCounters* counters = nullptr) : counters_(counters ? counters : &own_counters_) {}
@@ -69,6 +70,8 @@ class SeqAligner {
   std::optional<AlignedArrival> on_arrival(const std::string& comm, int pid, bool anchored, uint64_t seq,
                                            uint64_t ts_ns, CallSignature sig);
   void forget(int pid);  // the process ended
+  void rank_ended(int pid) override { forget(pid); }
+  void retain(const std::set<int>& pids) override;
 
   // Settled numberings so far, by how (counted in the agent's counters).
   uint64_t settled(Numbering n) const { return counters_->get(n); }

@@ -2,6 +2,7 @@
 // more than its peers, or than it used to. Pure: signals and time in.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ class BubbleDetector {
   std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
   bool flagged(int pid) const;
   void forget(int pid) { tracks_.erase(pid); }
+  void retain(const std::set<int>& pids) {  // forgets every other process
+    std::erase_if(tracks_, [&](const auto& kv) { return !pids.count(kv.first); });
+  }
 
  private:
   struct Track {

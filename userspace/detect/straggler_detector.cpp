@@ -83,6 +83,16 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
 
 double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
+// An event of this detector about rank r of `job`.
+DetectedEvent event_about(EventKind kind, const std::string& job, const RankSignal& r, double now_unix) {
+  DetectedEvent ev;
+  ev.time = now_unix;
+  ev.kind = kind;
+  ev.job_id = job;
+  ev.rank = r.rank;
+  return ev;
+}
+
 }  // namespace
 
 // Whether this rank's GC time above its peers' median explains at least
@@ -283,11 +293,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
 DetectedEvent StragglerDetector::straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                                  const std::vector<const RankSignal*>& members,
                                                  double now_unix) const {
-  DetectedEvent ev;
-  ev.time = now_unix;
-  ev.kind = EventKind::kStraggler;
-  ev.job_id = job;
-  ev.rank = r.rank;
+  DetectedEvent ev = event_about(EventKind::kStraggler, job, r, now_unix);
   const std::string who = "rank " + std::to_string(r.rank) + " of job " + job;
   const std::string late = v.late ? " issues its collectives " + fmt("%.0f", r.lag.median_lag_s * 1e3) +
                                         " ms after the earliest rank at " + fmt("%.0f", r.lag.late_fraction * 100) +
@@ -432,11 +438,7 @@ std::string StragglerDetector::gc_summary(const RankSignal& r, const Verdict& v)
 DetectedEvent StragglerDetector::gc_pause_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                                 const std::vector<const RankSignal*>& members,
                                                 double now_unix) const {
-  DetectedEvent ev;
-  ev.time = now_unix;
-  ev.kind = EventKind::kGcPause;
-  ev.job_id = job;
-  ev.rank = r.rank;
+  DetectedEvent ev = event_about(EventKind::kGcPause, job, r, now_unix);
   ev.summary = "rank " + std::to_string(r.rank) + " of job " + job + " is late because of garbage collection: " +
                gc_summary(r, v);
   nlohmann::json peers = nlohmann::json::array();
@@ -464,5 +466,9 @@ StragglerState StragglerDetector::state(int pid) const {
 }
 
 void StragglerDetector::forget(int pid) { tracks_.erase(pid); }
+
+void StragglerDetector::retain(const std::set<int>& pids) {
+  std::erase_if(tracks_, [&](const auto& kv) { return !pids.count(kv.first); });
+}
 
 }  // namespace argus

@@ -3,6 +3,7 @@
 // them exactly.
 #pragma once
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,7 @@ class StragglerDetector {
   std::vector<DetectedEvent> evaluate(const std::vector<RankSignal>& ranks, double now_unix);
   StragglerState state(int pid) const;
   void forget(int pid);
+  void retain(const std::set<int>& pids);  // forgets every other process
 
  private:
   struct Track {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "userspace/common/defaults.h"
 #include "userspace/attach/attach_plan.h"
 #include "userspace/procfs/procfs.h"
 #include "userspace/model/rank_identity.h"
@@ -37,7 +38,7 @@ struct FoundProcess {
 };
 
 struct DiscoveryOptions {
-  std::string proc_root = "/proc";
+  std::string proc_root = kDefaultProcRoot;
   int self_pid = 0;                  // never track the agent itself
   // Rechecks cost a maps read each (~0.1 ms): young processes (which may still
   // dlopen NCCL) are rechecked often, old ones rarely. A library already probed

@@ -13,12 +13,12 @@
 
 namespace argus {
 
-class EventLog {
+class EventLog final : public EventSink {
  public:
   // The oldest events pushed out by the bound count as Cap::kDetectedEvents.
   explicit EventLog(size_t capacity = kDefaultMaxDetectedEvents, AgentCounters* counters = nullptr)
       : capacity_(capacity), counters_(counters) {}
-  void add(DetectedEvent ev);
+  void add(DetectedEvent ev) override;
   std::vector<DetectedEvent> since(double unix_seconds) const;  // time >= since
 
  private:

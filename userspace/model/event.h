@@ -21,4 +21,11 @@ struct DetectedEvent {
   int port = -1;
 };
 
+// Where a part that finds events on its own hands them (the event log).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void add(DetectedEvent ev) = 0;
+};
+
 }  // namespace argus

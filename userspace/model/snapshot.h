@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "userspace/model/agent_counters.h"
+#include "userspace/model/rank_identity.h"
 #include "userspace/model/vocab.h"
 
 namespace argus {
@@ -202,10 +203,11 @@ struct RankSnapshot : RankDetection {
 
   bool identified() const { return rank >= 0 && !job_id.empty(); }
 
-  // From the environment (RankIdentity): "" when unset or empty. rank_gpu_from_strings
-  // (rank_identity.h) turns them into the rank's GPU.
+  // From the environment (RankIdentity): "" when unset or empty; gpu_ref is what
+  // they name (rank_gpu), decided once by the registry.
   std::string cuda_visible_devices;
   std::string nvidia_visible_devices;
+  GpuRef gpu_ref;
 
   PodIdentityView pod;   // present() once its cgroup named a pod
   std::string gpu_uuid;  // "GPU-..." where the environment or the driver's files name it, else ""

@@ -1,5 +1,7 @@
 #include "userspace/net/http_client.h"
 
+#include "userspace/net/http_headers.h"
+
 #if !defined(CPPHTTPLIB_OPENSSL_SUPPORT) || !defined(CPPHTTPLIB_ZLIB_SUPPORT) || !defined(CPPHTTPLIB_BROTLI_SUPPORT)
 #error "compile with the cpp-httplib defines from pkg-config (OPENSSL, ZLIB and BROTLI support)"
 #endif
@@ -21,10 +23,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using net::lower;
 
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -147,15 +146,7 @@ Result<HttpResponse> http_get(const std::string& url, const ClientOptions& optio
       u.target, headers,
       [&](const httplib::Response& r) {
         out.status = r.status;
-        for (const auto& [k, v] : r.headers) {
-          std::string name = lower(k);
-          auto it = out.headers.find(name);
-          if (it == out.headers.end()) {
-            out.headers.emplace(std::move(name), v);
-          } else {
-            it->second += ", " + v;
-          }
-        }
+        for (const auto& [k, v] : r.headers) net::add_header(out.headers, k, v);
         return true;
       },
       [&](const char* data, size_t len) {

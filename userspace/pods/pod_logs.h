@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "userspace/common/defaults.h"
+
 namespace argus::pods {
 
 struct PodNames {
@@ -34,8 +36,8 @@ bool is_dns_label(std::string_view s);      // RFC 1123 label: [a-z0-9]([-a-z0-9
 bool is_dns_subdomain(std::string_view s);  // labels joined by '.', <= 253
 
 struct LogDirOptions {
-  std::string pod_logs_dir = "/var/log/pods";
-  std::string container_logs_dir = "/var/log/containers";
+  std::string pod_logs_dir = kDefaultPodLogsDir;
+  std::string container_logs_dir = kDefaultContainerLogsDir;
   size_t max_pods = 4096;          // pods cached (cleared past it, counted)
   size_t max_dir_entries = 65536;  // entries read from one directory in one scan (the rest counted)
 };

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "userspace/common/defaults.h"
 #include "userspace/model/snapshot.h"
 #include "userspace/pods/pod_logs.h"
 #include "userspace/procfs/pod_cgroup.h"
@@ -32,7 +33,7 @@ std::optional<PodInfoMode> parse_pod_info_mode(const std::string& s);  // "logs"
 
 struct PodResolverOptions {
   PodInfoMode mode = PodInfoMode::kLogs;
-  std::string proc_root = "/proc";
+  std::string proc_root = kDefaultProcRoot;
   LogDirOptions logs;
 };
 

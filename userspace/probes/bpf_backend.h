@@ -1,7 +1,7 @@
-// The seam between the agent's runtime and BPF: the maps, the ring buffer and
-// the attaches the runtime and the probe manager use, and nothing else. The
-// real one is BpfLoader (the skeleton in the kernel); tests replay recorded
-// records and aggregates through a fake, without root.
+// The seam between the agent and BPF: the maps, the ring buffer and the
+// attaches the agent uses, and nothing else, in four slices (below). The real
+// backend is BpfLoader (the skeleton in the kernel); tests replay recorded
+// records and aggregates through fakes, without root.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -84,10 +84,27 @@ struct InflightCall {
   uint32_t kind = 0;
 };
 
-class BpfBackend {
- public:
-  virtual ~BpfBackend() = default;
+// The backend is cut the way its users need it, so that a fake overrides only
+// the slice its test drives: the probe manager attaches (BpfAttach); the host
+// collectors and the rank lifecycle read and write per-process map entries
+// (BpfRankMaps); the event loop drains records (BpfEventStreams); the agent's
+// health reports what loaded (BpfLifecycle). The real one, BpfLoader, is all four.
 
+// What the object loaded and attached at start.
+class BpfLifecycle {
+ public:
+  virtual ~BpfLifecycle() = default;
+  // The kernel tracepoint probes and their state: probe -> "tp_btf", "raw_tp",
+  // "off" (turned off by a flag) or "failed" (the kernel refused it).
+  virtual std::map<std::string, std::string> kernel_probes() const { return {}; }
+  // Why the failed ones failed, one line each.
+  virtual std::vector<std::string> kernel_probe_errors() const { return {}; }
+};
+
+// Probes on library files, for every process.
+class BpfAttach {
+ public:
+  virtual ~BpfAttach() = default;
   // A uprobe (or uretprobe) on `path` at the spec's offset, for every process (pid -1).
   virtual Result<Link> attach_uprobe(const std::string& path, const ProbeSpec& spec) = 0;
   // Every spec on one file. Here one link per probe; the real backend puts the
@@ -111,7 +128,14 @@ class BpfBackend {
                                    ProbeProgram /*program*/) {
     return make_error(std::string("no USDT support for ") + provider + ":" + name);
   }
+};
 
+// What BPF keeps per process: whether it is traced, its Python interpreter, its
+// aggregates, who took its CPU, its sockets' retransmits, the calls it is
+// blocked in, and BPF's own error counters.
+class BpfRankMaps {
+ public:
+  virtual ~BpfRankMaps() = default;
   // Tracked-tgid map.
   virtual bool set_tgid_state(uint32_t tgid, argus_tgid_state state) = 0;
   virtual void forget_tgid(uint32_t tgid) = 0;
@@ -121,18 +145,6 @@ class BpfBackend {
   virtual void forget_python_proc(uint32_t /*tgid*/) {}  // also drops its GC snapshot
   // The newest absolute GC counters the probes saw for a tgid (py_gc_snap map).
   virtual std::optional<argus_py_gc_snap> read_python_gc(uint32_t /*tgid*/) const { return std::nullopt; }
-  // The Python stack sampler (bpf/py_sample.bpf.c): a CPU-clock perf event at
-  // `hz` on every online CPU, for all processes (the program keeps py_procs'
-  // tgids). Returns the CPUs sampled. Its records (struct argus_py_sample) come
-  // through poll_events to the sample handler, on their own ring buffer.
-  virtual Result<int> start_python_sampling(uint32_t /*hz*/) { return make_error("no Python sampler in this backend"); }
-  virtual void set_py_sample_handler(std::function<void(const void* data, size_t size)> /*handler*/) {}
-
-  // The kernel tracepoint probes and their state: probe -> "tp_btf", "raw_tp",
-  // "off" (turned off by a flag) or "failed" (the kernel refused it).
-  virtual std::map<std::string, std::string> kernel_probes() const { return {}; }
-  // Why the failed ones failed, one line each.
-  virtual std::vector<std::string> kernel_probe_errors() const { return {}; }
 
   // Who took a rank's CPU (runqueue waits charged to the task switched out),
   // totals since the rank was first followed; dropped when it ends.
@@ -154,17 +166,30 @@ class BpfBackend {
   // The TCP retransmit counts per (socket inode, remote), and the removal of an
   // idle one, returning its last count (nullopt when it was gone already).
   virtual std::vector<TcpRetransEntry> read_tcp_retransmits() const { return {}; }
-  virtual std::optional<uint64_t> take_tcp_retransmit(const argus_tcp_key& /*key*/) { return std::nullopt; }  // BPF error counters by name
+  virtual std::optional<uint64_t> take_tcp_retransmit(const argus_tcp_key& /*key*/) { return std::nullopt; }
   // Collectives and synchronize calls still running (a host blocked in them).
   virtual std::vector<InflightCall> read_inflight_waits() const = 0;
   virtual void delete_seqs(uint32_t tgid) = 0;  // the collective numbering of an ended process
+};
 
+// The records BPF sends: the ring buffer, and the Python sampler's.
+class BpfEventStreams {
+ public:
+  virtual ~BpfEventStreams() = default;
   // Ring buffer: the handler gets each raw record; poll waits up to timeout_ms.
   using EventHandler = std::function<void(const void* data, size_t size)>;
   virtual void set_event_handler(EventHandler handler) = 0;
   virtual int poll_events(int timeout_ms) = 0;
   // Ends a poll_events() wait now (from another thread): a stop needs no turn.
   virtual void interrupt_poll() {}
+  // The Python stack sampler (bpf/py_sample.bpf.c): a CPU-clock perf event at
+  // `hz` on every online CPU, for all processes (the program keeps py_procs'
+  // tgids). Returns the CPUs sampled. Its records (struct argus_py_sample) come
+  // through poll_events to the sample handler, on their own ring buffer.
+  virtual Result<int> start_python_sampling(uint32_t /*hz*/) { return make_error("no Python sampler in this backend"); }
+  virtual void set_py_sample_handler(EventHandler /*handler*/) {}
 };
+
+class BpfBackend : public BpfLifecycle, public BpfAttach, public BpfRankMaps, public BpfEventStreams {};
 
 }  // namespace argus

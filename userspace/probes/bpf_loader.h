@@ -23,8 +23,8 @@ struct ring_buffer;
 namespace argus {
 
 struct LoaderOptions {
-  std::string btf_path = "/sys/kernel/btf/vmlinux";
-  uint32_t ringbuf_bytes = kDefaultRingbufKiB * 1024u;
+  std::string btf_path = kDefaultBtfPath;
+  uint32_t ringbuf_kib = kDefaultRingbufKiB;  // the event ring buffer (rounded up to a power of two)
   uint32_t usdt_spec_slots = kUsdtSpecSlots;
   // Optional kernel probes not to attach (their layer is off): names as in
   // kernel_probes(), e.g. "sched_switch".
@@ -37,6 +37,11 @@ struct LoaderOptions {
   // forces the per-probe fallback (--uprobe-links).
   enum class UprobeLinks { kAuto, kMulti, kPerf };
   UprobeLinks uprobe_links = UprobeLinks::kAuto;
+  // Thresholds the programs read as rodata, set before load (bpf/argus.h):
+  // a timed call's span is sent only when it failed or took this long, and a
+  // hot record wakes the agent once the ring holds more than 1/divisor of it.
+  uint64_t span_min_ns = ARGUS_SPAN_MIN_NS;
+  uint32_t ring_wake_divisor = ARGUS_RING_WAKE_DIVISOR;
 };
 
 // The real backend: the loaded skeleton in the kernel.

@@ -33,7 +33,7 @@
 namespace argus {
 
 struct ProbeManagerOptions {
-  std::string proc_root = "/proc";
+  std::string proc_root = kDefaultProcRoot;
   ProbeSet set = ProbeSet::Default;
   // A file no live process maps keeps its probes this long (seconds).
   double release_grace_seconds = kDefaultProbeReleaseSeconds;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "userspace/common/defaults.h"
 #include "bpf/argus_python.h"
 #include "userspace/common/result.h"
 #include "userspace/elf/elf_symbols.h"
@@ -93,7 +94,7 @@ class RemoteMemory {
   // All `len` bytes or false.
   virtual bool read(uint64_t addr, void* out, size_t len) = 0;
 };
-std::unique_ptr<RemoteMemory> process_memory(int pid, const std::string& proc_root = "/proc");
+std::unique_ptr<RemoteMemory> process_memory(int pid, const std::string& proc_root = kDefaultProcRoot);
 
 // An interpreter where a live process has it.
 struct PyProcess {
@@ -117,7 +118,7 @@ Result<PyProcess> locate_in_process(int pid, std::shared_ptr<const PyInterpreter
 // kUnsupportedPython (one it refuses), kUnreadable (maps or memory unreadable).
 class PythonLocator {
  public:
-  explicit PythonLocator(std::string proc_root = "/proc", size_t max_files = 256);
+  explicit PythonLocator(std::string proc_root = kDefaultProcRoot, size_t max_files = 256);
   ~PythonLocator();
   Result<PyProcess, LocateFailure> locate(int pid);
   // Files it refused (debug build, free-threaded, unknown version), for logs and skips.

@@ -51,6 +51,12 @@ void RankRegistry::track(int pid, uint64_t start_ticks, const std::string& comm,
   for (const auto& lib : libraries) {
     if (std::find(s.libraries.begin(), s.libraries.end(), lib) == s.libraries.end()) s.libraries.push_back(lib);
   }
+  // The rank's GPU, decided here once for everyone who asks (the GPU UUID, the
+  // NICs next to it, the Xid lines that name it). A UUID needs no more than the
+  // environment; an index is turned into one by the driver's files (the pod
+  // collector's job).
+  s.gpu_ref = rank_gpu_from_strings(s.cuda_visible_devices, s.nvidia_visible_devices, s.local_rank);
+  if (s.gpu_ref.form == GpuRef::Form::Uuid) s.gpu_uuid = s.gpu_ref.id;
   for (const auto& info : it->second.comms) apply_identity_from_init(it->second, info);
 }
 
@@ -329,6 +335,34 @@ std::vector<RankSnapshot> RankRegistry::snapshot() const {
   std::vector<RankSnapshot> out;
   out.reserve(entries_.size());
   for (const auto& [pid, e] : entries_) out.push_back(e.snap);
+  return out;
+}
+
+std::optional<RankSnapshot> RankRegistry::rank(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.snap;
+}
+
+std::optional<RankRegistry::Membership> RankRegistry::membership(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return std::nullopt;
+  return Membership{it->second.snap.job_id, it->second.snap.world_size};
+}
+
+std::vector<RankPlacement> RankRegistry::live_ranks() const {
+  std::lock_guard lock(mu_);
+  std::map<std::pair<std::string, int>, RankPlacement> by_rank;
+  for (const auto& [pid, e] : entries_) {
+    const RankSnapshot& s = e.snap;
+    if (s.exited || !s.identified()) continue;
+    by_rank.try_emplace({s.job_id, s.rank}, RankPlacement{s.job_id, s.rank, pid, s.gpu_ref});
+  }
+  std::vector<RankPlacement> out;
+  out.reserve(by_rank.size());
+  for (auto& [key, p] : by_rank) out.push_back(std::move(p));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "userspace/model/agent_counters.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
+#include "userspace/model/rank_facts.h"
 #include "userspace/model/snapshot.h"
 #include "userspace/model/rank_identity.h"
 #include "userspace/wire/aggregates.h"
@@ -41,7 +42,7 @@ struct RegistryOptions {
   bool sched_probe = false;  // the sched_switch probe follows the ranks (OffCpuView::present)
 };
 
-class RankRegistry {
+class RankRegistry final : public RankFacts, public RankDirectory {
  public:
   RankRegistry(const Clock& clock, RegistryOptions opts);
 
@@ -63,18 +64,18 @@ class RankRegistry {
   // probes' snapshot): counters only grow, so each keeps its largest value.
   // New TCP retransmits of the rank's sockets, by remote address (the
   // registry keeps the totals: BPF forgets idle sockets).
-  void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote);
+  void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote) override;
   void set_python_gc(int pid, const std::string& version, const std::string& anchor,
-                     const std::array<uint64_t, 3>& collections);
+                     const std::array<uint64_t, 3>& collections) override;
   // Who took the rank's CPU, totals since it was first followed (seconds and
   // count per stealer pid): the window's top few are derived at tick().
-  void set_cpu_stealers(int pid, std::vector<CpuStealer> totals);
+  void set_cpu_stealers(int pid, std::vector<CpuStealer> totals) override;
   // Its cgroup's CPU controller read now (totals; the window share at tick()),
   // or nullopt when it has none to read.
-  void set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view);
+  void set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view) override;
   // Its Kubernetes identity and GPU UUID as resolved now (each kept when the new one is unknown).
-  void set_pod_identity(int pid, const PodIdentityView& pod);
-  void set_gpu_uuid(int pid, const std::string& uuid);
+  void set_pod_identity(int pid, const PodIdentityView& pod) override;
+  void set_gpu_uuid(int pid, const std::string& uuid) override;
   // exit_code as the kernel keeps it: (status << 8) | signal. The reason is
   // exit_reason_of's (exit_cause.h); exit_code then holds the signal or the exit
   // status.
@@ -86,6 +87,16 @@ class RankRegistry {
   void tick();
 
   std::vector<RankSnapshot> snapshot() const;
+  // One rank's snapshot, nullopt when not tracked.
+  std::optional<RankSnapshot> rank(int pid) const;
+  // A tracked process's job and world as known now (exited ones too), without
+  // copying its counters.
+  struct Membership {
+    std::string job_id;
+    int world_size = -1;
+  };
+  std::optional<Membership> membership(int pid) const;
+  std::vector<RankPlacement> live_ranks() const override;
   size_t tracked_count() const;  // live tracked processes
 
  private:

@@ -14,6 +14,7 @@
 #include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/gpu_timeline/timeline.h"
+#include "userspace/model/pid_scoped.h"
 #include "userspace/model/snapshot.h"
 #include "userspace/model/trace.h"
 
@@ -28,7 +29,7 @@ struct NodeTimelineOptions {
   AgentCounters* caps = nullptr;  // also the GPU timelines' when gpu.caps is null
 };
 
-class NodeTimeline {
+class NodeTimeline final : public PidScoped {
  public:
   explicit NodeTimeline(NodeTimelineOptions opts = {}) : opts_(opts) {
     if (opts_.gpu.caps == nullptr) opts_.gpu.caps = opts_.caps;
@@ -47,7 +48,7 @@ class NodeTimeline {
   // A collective entered: the first after a quiet gap starts a step (for the per-step sketches).
   void on_collective_enter(int pid, uint64_t ts_ns, double step_seconds);
   void forget(int pid);
-  void retain(const std::set<int>& pids);  // forgets every other rank
+  void retain(const std::set<int>& pids) override;  // forgets every other rank
 
   GpuRankView gpu_view(int pid, uint64_t now_ns) const;
   // The rank's last `last` per-step kernel summaries, oldest first, and its kernel names.

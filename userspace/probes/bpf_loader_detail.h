@@ -1,0 +1,35 @@
+// What the BpfLoader's files share: the skeleton, and the helpers more than one
+// of them uses. Private to userspace/probes.
+#pragma once
+#include <cstring>
+#include <string>
+
+#include "argus.skel.h"
+#include "userspace/attach/attach_plan.h"
+
+namespace argus::bpf_detail {
+
+inline std::string errno_text(int err) { return std::strerror(err < 0 ? -err : err); }
+
+// The BPF program a probe runs.
+inline bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
+  switch (p) {
+    case ProbeProgram::NcclCollEnter: return skel->progs.argus_nccl_coll_enter;
+    case ProbeProgram::NcclInitEnter: return skel->progs.argus_nccl_init_enter;
+    case ProbeProgram::NcclInitExit: return skel->progs.argus_nccl_init_exit;
+    case ProbeProgram::CudaSyncEnter: return skel->progs.argus_cuda_sync_enter;
+    case ProbeProgram::CudaCount: return skel->progs.argus_cuda_count;
+    case ProbeProgram::CudaRet: return skel->progs.argus_cuda_ret;
+    case ProbeProgram::CudaMemcpy: return skel->progs.argus_cuda_memcpy;
+    case ProbeProgram::CudaLaunchExit: return skel->progs.argus_cuda_launch_exit;
+    case ProbeProgram::TimedExit: return skel->progs.argus_timed_exit;
+    case ProbeProgram::PyGcEnter: return skel->progs.argus_py_gc_enter;
+    case ProbeProgram::PyGcExit: return skel->progs.argus_py_gc_exit;
+    case ProbeProgram::PyGcUsdtStart: return skel->progs.argus_py_gc_usdt_start;
+    case ProbeProgram::PyGcUsdtDone: return skel->progs.argus_py_gc_usdt_done;
+    case ProbeProgram::LinkMapChange: return skel->progs.argus_dl_debug_state;
+  }
+  return nullptr;
+}
+
+}  // namespace argus::bpf_detail
