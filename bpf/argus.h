@@ -292,7 +292,7 @@ struct argus_gpu_name_event {
 /* A timed call returned: its span, for the trace and the straggler's
  * synchronize share (collectives and synchronize waits, never launches). Sent
  * only for a call that failed or lasted argus_span_min_ns or more (rodata set
- * by the loader, ARGUS_SPAN_MIN_NS by default): a real collective returns once
+ * by the loader from --span-min-us, ARGUS_SPAN_MIN_NS by default): a real collective returns once
  * enqueued, in microseconds (REAL-SEMANTICS.md), and a span that short shows
  * nothing at a step's scale. Shorter calls still add to their aggregates (count
  * and time) in BPF, and the trace draws a collective's call from its entry

@@ -56,6 +56,36 @@ TEST(AgentSim, ExactCountsEqualSimTruth) {
   }
 }
 
+// The span threshold is a constant of the BPF programs that the loader sets
+// before load (--span-min-us): at 0 the return of every collective is sent (the
+// sim's asynchronous calls return in microseconds, as real NCCL's), at the
+// default almost none is; the counts are exact either way.
+TEST(AgentSim, SpanThresholdIsSetBeforeLoad) {
+  ARGUS_REQUIRE_ROOT();
+  for (const bool every_return : {true, false}) {
+    SCOPED_TRACE(every_return ? "--span-min-us 0" : "default");
+    const auto dir = make_temp_dir("span");
+    Agent agent(dir, every_return ? std::vector<std::string>{"--span-min-us", "0"} : std::vector<std::string>{});
+    ASSERT_TRUE(agent.wait_ready()) << agent.log();
+    const auto out = dir / "truth";
+    Child sim(sim_args(out, "span-job", 2, 20), dir / "sim.log");
+    auto st = sim.wait_for(120s);
+    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
+    const auto truth = read_truth(out);
+    ASSERT_EQ(truth.size(), 2u);
+    ASSERT_EQ(wait_for_match(agent, truth, false), "") << agent.log();
+    double calls = 0;
+    for (const auto& [rank, t] : truth)
+      for (const auto& [op, c] : t.at("nccl").items()) calls += c.at("calls").get<double>();
+    ASSERT_GT(calls, 0);
+    const double events = metric_value(agent.get_text("/metrics"), "argus_agent_events_total", {{"source", "nccl"}});
+    if (every_return)
+      EXPECT_GE(events, 2 * calls);  // an entry and a return each (and the inits)
+    else
+      EXPECT_LT(events, 1.5 * calls);  // the entries, and the rare return that took 50 us
+  }
+}
+
 TEST(AgentSim, DeepProbesCountEveryLaunch) {
   ARGUS_REQUIRE_ROOT();
   const auto dir = make_temp_dir("deep");

@@ -500,5 +500,57 @@ TEST(AgentRuntime, RankReapedBeforeItsExitEventIsReadEndsOnceWithItsCode) {
   EXPECT_EQ(ranks[0].exit_code, 1);
 }
 
+// What a host collector is told, in order: a refresh each stats pass with the
+// ranks that run, a process's end once, and (one place, the rank lifecycle) to
+// let go of the processes the registry dropped.
+class RecordingCollector final : public HostCollector {
+ public:
+  const char* name() const override { return "recording"; }
+  void refresh(double, const std::vector<int>& live) override { calls.push_back("refresh " + pids_text(live)); }
+  void rank_ended(int pid) override { calls.push_back("ended " + std::to_string(pid)); }
+  void retain(const std::set<int>& pids) override {
+    calls.push_back("retain " + pids_text(std::vector<int>(pids.begin(), pids.end())));
+  }
+  void start() override { calls.push_back("start"); }
+  void stop() override { calls.push_back("stop"); }
+  static std::string pids_text(const std::vector<int>& pids) {
+    std::string t = "[";
+    for (int p : pids) t += (t.size() > 1 ? "," : "") + std::to_string(p);
+    return t + "]";
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(AgentRuntime, CollectorsAreRefreshedToldOfEndsAndForgetInOnePlace) {
+  ManualClock clock{1'000'000 * kMs, 1'790'000'000};
+  FakeProc proc;
+  proc.add(501, "", environ_of({"RANK=0", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=life"}));
+  proc.add(502, "", environ_of({"RANK=1", "WORLD_SIZE=2", "TORCHELASTIC_RUN_ID=life"}));
+  AgentConfig opts;
+  opts.node = "n";
+  opts.paths.proc_root = proc.root().string();
+  opts.detection.exit_grace_seconds = 0;  // an exited rank is dropped at the next stats pass
+  auto b = std::make_unique<FakeBackend>();
+  FakeBackend* backend = b.get();
+  auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
+  RecordingCollector* rec = rt->add_collector(std::make_unique<RecordingCollector>());
+  for (int pid : {501, 502}) backend->push(argus_tgid_seen_event{header(ARGUS_EV_TGID_SEEN, pid, clock.ns), ARGUS_SRC_NCCL, 0});
+  rt->run_once(0);  // tracks both; the first stats pass
+  argus_exit_event gone{};
+  gone.hdr = header(ARGUS_EV_EXIT, 502, clock.ns);
+  backend->push(gone);
+  proc.remove(502);
+  clock.advance(0.5);
+  rt->run_once(0);  // the exit, between stats passes
+  clock.advance(1.0);
+  rt->run_once(0);  // a stats pass: 502 is past its grace and dropped
+  const std::vector<std::string> want = {"refresh [501,502]", "retain [501,502]", "ended 502", "refresh [501]",
+                                         "retain [501]"};
+  EXPECT_EQ(rec->calls, want);
+  // The state let go of it as well: the registry, its communicators, its trace.
+  for (const auto& r : rt->snapshot().ranks) EXPECT_NE(r.pid, 502);
+  EXPECT_TRUE(rt->gpu_steps(502, 10).steps.empty());
+}
+
 }  // namespace
 }  // namespace argus

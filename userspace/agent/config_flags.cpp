@@ -70,6 +70,11 @@ void bind_bpf(CLI::App& app, AgentConfig& cfg) {
                  "tp_btf)")
       ->envname("ARGUS_TP_FLAVOUR")
       ->transform(CLI::CheckedTransformer(std::map<std::string, bool>{{"auto", false}, {"raw_tp", true}}));
+  app.add_option("--span-min-us", bpf.span_min_us,
+                 "a collective's or synchronize's return is sent (to the trace, and a late rank's synchronize share) "
+                 "only when it failed or took this long; shorter calls still count in full")
+      ->envname("ARGUS_SPAN_MIN_US")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1000000}));
   using Links = LoaderOptions::UprobeLinks;
   app.add_option("--uprobe-links", bpf.uprobe_links,
                  "how uprobes attach: auto (uprobe_multi links where the kernel has them, 6.6+, else one perf event "

@@ -100,7 +100,7 @@ void configure_before_load(argus_bpf* skel, const LoaderOptions& opts, bool mult
   bpf_map__set_max_entries(skel->maps.events, rb);
   size_usdt_tables(skel, opts.usdt_spec_slots);
   prepare_uprobe_programs(skel, multi);
-  skel->rodata->argus_span_min_ns = opts.span_min_ns;
+  skel->rodata->argus_span_min_ns = opts.span_min_us * 1000;
   skel->rodata->argus_ring_wake_divisor = std::max<uint32_t>(1, opts.ring_wake_divisor);
 }
 

@@ -40,7 +40,7 @@ struct LoaderOptions {
   // Thresholds the programs read as rodata, set before load (bpf/argus.h):
   // a timed call's span is sent only when it failed or took this long, and a
   // hot record wakes the agent once the ring holds more than 1/divisor of it.
-  uint64_t span_min_ns = ARGUS_SPAN_MIN_NS;
+  uint64_t span_min_us = ARGUS_SPAN_MIN_NS / 1000;
   uint32_t ring_wake_divisor = ARGUS_RING_WAKE_DIVISOR;
 };
 

@@ -225,7 +225,7 @@ NodeTimeline::RawTrace NodeTimeline::copy_trace(int pid, const Rank& r, uint64_t
   return raw;
 }
 
-TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
+TraceRank NodeTimeline::build_trace(const RawTrace& raw) const {
   std::vector<argus_gpu_span> folded;
   TraceRank tr;
   tr.pid = raw.pid;
@@ -236,8 +236,8 @@ TraceRank NodeTimeline::build_trace(const RawTrace& raw) {
                 h.collective ? "collective" : "sync", {}};
     if (!h.comm.empty()) s.args["comm"] = h.comm;
     if (h.ret != 0) s.args["result"] = std::to_string(h.ret);
-    // No return event yet: it returned within ARGUS_SPAN_MIN_NS, or it is still running.
-    if (h.return_unseen) s.args["return"] = "within " + std::to_string(ARGUS_SPAN_MIN_NS / 1000) + " us, or not yet";
+    // No return event yet: it returned within the span threshold, or it is still running.
+    if (h.return_unseen) s.args["return"] = "within " + std::to_string(opts_.span_min_us) + " us, or not yet";
     tr.spans.push_back(std::move(s));
   }
   for (const auto& g : raw.gpu) {

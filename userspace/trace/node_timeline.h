@@ -27,6 +27,9 @@ struct NodeTimelineOptions {
   size_t max_host_spans = kDefaultMaxHostSpansPerRank;  // per rank
   size_t max_trace_spans = kDefaultMaxTraceAnswerSpans;  // per trace() answer, all ranks
   AgentCounters* caps = nullptr;  // also the GPU timelines' when gpu.caps is null
+  // BPF sends a timed call's return only when it failed or took this long
+  // (--span-min-us): a collective drawn from its entry says so.
+  uint64_t span_min_us = ARGUS_SPAN_MIN_NS / 1000;
 };
 
 class NodeTimeline final : public PidScoped {
@@ -43,7 +46,7 @@ class NodeTimeline final : public PidScoped {
   void on_call(int pid, bool collective, const std::string& label, const std::string& comm, uint64_t start_ns,
                uint64_t end_ns, int ret);
   // A collective entered: drawn at once as a call that returned within
-  // ARGUS_SPAN_MIN_NS, since BPF sends its return only when it was longer or failed.
+  // span_min_us, since BPF sends its return only when it was longer or failed.
   void on_collective_call(int pid, const std::string& label, const std::string& comm, uint64_t start_ns);
   // A collective entered: the first after a quiet gap starts a step (for the per-step sketches).
   void on_collective_enter(int pid, uint64_t ts_ns, double step_seconds);
@@ -65,7 +68,7 @@ class NodeTimeline final : public PidScoped {
     std::string label, comm;
     uint64_t start_ns, end_ns;
     int ret;
-    bool return_unseen = false;  // entered, no return event yet: returned within ARGUS_SPAN_MIN_NS, or still running
+    bool return_unseen = false;  // entered, no return event yet: returned within span_min_us, or still running
   };
   struct Rank {
     explicit Rank(const gpu::TimelineOptions& o) : gpu(o) {}
@@ -86,7 +89,7 @@ class NodeTimeline final : public PidScoped {
   Rank& rank(int pid);
   void add_host_span(Rank& r, HostSpan span);
   static RawTrace copy_trace(int pid, const Rank& r, uint64_t from_ns, uint64_t to_ns, size_t budget);
-  static TraceRank build_trace(const RawTrace& raw);
+  TraceRank build_trace(const RawTrace& raw) const;
 
   NodeTimelineOptions opts_;
   mutable std::mutex mu_;
