@@ -67,12 +67,8 @@ TEST(AgentSim, SpanThresholdIsSetBeforeLoad) {
     const auto dir = make_temp_dir("span");
     Agent agent(dir, every_return ? std::vector<std::string>{"--span-min-us", "0"} : std::vector<std::string>{});
     ASSERT_TRUE(agent.wait_ready()) << agent.log();
-    const auto out = dir / "truth";
-    Child sim(sim_args(out, "span-job", 2, 20), dir / "sim.log");
-    auto st = sim.wait_for(120s);
-    ASSERT_TRUE(st && WIFEXITED(*st) && WEXITSTATUS(*st) == 0) << read_text(dir / "sim.log");
-    const auto truth = read_truth(out);
-    ASSERT_EQ(truth.size(), 2u);
+    const auto truth = run_sim_job(dir, "span-job", 2, 20);
+    ASSERT_EQ(truth.size(), 2u) << read_text(dir / "sim.log");
     ASSERT_EQ(wait_for_match(agent, truth, false), "") << agent.log();
     double calls = 0;
     for (const auto& [rank, t] : truth)

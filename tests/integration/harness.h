@@ -356,6 +356,17 @@ inline std::vector<std::string> sim_args(const fs::path& out, const std::string&
   return a;
 }
 
+// Runs the simulated job to its end (two minutes at most) and returns the truth
+// each rank recorded; empty when it failed (its log is in dir/sim.log).
+inline std::map<int, json> run_sim_job(const fs::path& dir, const std::string& job, int ranks, int steps,
+                                       std::vector<std::string> extra = {}) {
+  const auto out = dir / ("truth-" + job);
+  Child sim(sim_args(out, job, ranks, steps, std::move(extra)), dir / "sim.log");
+  auto st = sim.wait_for(120s);
+  if (!st || !WIFEXITED(*st) || WEXITSTATUS(*st) != 0) return {};
+  return read_truth(out);
+}
+
 // ---- A real Prometheus (the Debian package's /usr/bin/prometheus, or
 // ARGUS_PROMETHEUS) on a private loopback port: cross_node_prometheus_test.cpp,
 // dashboards_test.cpp.
