@@ -22,8 +22,9 @@ using testing_support::TempDir;
 
 const std::string kShim = ARGUS_BUILD_DIR "/lib/libnccl.so.2";
 
-// Attaches succeed (with no kernel link behind them) and are recorded.
-class RecordingBackend : public BpfBackend {
+// Attaches succeed (with no kernel link behind them) and are recorded: the one
+// slice of the BPF backend the probe manager uses.
+class RecordingBackend : public BpfAttach {
  public:
   Result<Link> attach_uprobe(const std::string& path, const ProbeSpec&) override {
     struct stat st {};
@@ -34,15 +35,6 @@ class RecordingBackend : public BpfBackend {
   }
   Result<Link> attach_gpu_usdt(const std::string&, bool) override { return Link(nullptr); }
   uint64_t usdt_spec_slots() const override { return 4; }
-  bool set_tgid_state(uint32_t, argus_tgid_state) override { return true; }
-  void forget_tgid(uint32_t) override {}
-  std::vector<StatEntry> read_stats(uint32_t) const override { return {}; }
-  void delete_stats(uint32_t) override {}
-  std::map<uint32_t, uint64_t> read_errors() const override { return {}; }
-  std::vector<InflightCall> read_inflight_waits() const override { return {}; }
-  void delete_seqs(uint32_t) override {}
-  void set_event_handler(EventHandler) override {}
-  int poll_events(int) override { return 0; }
 
   std::set<std::string> paths;
   std::set<ino_t> inodes;

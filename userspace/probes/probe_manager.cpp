@@ -22,7 +22,7 @@ uint64_t usdt_slots_for(const std::vector<elf::UsdtNote>& notes, const char* nam
 
 }  // namespace
 
-ProbeManager::ProbeManager(BpfBackend& loader, ProbeManagerOptions opts) : loader_(loader), opts_(std::move(opts)) {
+ProbeManager::ProbeManager(BpfAttach& loader, ProbeManagerOptions opts) : loader_(loader), opts_(std::move(opts)) {
   stats_.usdt_slots_limit = loader_.usdt_spec_slots();
   if (opts_.parse_in_background)
     worker_ = std::thread([this] {

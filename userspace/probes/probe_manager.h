@@ -66,7 +66,7 @@ struct ProbeStats {
 
 class ProbeManager final : public LibraryProber {
  public:
-  ProbeManager(BpfBackend& loader, ProbeManagerOptions opts);
+  ProbeManager(BpfAttach& loader, ProbeManagerOptions opts);
   ~ProbeManager() override;
   ProbeManager(const ProbeManager&) = delete;
   ProbeManager& operator=(const ProbeManager&) = delete;
@@ -133,7 +133,7 @@ class ProbeManager final : public LibraryProber {
   bool reserve_usdt_slots(uint64_t slots, const std::string& what, const std::string& name);
   void release(Library& lib);
 
-  BpfBackend& loader_;
+  BpfAttach& loader_;
   ProbeManagerOptions opts_;
   std::map<FileKey, Library> files_;  // event loop only
   std::set<std::pair<FileKey, int>> refused_;  // (file, pid) whose mapped path was refused; event loop only
