@@ -20,6 +20,8 @@
 // (core_checks()) must return data, and where the simulator recorded a truth
 // (its straggler, the rank that exited, the link it degraded, its ports, the
 // NICs next to each rank's GPU, the ranks' pids, the pod) show exactly that.
+// One file because it is one test: one costly scenario (the fixture, an agent,
+// three jobs, a Prometheus) that every helper and check here reads.
 #include <fcntl.h>
 #include <unistd.h>
 

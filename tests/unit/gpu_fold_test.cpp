@@ -2,7 +2,10 @@
 // path: the same records, once sent one by one and once folded, must give the
 // agent the same totals, the same step sketches byte for byte, and window
 // figures within one span; and the folded stream must be a small fraction of
-// the records.
+// the records. One file because its tests share the harness below (the records'
+// clock and kernel(), make_job, feed, expect_same_figures); the GpuTimeline ones
+// are the agent's side of what a producer may send (sketch and span records, a
+// kind it does not know).
 #include "gpu/gpu_fold.h"
 
 #include <gtest/gtest.h>

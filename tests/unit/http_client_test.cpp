@@ -1,5 +1,6 @@
 // http_get (cpp-httplib's client) against hand-written servers: URL checks, errors,
-// framing (chunked, length, EOF), bounds. TLS and tokens: http_server_test.cpp.
+// framing (chunked, length, EOF), bounds. Tokens: http_server_test.cpp; TLS:
+// http_server_tls_test.cpp.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>

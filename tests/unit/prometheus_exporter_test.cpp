@@ -1,4 +1,6 @@
 // render_metrics: exact names, types, values, labels and escaping of the /metrics text.
+// One file because nearly every test reads the rendering of the one make_snapshot() below,
+// whose figures its expectations name.
 #include <sys/wait.h>
 #include <unistd.h>
 
