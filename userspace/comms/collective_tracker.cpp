@@ -17,7 +17,8 @@ bool seq_before(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0
 
 }  // namespace
 
-CollectiveTracker::CollectiveTracker(TrackerOptions opts) : opts_(opts) {}
+CollectiveTracker::CollectiveTracker(TrackerOptions opts)
+    : opts_(opts), p2p_({.window_seconds = opts.window_seconds, .caps = opts.caps}) {}
 
 CollectiveTracker::Comm* CollectiveTracker::find_or_add(const std::string& comm) {
   if (auto it = comms_.find(comm); it != comms_.end()) return &it->second;
@@ -30,13 +31,23 @@ CollectiveTracker::Comm* CollectiveTracker::find_or_add(const std::string& comm)
   return &c;
 }
 
-void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks) {
+void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks, int comm_rank) {
   Comm* cp = find_or_add(comm);
   if (!cp) return;
   Comm& c = *cp;
   if (nranks > 0) c.view.nranks = std::max(c.view.nranks, nranks);
   CommMember& m = c.view.members[pid];
   m.pid = pid;
+  if (comm_rank >= 0) m.comm_rank = comm_rank;
+}
+
+void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int peer, uint64_t ts_ns) {
+  Comm* cp = find_or_add(comm);
+  if (!cp || peer < 0) return;
+  CommMember& m = cp->view.members[pid];
+  m.pid = pid;
+  m.exited = false;
+  p2p_.on_op(comm, pid, m.comm_rank, send, peer, ts_ns);
 }
 
 void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns) {
@@ -141,6 +152,7 @@ void CollectiveTracker::forget(int pid) {
     it = it->second.view.members.empty() ? comms_.erase(it) : std::next(it);
   }
   lags_.erase(pid);
+  p2p_.forget(pid);
   arrivals_.erase(pid);
   syncs_.erase(pid);
   last_stats_.erase(pid);
@@ -181,6 +193,7 @@ void CollectiveTracker::trim(uint64_t now_ns) {
     while (!d.empty() && d.front().second < cutoff) d.pop_front();
   for (auto& [name, c] : comms_)
     while (!c.spread_starts.empty() && c.spread_starts.front() < cutoff) c.spread_starts.pop_front();
+  p2p_.trim(now_ns);
 }
 
 RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "userspace/comms/p2p_tracker.h"
 #include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/model/pid_scoped.h"
@@ -32,7 +33,14 @@ class CollectiveTracker final : public PidScoped {
  public:
   explicit CollectiveTracker(TrackerOptions opts = {});
 
-  void add_member(const std::string& comm, int pid, int nranks);
+  // `pid` belongs to `comm` (nranks: the whole communicator's size, every node;
+  // comm_rank: its rank in it, -1 when unknown, e.g. a split child whose order
+  // the agent cannot see).
+  void add_member(const std::string& comm, int pid, int nranks, int comm_rank = -1);
+  // A point-to-point operation entered (ncclSend or ncclRecv, alone or inside a
+  // group): `peer` is the other side's rank in `comm`. The n-th send from A to B
+  // is matched with B's n-th receive from A.
+  void on_p2p(const std::string& comm, int pid, bool send, int peer, uint64_t ts_ns);
   // A collective entered (seq from BPF, counted per process and communicator).
   void on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns);
   // A CUDA synchronize call of the process returned: [start, end]. Lateness
@@ -60,6 +68,8 @@ class CollectiveTracker final : public PidScoped {
   const std::vector<InflightWait>& blocked_calls() const { return blocked_; }
 
   std::vector<CommView> comms() const;
+  // Point-to-point sends and receives of the node's ranks, matched.
+  const P2pTracker& p2p() const { return p2p_; }
   // The communicators a process belongs to.
   std::vector<std::string> comms_of(int pid) const;
 
@@ -86,6 +96,7 @@ class CollectiveTracker final : public PidScoped {
   double sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const;
 
   TrackerOptions opts_;
+  P2pTracker p2p_;
   std::map<std::string, Comm> comms_;
   std::map<int, std::deque<LagSample>> lags_;
   std::map<int, std::deque<uint64_t>> arrivals_;  // per pid: all arrival times in the window (step period)

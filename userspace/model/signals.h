@@ -28,6 +28,7 @@ struct RankLagStats {
 
 struct CommMember {
   int pid = 0;
+  int comm_rank = -1;  // its rank in the communicator (-1: unknown)
   uint64_t last_seq = 0;
   uint64_t last_arrival_ns = 0;
   bool exited = false;
