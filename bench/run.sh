@@ -57,7 +57,7 @@
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
-# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1,
+# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS: see bench/layout_detection.py),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -525,6 +525,7 @@ run_part ARGUS_BENCH_SKIP_TRAIN "l. training-loop overhead" train_overhead.sh tr
 run_part ARGUS_BENCH_SKIP_SCALE "m. scale" scale.sh scale scale.log scale_exit_code
 run_part ARGUS_BENCH_SKIP_RULES "n. rules at scale" rules_scale.py rules rules.log rules_scale_exit_code
 run_part ARGUS_BENCH_SKIP_FOLD "o. GPU records folded" gpu_fold.py fold fold.log gpu_fold_exit_code
+run_part ARGUS_BENCH_SKIP_LAYOUTS "p. stragglers and hangs over parallel layouts" layout_detection.py layouts layouts.log layout_detection_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -538,6 +539,7 @@ if [ -s "$WORK/idle/idle-rank.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/id
 if [ -s "$WORK/attach/attach.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/attach/attach.txt"; fi
 if [ -s "$WORK/rate/rate.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rate/rate.txt"; fi
 if [ -s "$WORK/train/train.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/train/train.txt"; fi
+if [ -s "$WORK/layouts/layouts.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/layouts/layouts.txt"; fi
 if [ -s "$WORK/scale/scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/scale/scale.txt"; fi
 if [ -s "$WORK/rules/rules_scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rules/rules_scale.txt"; fi
 if [ -s "$WORK/fold/fold.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/fold/fold.txt"; fi

@@ -200,9 +200,13 @@ TEST(Detection, HungRankNamedAlone) {
   auto evs = events_of(agent, "hang", job);
   ASSERT_GE(evs.size(), 1u);
   EXPECT_EQ(evs[0]["rank"], hung);
-  EXPECT_NE(evs[0]["summary"].get<std::string>().find("rank " + std::to_string(hung) + " never issued it"),
+  // It is alive, in no NCCL or CUDA call (the sim's --hang sleeps), and said to be.
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("rank " + std::to_string(hung) +
+                                                      " (it is alive and in no NCCL or CUDA call"),
             std::string::npos)
       << evs[0]["summary"];
+  EXPECT_NE(evs[0]["summary"].get<std::string>().find("never issued it"), std::string::npos) << evs[0]["summary"];
+  EXPECT_EQ(evs[0]["evidence"]["missing"][0]["state"], "idle") << evs[0].dump();
   // Asynchronous NCCL: its peers issued the collective and wait in a synchronize.
   EXPECT_NE(evs[0]["summary"].get<std::string>().find("wait in a CUDA synchronize"), std::string::npos)
       << evs[0]["summary"];

@@ -92,6 +92,7 @@ TEST(Detectors, SequenceNumbersThatWrap) {
     if (seq == 0) ++seq;  // 0 means p2p: BPF never hands it out for a collective
     t.on_arrival("w", 1, seq, ts);
     t.on_arrival("w", 2, seq, ts + 2 * kMs);
+    t.update(ts + 3 * kMs);  // as the stats pass: the step the offsets are grouped by
   }
   const auto c = t.comms().at(0);
   EXPECT_LT(c.newest_seq, 10u);  // past the wrap, and still the newest

@@ -32,7 +32,7 @@ enum class Mode { Async, Blocking };
 // The tracker gets exactly the arrivals and synchronize spans the agent's
 // probes would see; the signals are the wait shares the registry computes.
 struct Replay {
-  CollectiveTracker tracker{TrackerOptions{10, 512, 0.001, 10}};
+  CollectiveTracker tracker{TrackerOptions{10, 512, 0.001}};
   Mode mode = Mode::Async;
   std::map<int, double> host, gpu;  // pid -> slowness factor
   bool sync_before_coll = false;
@@ -78,6 +78,10 @@ struct Replay {
     sync_ns[p] += static_cast<double>(to - from);
   }
   void step() {
+    step_once();
+    tracker.update(now);  // as the agent's stats pass does: the step each rank's operations are grouped by
+  }
+  void step_once() {
     if (runs_ahead) return step_without_sync();
     const uint64_t t0 = now;
     std::map<int, uint64_t> arrive, gpu_done;
@@ -143,6 +147,7 @@ struct Replay {
   }
   std::vector<RankSignal> signals() {
     std::vector<RankSignal> out;
+    tracker.update(now);  // as the agent's stats pass: the step each rank's operations are grouped by
     const double span = static_cast<double>(now - window_start);
     for (int r = 0; r < ranks; ++r) {
       const int p = pid(r);
@@ -153,7 +158,7 @@ struct Replay {
       s.coll_wait_ratio = coll_ns[p] / span;
       s.sync_wait_ratio = sync_ns[p] / span;
       s.coverage = 1;
-      s.lag = tracker.lag_stats(p, now);
+      s.lag = tracker.last_lag_stats(p);
       s.gpu_valid = with_gpu_layer;
       s.gpu_nccl_ratio = nccl_kernel_ns[p] / span;
       s.gc_valid = with_gc;
@@ -196,5 +201,27 @@ struct Replay {
     return all;
   }
 };
+
+}  // namespace argus::detect_testutil
+
+namespace argus::detect_testutil {
+
+// A signal built by hand: the rank is behind its peers on `comm` by `lag_s`
+// at every one of 20 steps of `step_s` (what the tracker reports of a straggler).
+inline void late_on(RankSignal& s, const std::string& comm, double lag_s, double step_s, int peers = 1) {
+  CommLateness c;
+  c.comm = comm;
+  c.peers = peers;
+  c.bins = 20;
+  c.late_share = 1;
+  c.median_offset_s = lag_s;
+  c.t_score = 50;
+  c.p_late = 1e-6;
+  s.lag.comms.push_back(c);
+  s.lag.spread_samples = c.bins;
+  s.lag.median_lag_s = lag_s;
+  s.lag.late_fraction = 1;
+  s.lag.step_seconds = step_s;
+}
 
 }  // namespace argus::detect_testutil

@@ -1,6 +1,8 @@
 // GPU-side straggler reason and pipeline-bubble detection on hand-made signals.
 #include <gtest/gtest.h>
 
+#include "tests/unit/detector_test_util.h"
+
 #include "userspace/detect/detectors.h"
 
 namespace argus {
@@ -48,10 +50,7 @@ TEST(GpuStraggler, HostEvidenceWinsTheReason) {
   // Its host also issues the collectives last, waits least, and not because of
   // its own synchronize calls: a host straggler, whatever its GPU shows.
   sig[5].sync_wait_ratio = 0.02;
-  sig[5].lag.spread_samples = 10;
-  sig[5].lag.late_fraction = 1.0;
-  sig[5].lag.median_lag_s = 0.040;
-  sig[5].lag.step_seconds = 0.140;
+  detect_testutil::late_on(sig[5], "c0", 0.040, 0.140, 7);
   sig[5].lag.late_sync_share = 0.0;
   d.evaluate(sig, 1);
   auto ev = d.evaluate(sig, 2);

@@ -19,7 +19,7 @@ namespace {
 using detect_testutil::kMs;
 
 TEST(Detectors, DifferentWorldSizesAndRestartedRanksDoNotBreakIt) {
-  CollectiveTracker t({10, 64, 0.001, 10});
+  CollectiveTracker t({10, 64, 0.001});
   t.add_member("c", 1, 4);
   t.add_member("c", 2, 8);  // a rank that reports another world size
   EXPECT_EQ(t.comms().at(0).nranks, 8);
@@ -99,8 +99,8 @@ TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchron
   EXPECT_FALSE(h.missing(1));
   EXPECT_EQ(ev[0].kind, EventKind::kHang);
   EXPECT_EQ(ev[0].rank, 2);
-  EXPECT_NE(ev[0].summary.find("collective #100 of job j has not moved for 10 s: rank 2, rank 3 (it died: signal 9) "
-                               "never issued it; its peers here: 2 wait in a CUDA synchronize"),
+  EXPECT_NE(ev[0].summary.find("collective #100 of job j has not moved for 10 s: rank 2 (it is alive and in no NCCL or CUDA call), rank 3 "
+                               "(it died: signal 9) never issued it; its peers here: 2 wait in a CUDA synchronize"),
             std::string::npos)
       << ev[0].summary;
   EXPECT_EQ(ev[0].evidence["cause"], "missing_rank");
@@ -148,7 +148,7 @@ TEST(Detectors, BlockingHangNamesTheMissingRankWhileItsPeersSitInTheCall) {
   auto ev = h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 11'000 * kMs, 1);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].rank, 2);
-  EXPECT_NE(ev[0].summary.find("rank 2 never issued it; its peers here: 3 in the collective call"), std::string::npos)
+  EXPECT_NE(ev[0].summary.find("rank 2 (it is alive and in no NCCL or CUDA call) never issued it; its peers here: 3 in the collective call"), std::string::npos)
       << ev[0].summary;
 }
 
@@ -213,7 +213,7 @@ TEST(Detectors, ARankThatDiedInsideTheCollectiveIsNamedNotTheCollective) {
   ASSERT_EQ(ev2.size(), 1u);
   EXPECT_EQ(ev2[0].rank, 2);
   EXPECT_EQ(ev2[0].evidence["cause"], "missing_rank");
-  EXPECT_NE(ev2[0].summary.find("rank 2 never issued it; rank 3 (it died: signal 9) issued it and died before it finished"),
+  EXPECT_NE(ev2[0].summary.find("rank 2 (it waits in cuStreamSynchronize) never issued it; rank 3 (it died: signal 9) issued it and died before it finished"),
             std::string::npos)
       << ev2[0].summary;
   // One that issued it and exited cleanly (exit 0) did its part: it is not who the peers wait for.

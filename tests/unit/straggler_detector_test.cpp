@@ -229,9 +229,8 @@ TEST_P(HostCause, SaysWhatOnTheHostMakesItLate) {
   for (const char* k : {"throttled", "cpu_contention", "io", "gc_pause"}) EXPECT_TRUE(hc["explained_share"].contains(k)) << k;
   const double step = ev.evidence["step_seconds"].get<double>();
   const double lag = hc["lag_behind_peers_seconds"].get<double>();
-  EXPECT_NEAR(lag,
-              std::max(ev.evidence["lag_margin_seconds"].get<double>(),
-                       ev.evidence["median_lag_seconds"].get<double>() - hc["peers_median_lag_seconds"].get<double>()),
+  // Its lag behind its peers' median arrival (at least the margin).
+  EXPECT_NEAR(lag, std::max(ev.evidence["lag_margin_seconds"].get<double>(), ev.evidence["median_lag_seconds"].get<double>()),
               1e-12);
   const double rq_excess = hc["shares"]["runqueue"].get<double>() - hc["peers_median_shares"]["runqueue"].get<double>();
   EXPECT_NEAR(hc["explained_share"]["cpu_contention"].get<double>(), std::max(0.0, rq_excess) * step / lag, 1e-9);
@@ -323,10 +322,8 @@ TEST(Detectors, TwoRankJobSaysWhatFromItsSignals) {
       s.job_id = "pair";
       s.rank = i;
       s.coverage = 1;
-      s.lag.spread_samples = 10;
       s.lag.step_seconds = 0.145;
-      s.lag.late_fraction = i == 1 ? 1.0 : 0.0;
-      s.lag.median_lag_s = i == 1 ? 0.040 : 0.0;
+      if (i == 1) detect_testutil::late_on(s, "c0", 0.040, 0.145);
       s.sync_wait_ratio = i == 1 ? 0.0 : 0.27;
       s.offcpu_valid = true;
       s.throttle_valid = true;
@@ -348,7 +345,7 @@ TEST(Detectors, TwoRankJobSaysWhatFromItsSignals) {
   EXPECT_EQ(ev.evidence["reason"], "cpu_contention") << ev.summary;
   EXPECT_NEAR(ev.evidence["host_cause"]["explained_share"]["cpu_contention"].get<double>(), 0.28 * 0.145 / 0.040, 1e-9);
   EXPECT_EQ(ev.summary,
-            "rank 1 of job pair is late by 40 ms per step (step 145 ms; it issues last at 100% of its collectives): 29% "
+            "rank 1 of job pair is late by 40 ms per step (step 145 ms; behind its peers at 100% of its last 20 steps): 29% "
             "of its time runnable but waiting for a CPU (pid 812 `stress-ng` took it), peers 1%");
   ev = judge([](RankSignal&, RankSignal& slow) {
     slow.runqueue_share = 0.29;
@@ -392,19 +389,19 @@ TEST(Detectors, HostCauseSummariesAreOneHumanLine) {
               r.runqueue_ms[103] = 40;
               r.stealers[103] = {{812, "stress-ng", "/noisy", 1.2, 30}};
             }),
-            "rank 3 of job llm-7 is late by 40 ms per step (step 145 ms; it issues last at 100% of its collectives): "
+            "rank 3 of job llm-7 is late by 40 ms per step (step 145 ms; behind its peers at 100% of its last 40 steps): "
             "28% of its time runnable but waiting for a CPU (pid 812 `stress-ng` took it), peers 0%");
   EXPECT_EQ(summary([](Replay& r) {
               r.runqueue_ms[103] = 30;
               r.throttled_ms[103] = 30;
             }),
-            "rank 3 of job llm-7 is late by 30 ms per step (step 135 ms; it issues last at 100% of its collectives): "
+            "rank 3 of job llm-7 is late by 30 ms per step (step 135 ms; behind its peers at 100% of its last 40 steps): "
             "its cgroup /job/rank3 was throttled 22% of the time (CPU quota), peers 0%");
   EXPECT_EQ(summary([](Replay& r) { r.io_ms[103] = 40; }),
-            "rank 3 of job llm-7 is late by 40 ms per step (step 145 ms; it issues last at 100% of its collectives): "
+            "rank 3 of job llm-7 is late by 40 ms per step (step 145 ms; behind its peers at 100% of its last 40 steps): "
             "28% of its time blocked in block I/O, peers 0%");
   EXPECT_EQ(summary([](Replay& r) { r.host[103] = 2.0; }),
-            "rank 3 of job llm-7 is late by 100 ms per step (step 205 ms; it issues last at 100% of its collectives): "
+            "rank 3 of job llm-7 is late by 100 ms per step (step 205 ms; behind its peers at 100% of its last 40 steps): "
             "it computes longer on its host: on CPU 39% vs peers 20%, no contention, throttling or I/O explains it "
             "(runqueue 0% vs 0%)");
 }
@@ -428,8 +425,8 @@ TEST(Detectors, StragglerNamedAloneAfterTwoEvaluationsWithEvidence) {
     }
   EXPECT_EQ(ev2[0].kind, EventKind::kStraggler);
   EXPECT_EQ(ev2[0].rank, 5);
-  EXPECT_NE(ev2[0].summary.find("rank 5 of job llm-7 issues its collectives 190 ms after the earliest rank at 100% of "
-                                "them (step 295 ms): its host is slow"),
+  EXPECT_NE(ev2[0].summary.find("rank 5 of job llm-7 arrives 190.0 ms behind its 7 peers on c0 at 100% of its last 26 "
+                                "steps (step 295 ms): its host is slow"),
             std::string::npos)
       << ev2[0].summary;
   EXPECT_NEAR(d.state(105).score, 0.190 / 0.295, 1e-9);  // behind by 0.64 of a step
@@ -505,9 +502,7 @@ TEST(Detectors, NeverFlagsLateStartersTooFewPeersOrWaiters) {
   late.rank = 4;
   late.sync_wait_ratio = 0.0;
   late.coverage = 0.2;
-  late.lag.spread_samples = 10;
-  late.lag.late_fraction = 1;
-  late.lag.median_lag_s = 0.5;
+  detect_testutil::late_on(late, "c0", 0.5, 1.0, 4);
   sig.push_back(late);
   RankSignal alone;  // the only rank of its job here: the cross-node rules judge it
   alone.pid = 10;

@@ -91,7 +91,9 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
       python_(*bpf_, registry_, clock,
               PythonOptions{cfg.paths.proc_root, cfg.python.gc_probes, cfg.python.sample_hz, &counters_}),
       tcp_(*bpf_, registry_, cfg.paths.proc_root, &counters_),
-      collectors_{&cgroup_cpu_, &pods_, &python_, &tcp_},
+      stuck_calls_([this](int pid) { return !tracker_.heard_from(pid); }, [this] { return clock_.monotonic_ns(); },
+                   cfg.paths.proc_root),
+      collectors_{&cgroup_cpu_, &pods_, &python_, &tcp_, &stuck_calls_},
       lifecycle_(LifecycleParts{registry_, *bpf_, *discovery_, *probes_, memcgs_, pods_, python_, events_, counters_},
                  clock, cfg.paths.proc_root, !cfg.discovery.only_env.empty()),
       calls_(registry_, names_, aligner_, tracker_, timeline_),
@@ -103,7 +105,7 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
                             cfg.pods.mode}) {
   // Told of an end in this order: the last readings (CPU stealers, Python GC)
   // before the state lets go.
-  for (PidScoped* part : std::initializer_list<PidScoped*>{&cgroup_cpu_, &python_, &memcgs_, &pods_, &tcp_, &tracker_,
+  for (PidScoped* part : std::initializer_list<PidScoped*>{&cgroup_cpu_, &python_, &memcgs_, &pods_, &tcp_, &stuck_calls_, &tracker_,
                                                            &aligner_, &names_, &timeline_, &detection_})
     lifecycle_.add(part);
   bpf_->set_event_handler([this](const void* data, size_t size) { router_.on_record(data, size); });
@@ -232,6 +234,8 @@ std::vector<InflightWait> AgentRuntime::blocked_calls() const {
     if (auto name = names_.name_of(pid, call.comm); !name.empty())
       out.push_back({pid, name, false, nccl_op_label(call.op), call.start_ns});
   }
+  // Calls that began before the agent's probes, seen on the ranks' stacks.
+  for (auto& w : stuck_calls_.waits()) out.push_back(std::move(w));
   return out;
 }
 

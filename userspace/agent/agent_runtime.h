@@ -22,6 +22,7 @@
 #include "userspace/collectors/memcg_watch.h"
 #include "userspace/collectors/pod_collector.h"
 #include "userspace/collectors/python_collector.h"
+#include "userspace/collectors/stuck_calls.h"
 #include "userspace/collectors/tcp_collector.h"
 #include "userspace/common/clock.h"
 #include "userspace/comms/collective_tracker.h"
@@ -122,6 +123,7 @@ class AgentRuntime final : public ApiSource {
   PodCollector pods_;
   PythonCollector python_;
   TcpCollector tcp_;
+  StuckCallCollector stuck_calls_;
   std::vector<std::unique_ptr<HostCollector>> extra_collectors_;
   std::vector<HostCollector*> collectors_;  // refreshed each stats pass, in this order
   // The loop's parts.

@@ -127,6 +127,11 @@ void bind_detection(CLI::App& app, AgentConfig::Detection& d) {
   app.add_option("--window", d.window_seconds, "analysis window in seconds")
       ->envname("ARGUS_WINDOW")
       ->check(CLI::Range(0.5, 3600.0));
+  app.add_option("--hang-threshold", d.hang.min_stall_seconds,
+                 "seconds a collective or point-to-point operation may wait before it is a hang (at least; it grows "
+                 "with the step and with the longest stall the job recovered from)")
+      ->envname("ARGUS_HANG_THRESHOLD")
+      ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--exit-grace", d.exit_grace_seconds, "seconds an exited rank stays visible")
       ->envname("ARGUS_EXIT_GRACE")
       ->check(CLI::Range(0.0, 86400.0));

@@ -48,6 +48,10 @@ DetectionPass::Verdicts DetectionPass::run(const std::vector<RankSnapshot>& rank
     const GpuRankView gpu = timeline.gpu_view(r.pid, now_ns);
     RankInfoForHang& f = facts[r.pid];
     f = {r.job_id, r.rank, r.exited, r.exit_reason, r.exit_code, lag.step_seconds, static_cast<double>(gpu.latest_end_ns)};
+    f.offcpu_valid = r.offcpu.present && r.offcpu.window_span_seconds > 0;
+    f.oncpu_share = r.offcpu.window_oncpu_share;
+    f.io_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_IO];
+    f.heard = tracker.heard_from(r.pid);
     if (r.exited) {
       f.exit_summary = exit_phrase(r);
       f.exit_cause = exit_evidence(r);
@@ -58,7 +62,7 @@ DetectionPass::Verdicts DetectionPass::run(const std::vector<RankSnapshot>& rank
   for (auto& ev : stragglers_.evaluate(signals, now_unix)) out.events.push_back(std::move(ev));
   for (auto& ev : bubbles_.evaluate(signals, now_unix)) out.events.push_back(std::move(ev));
   const auto comms = tracker.comms();
-  for (auto& ev : hangs_.evaluate(comms, tracker.blocked_calls(), facts, now_ns, now_unix))
+  for (auto& ev : hangs_.evaluate(comms, tracker.blocked_calls(), facts, now_ns, now_unix, tracker.p2p().pending()))
     out.events.push_back(std::move(ev));
 
   std::map<int, std::map<std::string, uint64_t>> seqs;

@@ -1,6 +1,7 @@
 #include "userspace/comms/collective_tracker.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace argus {
 namespace {
@@ -18,7 +19,34 @@ bool seq_before(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0
 }  // namespace
 
 CollectiveTracker::CollectiveTracker(TrackerOptions opts)
-    : opts_(opts), p2p_({.window_seconds = opts.window_seconds, .caps = opts.caps}) {}
+    : opts_(opts),
+      p2p_({.window_seconds = opts.window_seconds, .caps = opts.caps}),
+      order_({.window_seconds = opts.window_seconds}) {}
+
+void CollectiveTracker::note_call(const std::string& comm, int pid, uint32_t op, uint64_t bytes, uint64_t ts_ns) {
+  heard_.insert(pid);
+  auto [it, added] = comm_index_.try_emplace(comm, static_cast<uint32_t>(comm_index_.size()));
+  patterns_[pid].on_call(call_signature(it->second, op, bytes), ts_ns);
+}
+
+// The step each member is in, for grouping its operations by step.
+void CollectiveTracker::order(const std::string& comm, const std::map<int, uint64_t>& arrivals) {
+  if (arrivals.size() < 2) return;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& [pid, ts] : arrivals) {
+    first = std::min(first, ts);
+    last = std::max(last, ts);
+  }
+  // Each member's synchronize share over the same span right before its own
+  // arrival: only its excess over its peers' says its GPU or stream held it.
+  const uint64_t span = last - first;
+  std::map<int, double> pre_sync, steps;
+  for (const auto& [pid, ts] : arrivals) {
+    if (span > 0) pre_sync[pid] = sync_share(pid, ts > span ? ts - span : 0, ts);
+    steps[pid] = last_lag_stats(pid).step_seconds;
+  }
+  order_.add(comm, arrivals, pre_sync, steps);
+}
 
 CollectiveTracker::Comm* CollectiveTracker::find_or_add(const std::string& comm) {
   if (auto it = comms_.find(comm); it != comms_.end()) return &it->second;
@@ -47,11 +75,17 @@ void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int 
   CommMember& m = cp->view.members[pid];
   m.pid = pid;
   m.exited = false;
-  p2p_.on_op(comm, pid, m.comm_rank, send, peer, ts_ns);
+  note_call(comm, pid, send ? kSendOp : kRecvOp, 0, ts_ns);
+  if (const P2pMatch* match = p2p_.on_op(comm, pid, m.comm_rank, send, peer, ts_ns);
+      match && match->sender_pid != match->receiver_pid)
+    order(comm + "/p2p", {{match->sender_pid, match->send_ns}, {match->receiver_pid, match->recv_ns}});
+  trim(ts_ns);
 }
 
-void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns) {
-  if (seq == 0) return;  // p2p: no common numbering
+void CollectiveTracker::on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns, uint32_t op,
+                                   uint64_t bytes) {
+  if (seq == 0) return;  // p2p: no common numbering (on_p2p)
+  note_call(comm, pid, op, bytes, ts_ns);
   Comm* cp = find_or_add(comm);
   if (!cp) return;
   Comm& c = *cp;
@@ -95,24 +129,17 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
     last = std::max(last, ts);
   }
   // Only the first collective after a compute phase spreads the ranks out; the
-  // rest of the burst arrives together. Lateness is judged on the spread ones.
+  // rest of the burst arrives together: one spread-out collective per step.
   const bool spread = static_cast<double>(last - first) / 1e9 > opts_.late_threshold_s;
   if (spread) c.spread_starts.push_back(first);
   for (; c.spread_starts.size() > opts_.max_samples; c.spread_starts.pop_front())
     count_into(opts_.caps, Cap::kCollectiveSamples);
-  // Late: behind the median rank by more than the threshold (several stragglers
-  // at once are all late, not only the very last).
-  std::vector<uint64_t> times;
-  for (const auto& [pid, ts] : s.arrivals) times.push_back(ts);
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  const uint64_t median_ts = times[times.size() / 2];
   for (const auto& [pid, ts] : s.arrivals) {
-    const double lag = static_cast<double>(ts - first) / 1e9;
-    const bool late = ts > median_ts && static_cast<double>(ts - median_ts) / 1e9 > opts_.late_threshold_s;
     auto& lags = lags_[pid];
-    lags.push_back({first, lag, spread, late, late ? sync_share(pid, first, ts) : 0.0});
+    lags.push_back({first, static_cast<double>(ts - first) / 1e9});
     for (; lags.size() > opts_.max_samples; lags.pop_front()) count_into(opts_.caps, Cap::kCollectiveSamples);
   }
+  order(c.view.comm, s.arrivals);
 }
 
 double CollectiveTracker::sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const {
@@ -128,6 +155,8 @@ double CollectiveTracker::sync_share(int pid, uint64_t from_ns, uint64_t to_ns) 
 
 void CollectiveTracker::on_sync(int pid, uint64_t start_ns, uint64_t end_ns) {
   if (end_ns < start_ns) return;
+  // A step usually ends in one (loss.item()): part of the step's pattern.
+  note_call("", pid, kSyncOp, 0, start_ns);
   auto& d = syncs_[pid];
   d.emplace_back(start_ns, end_ns);
   while (d.size() > kMaxSyncSpans) d.pop_front();
@@ -153,6 +182,9 @@ void CollectiveTracker::forget(int pid) {
   }
   lags_.erase(pid);
   p2p_.forget(pid);
+  order_.forget(pid);
+  patterns_.erase(pid);
+  heard_.erase(pid);
   arrivals_.erase(pid);
   syncs_.erase(pid);
   last_stats_.erase(pid);
@@ -164,6 +196,7 @@ void CollectiveTracker::retain(const std::set<int>& pids) {
   for (const auto& [pid, samples] : lags_) gone.insert(pid);
   for (const auto& [pid, times] : arrivals_) gone.insert(pid);
   for (const auto& [pid, spans] : syncs_) gone.insert(pid);
+  gone.insert(heard_.begin(), heard_.end());
   for (const auto& [name, c] : comms_)
     for (const auto& [pid, m] : c.view.members) gone.insert(pid);
   for (int pid : gone)
@@ -171,10 +204,27 @@ void CollectiveTracker::retain(const std::set<int>& pids) {
 }
 
 void CollectiveTracker::update(uint64_t now_ns) {
+  std::map<int, double> own;
+  for (int pid : heard_) own[pid] = step_of(pid, now_ns);
   std::map<int, RankLagStats> stats;
-  for (const auto& [pid, arrivals] : arrivals_) stats[pid] = lag_stats(pid, now_ns);
-  for (const auto& [pid, samples] : lags_) stats.try_emplace(pid, lag_stats(pid, now_ns));
+  for (int pid : heard_) stats[pid] = lag_stats_at(pid, now_ns, consensus_step(pid, own));
   last_stats_ = std::move(stats);
+}
+
+// The ranks that share a communicator share a step: the median of their own
+// estimates. The straggler's own estimate is the one most likely off (its
+// step boundary hides no wait, so its calls look evenly spaced).
+double CollectiveTracker::consensus_step(int pid, const std::map<int, double>& own) const {
+  std::set<int> peers{pid};
+  for (const auto& [name, c] : comms_)
+    if (c.view.members.count(pid))
+      for (const auto& [q, m] : c.view.members) peers.insert(q);
+  std::vector<double> steps;
+  for (int q : peers)
+    if (auto it = own.find(q); it != own.end() && it->second > 0) steps.push_back(it->second);
+  if (steps.empty()) return 0;
+  std::sort(steps.begin(), steps.end());
+  return steps[(steps.size() - 1) / 2];  // the lower median: a real step, not an average of two
 }
 
 RankLagStats CollectiveTracker::last_lag_stats(int pid) const {
@@ -191,52 +241,63 @@ void CollectiveTracker::trim(uint64_t now_ns) {
     while (!d.empty() && d.front() < cutoff) d.pop_front();
   for (auto& [pid, d] : syncs_)
     while (!d.empty() && d.front().second < cutoff) d.pop_front();
+  // The call pattern is kept by count (StepPattern::kMaxCalls), not by the
+  // window: a step longer than a third of the window still shows its period.
+  const uint64_t hour = 3600ull * 1'000'000'000;
+  for (auto& [pid, p] : patterns_) p.trim_before(now_ns > hour ? now_ns - hour : 0);
+  order_.trim(now_ns);
   for (auto& [name, c] : comms_)
     while (!c.spread_starts.empty() && c.spread_starts.front() < cutoff) c.spread_starts.pop_front();
   p2p_.trim(now_ns);
 }
 
 RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
+  std::map<int, double> own;
+  for (int q : heard_) own[q] = step_of(q, now_ns);
+  return lag_stats_at(pid, now_ns, consensus_step(pid, own));
+}
+
+RankLagStats CollectiveTracker::lag_stats_at(int pid, uint64_t now_ns, double step_s) const {
   RankLagStats out;
   const auto window = static_cast<uint64_t>(opts_.window_seconds * 1e9);
   const uint64_t cutoff = now_ns > window ? now_ns - window : 0;
   if (auto it = lags_.find(pid); it != lags_.end()) {
     double sum = 0;
-    std::vector<const LagSample*> spread;
     for (const auto& s : it->second) {
       if (s.ts_ns < cutoff) continue;
       ++out.samples;
       sum += s.lag_s;
-      if (s.spread) spread.push_back(&s);
     }
-    // Lateness from the most recent spread-out collectives only: a straggler
-    // that just turned slow is judged on its last steps, not diluted by the
-    // window's older ones (slower steps give fewer samples in a window).
-    if (spread.size() > opts_.recent_spread) spread.erase(spread.begin(), spread.end() - opts_.recent_spread);
-    std::vector<double> spread_lags;
-    size_t late = 0;
-    double sync_sum = 0;
-    for (const auto* s : spread) {
-      spread_lags.push_back(s->lag_s);
-      late += s->late;
-      if (s->late) sync_sum += s->sync_share;
-    }
-    if (late > 0) out.late_sync_share = sync_sum / static_cast<double>(late);
     if (out.samples > 0) out.mean_lag_s = sum / static_cast<double>(out.samples);
-    out.spread_samples = spread_lags.size();
-    if (!spread_lags.empty()) {
-      out.median_lag_s = median(spread_lags);
-      out.late_fraction = static_cast<double>(late) / static_cast<double>(spread_lags.size());
-    }
   }
-  // The step: where the ranks spread out once a step (some rank computes
-  // longer), the period of those collectives; else the period of the bursts of
-  // this rank's collectives. With asynchronous NCCL a late host is late at every
-  // collective of its step, so the spread-out ones come in bursts too: the
-  // period of the bursts. In a healthy job the ranks spread out only now and
-  // then (noise): the intervals between those are several steps (a 50 ms step
-  // read as 2.4 s), so the spread-out collectives count only when at least half
-  // of this rank's bursts in the window have one.
+  out.step_seconds = step_s;
+  out.comms = order_.of(pid, out.step_seconds, now_ns);
+  // The summary is the communicator where it is most surely late.
+  const CommLateness* worst = nullptr;
+  for (const auto& c : out.comms)
+    if (!worst || c.p_late < worst->p_late || (c.p_late == worst->p_late && c.t_score > worst->t_score)) worst = &c;
+  if (worst) {
+    out.spread_samples = worst->bins;
+    out.median_lag_s = worst->median_offset_s;
+    out.late_fraction = worst->late_share;
+    out.late_sync_share = worst->late_sync_excess;
+  }
+  return out;
+}
+
+// The step: the period of the rank's call pattern (comms/step_pattern.h) when
+// it has one; else the old estimate from bursts. Where the ranks spread out
+// once a step (some rank computes longer), the period of those collectives;
+// else the period of the bursts of this rank's collectives. In a healthy job
+// the ranks spread out only now and then (noise): the intervals between those
+// are several steps, so the spread-out collectives count only when at least
+// half of this rank's bursts in the window have one. A pattern a whole number
+// of burst periods long (calls that vary with the step number, as the legacy
+// simulator's sizes do) is that many steps: the burst period is the step,
+// when its bursts hold several calls each.
+double CollectiveTracker::step_of(int pid, uint64_t now_ns) const {
+  const auto window = static_cast<uint64_t>(opts_.window_seconds * 1e9);
+  const uint64_t cutoff = now_ns > window ? now_ns - window : 0;
   double spread_period = 0;
   size_t spread_bursts = 0;
   for (const auto& [name, c] : comms_) {
@@ -252,21 +313,34 @@ RankLagStats CollectiveTracker::lag_stats(int pid, uint64_t now_ns) const {
     }
   }
   double own_period = 0;
-  size_t own_bursts = 0;
+  size_t own_bursts = 0, own_calls = 0;
   if (auto it = arrivals_.find(pid); it != arrivals_.end()) {
     std::deque<uint64_t> recent;
     for (uint64_t t : it->second)
       if (t >= cutoff) recent.push_back(t);
+    own_calls = recent.size();
     own_period = step_period_seconds(recent, &own_bursts);
   }
-  out.step_seconds = spread_period > 0 && (own_period == 0 || 2 * spread_bursts >= own_bursts) ? spread_period : own_period;
-  return out;
+  const double bursts =
+      spread_period > 0 && (own_period == 0 || 2 * spread_bursts >= own_bursts) ? spread_period : own_period;
+  const auto p = patterns_.find(pid);
+  const double pattern = p == patterns_.end() ? 0 : p->second.step_seconds();
+  if (pattern <= 0) return bursts;
+  // Bursts of one call are the calls themselves (per-layer collectives evenly
+  // spaced), not steps.
+  const bool real_bursts = own_bursts > 0 && own_calls >= 2 * own_bursts;
+  if (bursts > 0 && real_bursts) {
+    const double k = std::round(pattern / bursts);
+    if (k >= 2 && std::fabs(pattern - k * bursts) <= 0.15 * pattern) return bursts;
+  }
+  return pattern;
 }
 
 std::vector<CommView> CollectiveTracker::comms() const {
   std::vector<CommView> out;
   for (const auto& [name, c] : comms_) {
     CommView v = c.view;
+    for (auto& [pid, m] : v.members) m.pending = m.last_seq != 0 && c.open.count(m.last_seq) != 0;
     for (const auto& [pid, m] : v.members)
       if (m.last_seq == v.newest_seq && m.last_arrival_ns != 0 &&
           (v.newest_first_arrival_ns == 0 || m.last_arrival_ns < v.newest_first_arrival_ns))

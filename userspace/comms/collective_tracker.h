@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "userspace/comms/arrival_order.h"
 #include "userspace/comms/p2p_tracker.h"
+#include "userspace/comms/step_pattern.h"
 #include "userspace/model/agent_counters.h"
 #include "userspace/common/defaults.h"
 #include "userspace/model/pid_scoped.h"
@@ -21,8 +23,7 @@ namespace argus {
 struct TrackerOptions {
   double window_seconds = kDefaultWindowSeconds;
   size_t max_open_seqs = 512;     // incomplete collectives kept per communicator
-  double late_threshold_s = 0.001;  // a rank "arrives late" at a seq when its lag exceeds this
-  size_t recent_spread = 10;        // lateness is judged on this many latest spread-out collectives
+  double late_threshold_s = 0.001;  // ranks further apart than this at a collective "spread out" (the step's bursts)
   size_t max_comms = kDefaultMaxCommunicators;  // communicators followed; a new one past this is ignored
   size_t max_samples = kDefaultMaxCollectiveSamplesPerRank;  // arrival and lag samples per rank
   AgentCounters* caps = nullptr;
@@ -41,8 +42,12 @@ class CollectiveTracker final : public PidScoped {
   // group): `peer` is the other side's rank in `comm`. The n-th send from A to B
   // is matched with B's n-th receive from A.
   void on_p2p(const std::string& comm, int pid, bool send, int peer, uint64_t ts_ns);
-  // A collective entered (seq from BPF, counted per process and communicator).
-  void on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns);
+  // In the step's pattern: ARGUS_OP_SEND / ARGUS_OP_RECV, and a synchronize.
+  static constexpr uint32_t kSendOp = 6, kRecvOp = 7, kSyncOp = 0xfe;
+  // A collective entered (seq from BPF, counted per process and communicator;
+  // op and bytes, when known, make the step's pattern).
+  void on_arrival(const std::string& comm, int pid, uint64_t seq, uint64_t ts_ns, uint32_t op = 0,
+                  uint64_t bytes = 0);
   // A CUDA synchronize call of the process returned: [start, end]. Lateness
   // that its own synchronize waits explain is its GPU's (or stream's), not its host's.
   void on_sync(int pid, uint64_t start_ns, uint64_t end_ns);
@@ -70,16 +75,16 @@ class CollectiveTracker final : public PidScoped {
   std::vector<CommView> comms() const;
   // Point-to-point sends and receives of the node's ranks, matched.
   const P2pTracker& p2p() const { return p2p_; }
+  // Whether any call of the process reached the tracker (a collective, a
+  // point-to-point operation, a synchronize) since it was first seen.
+  bool heard_from(int pid) const { return heard_.count(pid) != 0; }
   // The communicators a process belongs to.
   std::vector<std::string> comms_of(int pid) const;
 
  private:
   struct LagSample {
     uint64_t ts_ns;
-    double lag_s;
-    bool spread;  // the ranks arrived more than late_threshold apart
-    bool late;  // behind the median rank by more than late_threshold
-    double sync_share;  // late: share of its lag spent in its own synchronize calls
+    double lag_s;  // behind the earliest rank (argus_nccl_arrival_lag_seconds)
   };
   struct OpenSeq {
     std::map<int, uint64_t> arrivals;  // pid -> ts
@@ -94,9 +99,18 @@ class CollectiveTracker final : public PidScoped {
   void complete(Comm& c, uint64_t seq, OpenSeq& s);
   void trim(uint64_t now_ns);
   double sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const;
+  void note_call(const std::string& comm, int pid, uint32_t op, uint64_t bytes, uint64_t ts_ns);
+  void order(const std::string& comm, const std::map<int, uint64_t>& arrivals);
+  double step_of(int pid, uint64_t now_ns) const;
+  double consensus_step(int pid, const std::map<int, double>& own) const;
+  RankLagStats lag_stats_at(int pid, uint64_t now_ns, double step_s) const;
 
   TrackerOptions opts_;
   P2pTracker p2p_;
+  ArrivalOrder order_;
+  std::set<int> heard_;
+  std::map<int, StepPattern> patterns_;     // per pid: its calls' pattern (the step)
+  std::map<std::string, uint32_t> comm_index_;  // communicator -> index in call signatures
   std::map<std::string, Comm> comms_;
   std::map<int, std::deque<LagSample>> lags_;
   std::map<int, std::deque<uint64_t>> arrivals_;  // per pid: all arrival times in the window (step period)

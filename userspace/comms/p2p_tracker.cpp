@@ -10,10 +10,10 @@ void P2pTracker::push(std::deque<Side>& q, Side s) {
   for (; q.size() > opts_.max_pending; q.pop_front()) count_into(opts_.caps, Cap::kOpenCollectives);
 }
 
-void P2pTracker::on_op(const std::string& comm, int pid, int rank, bool send, int peer, uint64_t ts_ns) {
+const P2pMatch* P2pTracker::on_op(const std::string& comm, int pid, int rank, bool send, int peer, uint64_t ts_ns) {
   if (rank < 0 || peer < 0) {
     ++unattributed_;
-    return;
+    return nullptr;
   }
   pids_[{comm, rank}] = pid;
   const Key key = send ? Key{comm, rank, peer} : Key{comm, peer, rank};
@@ -22,7 +22,7 @@ void P2pTracker::on_op(const std::string& comm, int pid, int rank, bool send, in
   std::deque<Side>& theirs = send ? p.recvs : p.sends;
   if (theirs.empty()) {
     push(mine, {pid, ts_ns});
-    return;
+    return nullptr;
   }
   const Side other = theirs.front();
   theirs.pop_front();
@@ -34,6 +34,7 @@ void P2pTracker::on_op(const std::string& comm, int pid, int rank, bool send, in
   m.recv_ns = send ? other.ts_ns : ts_ns;
   matches_.push_back(std::move(m));
   for (; matches_.size() > opts_.max_matches; matches_.pop_front()) count_into(opts_.caps, Cap::kCollectiveSamples);
+  return &matches_.back();
 }
 
 int P2pTracker::pid_of(const std::string& comm, int rank) const {

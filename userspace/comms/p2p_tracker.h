@@ -53,7 +53,8 @@ class P2pTracker {
   explicit P2pTracker(P2pOptions opts = {}) : opts_(opts) {}
   // `rank` is `pid`'s rank in `comm` (-1: unknown, then the operation cannot be
   // paired and is counted as unattributed). `peer` is the other side's rank.
-  void on_op(const std::string& comm, int pid, int rank, bool send, int peer, uint64_t ts_ns);
+  // Returns the match this operation completed, if it did (valid until the next call).
+  const P2pMatch* on_op(const std::string& comm, int pid, int rank, bool send, int peer, uint64_t ts_ns);
   // The pid of rank `rank` of `comm`, once it posted a point-to-point operation.
   int pid_of(const std::string& comm, int rank) const;
   // Matches in the window, oldest first.

@@ -36,6 +36,35 @@ nlohmann::json rank_states(const CommView& c, const std::map<int, const Inflight
   return out;
 }
 
+// A synchronize waits for what its process enqueued: it is charged to this
+// communicator when the process's newest operation here still waits for a
+// member of this node, or when it is the process's newest operation on any
+// communicator (its GPU part may not have run). Not to every communicator of
+// the process.
+bool charged_here(const CommView&, const CommMember& m, const std::map<int, uint64_t>& latest_arrival) {
+  if (m.pending) return true;
+  auto it = latest_arrival.find(m.pid);
+  return it != latest_arrival.end() && m.last_arrival_ns != 0 && m.last_arrival_ns == it->second;
+}
+
+bool behind_newest(const CommView& c, const CommMember& m) {
+  return c.newest_seq != 0 && static_cast<int64_t>(m.last_seq - c.newest_seq) < 0;
+}
+
+// A live rank in no NCCL or CUDA call is busy when the kernel layer sees it on
+// CPU or in I/O (a checkpoint, an evaluation), idle otherwise.
+constexpr double kBusyShare = 0.2;
+bool busy(const RankInfoForHang& r) { return r.offcpu_valid && r.oncpu_share + r.io_share >= kBusyShare; }
+
+// Where a rank is now: the call it is blocked in (any communicator, any
+// synchronize), or null.
+const InflightWait* call_of(int pid, const std::vector<InflightWait>& inflight) {
+  const InflightWait* oldest = nullptr;
+  for (const auto& f : inflight)
+    if (f.pid == pid && (!oldest || f.start_ns < oldest->start_ns)) oldest = &f;
+  return oldest;
+}
+
 bool exited_cleanly(const RankInfoForHang& r) {
   return r.exited && r.exit_reason == ExitReason::kExit && r.exit_code == 0;
 }
@@ -47,13 +76,37 @@ size_t ranks_that_left_cleanly(const CommView& c, const std::map<int, RankInfoFo
   return n;
 }
 
+// Where a missing rank that is alive is: "in_collective", "in_synchronize",
+// "busy" or "idle" (in no call), with the phrase the summary uses.
+std::pair<std::string, std::string> whereabouts(int pid, const RankInfoForHang& info,
+                                                const std::vector<InflightWait>& inflight, nlohmann::json& j) {
+  if (const InflightWait* w = call_of(pid, inflight)) {
+    j["call"] = w->api;
+    if (!w->sync) {
+      j["comm"] = w->comm;
+      return {"in_collective", "it waits in " + w->api + " on communicator " + w->comm};
+    }
+    return {"in_synchronize", "it waits in " + w->api};
+  }
+  if (info.offcpu_valid) {
+    j["oncpu_share"] = info.oncpu_share;
+    j["io_share"] = info.io_share;
+  }
+  if (busy(info))
+    return {"busy", "it is alive and busy outside NCCL and CUDA (on CPU " + fmt("%.0f", info.oncpu_share * 100) +
+                        "%, in I/O " + fmt("%.0f", info.io_share * 100) +
+                        "% of the time): a checkpoint or an evaluation? see its Python stack"};
+  return {"idle", std::string("it is alive and in no NCCL or CUDA call") + (info.offcpu_valid ? ", idle" : "")};
+}
+
 DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
-                         const std::map<int, const InflightWait*>& blocked,
+                         const std::map<int, const InflightWait*>& blocked, const std::vector<InflightWait>& inflight,
                          const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix) {
   nlohmann::json missing_json = nlohmann::json::array();
   // Two ways to be missing: never issued the newest collective, or issued it
   // and died (its GPU's part never ran, so its peers wait forever).
   std::string never, died_in;
+  bool all_busy = !h.missing_pids.empty();
   for (int pid : h.missing_pids) {
     auto it = ranks.find(pid);
     const RankInfoForHang info = it == ranks.end() ? RankInfoForHang{} : it->second;
@@ -72,6 +125,14 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
     std::string& names = issued ? died_in : never;
     if (!names.empty()) names += ", ";
     names += "rank " + std::to_string(info.rank);
+    if (!info.exited) {
+      auto [state, phrase] = whereabouts(pid, info, inflight, missing_json.back());
+      missing_json.back()["state"] = state;
+      names += " (" + phrase + ")";
+      all_busy = all_busy && state == "busy";
+    } else {
+      all_busy = false;
+    }
     if (info.exited)
       names += " (it died: " +
                (info.exit_summary.empty() ? std::string(label_of(info.exit_reason)) + " " + std::to_string(info.exit_code)
@@ -99,7 +160,7 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
     auto it = ranks.find(h.missing_pids.front());
     ev.rank = it == ranks.end() ? -1 : it->second.rank;
     ev.summary = head + ": " + names + (waiting.empty() ? "" : "; its peers here: " + waiting);
-    cause = never.empty() ? HangCause::kRankDied : HangCause::kMissingRank;
+    cause = never.empty() ? HangCause::kRankDied : all_busy ? HangCause::kRankBusy : HangCause::kMissingRank;
   } else if (const size_t left = ranks_that_left_cleanly(c, ranks); left > 0) {
     // Equal counts with peers gone (exit 0): what remains waits either for a
     // collective whose peers left before their part ran, or on work of its own.
@@ -135,9 +196,27 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
 std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& comms,
                                                   const std::vector<InflightWait>& inflight,
                                                   const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns,
-                                                  double now_unix) {
+                                                  double now_unix, const std::vector<P2pPending>& p2p) {
   std::vector<DetectedEvent> events;
   std::map<std::string, CommHealth> next;
+  // Each process's newest arrival on any communicator: a synchronize waits for
+  // what the process enqueued last.
+  std::map<int, uint64_t> latest_arrival;
+  for (const auto& c : comms)
+    for (const auto& [pid, m] : c.members) latest_arrival[pid] = std::max(latest_arrival[pid], m.last_arrival_ns);
+  // Processes with an operation pending on a communicator some rank here never
+  // reached: whatever else they wait on waits on that (a victim, not a hang of its own).
+  std::set<int> waits_on_missing;
+  for (const auto& c : comms) {
+    bool someone_behind = false;
+    for (const auto& [pid, m] : c.members) {
+      auto it = ranks.find(pid);
+      someone_behind |= behind_newest(c, m) && it != ranks.end() && !it->second.exited;
+    }
+    if (!someone_behind) continue;
+    for (const auto& [pid, m] : c.members)
+      if (m.pending) waits_on_missing.insert(pid);
+  }
   for (const auto& c : comms) {
     CommHealth h;
     h.comm = c.comm;
@@ -149,11 +228,13 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       if (h.job_id.empty()) h.job_id = it->second.job_id;
       step = std::max(step, it->second.step_seconds);
     }
-    // The call each member's host is blocked in now (its oldest): a synchronize
-    // anywhere in the process, or a collective on this communicator.
+    // The call each member's host is blocked in now (its oldest): a collective
+    // on this communicator, or a synchronize charged to it (see charged_here).
     std::map<int, const InflightWait*> blocked;
     for (const auto& f : inflight) {
-      if (!c.members.count(f.pid) || (!f.sync && f.comm != c.comm)) continue;
+      auto m = c.members.find(f.pid);
+      if (m == c.members.end()) continue;
+      if (f.sync ? !charged_here(c, m->second, latest_arrival) : f.comm != c.comm) continue;
       auto& b = blocked[f.pid];
       if (!b || f.start_ns < b->start_ns) b = &f;
     }
@@ -186,10 +267,21 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       since = 0;  // nobody here waits: a job that ended (or died whole) is not a hang
     else if (!behind.empty() && c.newest_seq != 0)
       since = c.newest_first_arrival_ns;
-    else if (all_blocked && c.newest_seq != 0)
+    else if (all_blocked && c.newest_seq != 0 &&
+             std::none_of(c.members.begin(), c.members.end(), [&](const auto& kv) { return waits_on_missing.count(kv.first) != 0; }))
       since = std::max(last_blocked, c.newest_arrival_ns);
+    // Everyone issued it and waits, but a member's GPU still completes work:
+    // the collective is slow, not stuck (its data moves); the stall counts
+    // from the last sign of it.
+    if (since != 0 && behind.empty()) {
+      uint64_t gpu_latest = 0;
+      for (const auto& [pid, m] : c.members)
+        if (auto it = ranks.find(pid); it != ranks.end() && !it->second.exited)
+          gpu_latest = std::max(gpu_latest, static_cast<uint64_t>(it->second.gpu_last_activity_ns));
+      if (gpu_latest > since) since = gpu_latest;
+    }
     if (since != 0 && now_ns > since) h.stalled_seconds = static_cast<double>(now_ns - since) / 1e9;
-    const double limit = std::max(opts_.min_stall_seconds, opts_.step_multiple * step);
+    const double limit = limit_for(h.job_id, step);
     h.hung = h.stalled_seconds >= limit;
     if (h.hung) {
       // A rank that issued it and then died is as missing as one that never did.
@@ -200,24 +292,200 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       // One event when the hang is found, and one each time who is missing changes.
       const bool was_hung = reported_.count(c.comm) != 0;
       if (!was_hung || reported_[c.comm] != missing) {
-        events.push_back(hang_event(c, h, limit, blocked, ranks, now_ns, now_unix));
+        events.push_back(hang_event(c, h, limit, blocked, inflight, ranks, now_ns, now_unix));
         reported_[c.comm] = missing;
       }
     } else {
       reported_.erase(c.comm);
     }
+    if (auto before = health_.find(c.comm); before != health_.end()) remember_recovery(before->second, h);
     next[c.comm] = std::move(h);
   }
   // A communicator the tracker forgot (its ranks are gone) is forgotten here too.
   std::erase_if(reported_, [&](const auto& kv) { return !next.count(kv.first); });
   health_ = std::move(next);
+  for (auto& ev : evaluate_p2p(comms, p2p, ranks, inflight, now_ns, now_unix)) events.push_back(std::move(ev));
+  for (auto& ev : evaluate_unheard(ranks, inflight, now_ns, now_unix)) events.push_back(std::move(ev));
   return events;
+}
+
+// A job none of whose ranks here made a call the agent saw (it started while
+// they hung): the calls in flight it sees on their stacks (waits that began
+// before the agent) say who waits; a rank inside no NCCL or CUDA call is the
+// one they wait for.
+std::vector<DetectedEvent> HangDetector::evaluate_unheard(const std::map<int, RankInfoForHang>& ranks,
+                                                          const std::vector<InflightWait>& inflight, uint64_t now_ns,
+                                                          double now_unix) {
+  std::vector<DetectedEvent> events;
+  std::map<std::string, std::vector<int>> jobs;
+  std::set<std::string> heard_jobs;
+  for (const auto& [pid, r] : ranks) {
+    if (r.exited || r.job_id.empty()) continue;
+    if (r.heard) heard_jobs.insert(r.job_id);
+    jobs[r.job_id].push_back(pid);
+  }
+  std::set<std::string> still;
+  for (const auto& [job, pids] : jobs) {
+    if (heard_jobs.count(job) || pids.size() < 2) continue;
+    std::vector<int> waiting, missing;
+    uint64_t since = 0;
+    double step = 0;
+    for (int pid : pids) {
+      step = std::max(step, ranks.at(pid).step_seconds);
+      const InflightWait* w = call_of(pid, inflight);
+      if (w && w->before_agent) {
+        waiting.push_back(pid);
+        since = std::max(since, w->start_ns);
+      } else {
+        missing.push_back(pid);
+      }
+    }
+    if (waiting.empty() || now_ns <= since) continue;
+    const double stalled = static_cast<double>(now_ns - since) / 1e9;
+    if (stalled < limit_for(job, step)) continue;
+    still.insert(job);
+    if (unheard_reported_.count(job)) continue;
+    unheard_reported_.insert(job);
+    DetectedEvent ev;
+    ev.time = now_unix;
+    ev.kind = EventKind::kHang;
+    ev.job_id = job;
+    nlohmann::json missing_json = nlohmann::json::array(), waiting_json = nlohmann::json::array();
+    std::string names;
+    for (int pid : missing) {
+      const RankInfoForHang& info = ranks.at(pid);
+      nlohmann::json j = {{"pid", pid}, {"rank", info.rank}};
+      auto [state, phrase] = whereabouts(pid, info, inflight, j);
+      j["state"] = state;
+      missing_json.push_back(std::move(j));
+      names += (names.empty() ? "" : ", ") + ("rank " + std::to_string(info.rank) + " (" + phrase + ")");
+    }
+    for (int pid : waiting)
+      waiting_json.push_back({{"pid", pid}, {"rank", ranks.at(pid).rank}, {"call", call_of(pid, inflight)->api}});
+    const std::string head = "job " + job + ": " + std::to_string(waiting.size()) + " of its " +
+                             std::to_string(pids.size()) + " ranks here have been blocked inside NCCL or CUDA since " +
+                             "before the agent started (seen for " + fmt("%.0f", stalled) + " s; no call returned)";
+    HangCause cause;
+    if (!missing.empty()) {
+      ev.rank = ranks.at(missing.front()).rank;
+      ev.summary = head + ": they wait for " + names;
+      cause = HangCause::kMissingRank;
+    } else {
+      ev.rank = -1;
+      ev.summary = head + ": every rank here waits; a rank on another node, or the collective itself, holds them";
+      cause = HangCause::kNoLocalRankMissing;
+    }
+    ev.evidence = {{"cause", label_of(cause)},
+                   {"seen_from", "stacks"},
+                   {"stalled_seconds", stalled},
+                   {"stall_threshold_seconds", limit_for(job, step)},
+                   {"missing", missing_json},
+                   {"waiting", waiting_json}};
+    events.push_back(std::move(ev));
+  }
+  std::erase_if(unheard_reported_, [&](const std::string& j) { return !still.count(j); });
+  return events;
+}
+
+// The stall that makes a hang: the flag, a few steps, or half again the
+// longest stall this job has shown and recovered from (a checkpoint on one
+// rank, an evaluation), whichever is longest.
+double HangDetector::limit_for(const std::string& job, double step) const {
+  double limit = std::max(opts_.min_stall_seconds, opts_.step_multiple * step);
+  if (auto it = longest_recovered_.find(job); it != longest_recovered_.end())
+    limit = std::max(limit, opts_.healthy_stall_multiple * it->second);
+  return limit;
+}
+
+// A stall that ended before it was called a hang was healthy: remember how long it was.
+void HangDetector::remember_recovery(const CommHealth& before, const CommHealth& now) {
+  const bool recovered = before.stalled_seconds > 0 && !before.hung &&
+                         (now.newest_seq != before.newest_seq || now.stalled_seconds < before.stalled_seconds);
+  if (!recovered || before.job_id.empty()) return;
+  double& longest = longest_recovered_[before.job_id];
+  longest = std::max(longest, before.stalled_seconds);
 }
 
 bool HangDetector::missing(int pid) const {
   for (const auto& [comm, h] : health_)
     if (std::find(h.missing_pids.begin(), h.missing_pids.end(), pid) != h.missing_pids.end()) return true;
   return false;
+}
+
+}  // namespace argus
+
+namespace argus {
+
+// A point-to-point operation (a pipeline stage's receive, an all-to-all's
+// part) that waited longer than the limit for its other side: a hang that
+// names both, the rank that never sent (or never received) and the one that waits.
+std::vector<DetectedEvent> HangDetector::evaluate_p2p(const std::vector<CommView>& comms,
+                                                      const std::vector<P2pPending>& p2p,
+                                                      const std::map<int, RankInfoForHang>& ranks,
+                                                      const std::vector<InflightWait>& inflight, uint64_t now_ns,
+                                                      double now_unix) {
+  std::vector<DetectedEvent> events;
+  std::set<std::string> still;
+  for (const auto& w : p2p) {
+    auto waiter = ranks.find(w.waiter_pid);
+    if (waiter == ranks.end() || waiter->second.exited || now_ns <= w.since_ns) continue;
+    const double waited = static_cast<double>(now_ns - w.since_ns) / 1e9;
+    if (waited < limit_for(waiter->second.job_id, waiter->second.step_seconds)) continue;
+    // The other side, by its rank in the communicator, when it is on this node.
+    int peer_pid = 0;
+    int comm_ranks = 0;
+    for (const auto& c : comms)
+      if (c.comm == w.comm) {
+        comm_ranks = c.nranks;
+        for (const auto& [pid, m] : c.members)
+          if (m.comm_rank == w.peer_rank) peer_pid = pid;
+      }
+    const std::string key = w.comm + ":" + std::to_string(w.waiter_pid) + (w.waiter_sends ? ">" : "<") +
+                            std::to_string(w.peer_rank);
+    still.insert(key);
+    if (p2p_reported_.count(key)) continue;
+    p2p_reported_.insert(key);
+    const RankInfoForHang& me = waiter->second;
+    auto peer = ranks.find(peer_pid);
+    nlohmann::json peer_json = {{"comm_rank", w.peer_rank}, {"here", peer != ranks.end()}};
+    std::string peer_phrase = "rank " + std::to_string(w.peer_rank) + " of communicator " + w.comm +
+                              (peer == ranks.end() ? " (on another node)" : "");
+    if (peer != ranks.end()) {
+      peer_json["rank"] = peer->second.rank;
+      peer_json["pid"] = peer_pid;
+      peer_phrase = "rank " + std::to_string(peer->second.rank);
+      if (peer->second.exited) {
+        peer_json["state"] = "exited";
+        peer_phrase += " (it died: " + (peer->second.exit_summary.empty() ? std::string(label_of(peer->second.exit_reason))
+                                                                          : peer->second.exit_summary) + ")";
+      } else {
+        auto [state, phrase] = whereabouts(peer_pid, peer->second, inflight, peer_json);
+        peer_json["state"] = state;
+        peer_phrase += " (" + phrase + ")";
+      }
+    }
+    DetectedEvent ev;
+    ev.time = now_unix;
+    ev.kind = EventKind::kHang;
+    ev.job_id = me.job_id;
+    ev.rank = peer != ranks.end() ? peer->second.rank : me.rank;
+    const char* what = w.waiter_sends ? "send" : "receive";
+    ev.summary = "rank " + std::to_string(me.rank) + " of job " + me.job_id + " has waited " + fmt("%.0f", waited) +
+                 " s for its point-to-point " + what + (w.waiter_sends ? " to " : " from ") + peer_phrase + ": " +
+                 (w.waiter_sends ? "it never received it" : "it never sent it");
+    const InflightWait* my_call = call_of(w.waiter_pid, inflight);
+    ev.evidence = {{"comm", w.comm},
+                   {"cause", label_of(HangCause::kPeerNeverSent)},
+                   {"waiting", {{"rank", me.rank}, {"pid", w.waiter_pid}, {"posted", w.waiter_sends ? "send" : "recv"},
+                                {"operations_unmatched", w.posted}, {"call", my_call ? my_call->api : ""}}},
+                   {"missing", peer_json},
+                   {"stalled_seconds", waited},
+                   {"stall_threshold_seconds", limit_for(me.job_id, me.step_seconds)},
+                   {"comm_ranks", comm_ranks}};
+    events.push_back(std::move(ev));
+  }
+  std::erase_if(p2p_reported_, [&](const std::string& k) { return !still.count(k); });
+  return events;
 }
 
 }  // namespace argus

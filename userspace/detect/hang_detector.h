@@ -8,14 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "userspace/comms/p2p_tracker.h"
 #include "userspace/model/event.h"
 #include "userspace/model/signals.h"
 
 namespace argus {
 
 struct HangOptions {
-  double min_stall_seconds = 10;  // a communicator stalled this long is hung...
-  double step_multiple = 5;       // ... or this many step periods, whichever is longer
+  double min_stall_seconds = 10;  // a communicator stalled this long is hung (--hang-threshold) ...
+  double step_multiple = 5;       // ... or this many step periods, whichever is longer ...
+  double healthy_stall_multiple = 1.5;  // ... or this many times the longest stall the job recovered from
+  double gpu_moving_seconds = 2;  // a GPU record this recent: the collective's data still moves
 };
 
 struct CommHealth {
@@ -40,14 +43,28 @@ class HangDetector {
  public:
   explicit HangDetector(HangOptions opts = {}) : opts_(opts) {}
   // comms from the tracker, calls the hosts are blocked in (from BPF), rank facts by pid.
+  // `p2p`: point-to-point operations still waiting for their other side.
   std::vector<DetectedEvent> evaluate(const std::vector<CommView>& comms, const std::vector<InflightWait>& inflight,
-                                      const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix);
+                                      const std::map<int, RankInfoForHang>& ranks, uint64_t now_ns, double now_unix,
+                                      const std::vector<P2pPending>& p2p = {});
   const std::map<std::string, CommHealth>& health() const { return health_; }
   bool missing(int pid) const;
 
  private:
+  double limit_for(const std::string& job, double step) const;
+  void remember_recovery(const CommHealth& before, const CommHealth& now);
+  std::vector<DetectedEvent> evaluate_unheard(const std::map<int, RankInfoForHang>& ranks,
+                                              const std::vector<InflightWait>& inflight, uint64_t now_ns,
+                                              double now_unix);
+  std::vector<DetectedEvent> evaluate_p2p(const std::vector<CommView>& comms, const std::vector<P2pPending>& p2p,
+                                          const std::map<int, RankInfoForHang>& ranks,
+                                          const std::vector<InflightWait>& inflight, uint64_t now_ns, double now_unix);
+
   HangOptions opts_;
   std::map<std::string, CommHealth> health_;
+  std::map<std::string, double> longest_recovered_;  // job -> the longest stall it recovered from (s)
+  std::set<std::string> p2p_reported_;  // pending point-to-point pairs already in an event
+  std::set<std::string> unheard_reported_;  // jobs whose hang before the agent is in an event
   std::map<std::string, std::set<int>> reported_;  // comm -> missing pids already in an event
 };
 

@@ -62,6 +62,11 @@ struct StragglerDetector::Verdict {
   double wait_median = 0, wait_threshold = 0;
   double gpu_median = 0, gpu_threshold = 0;
   double score = 0;
+  std::vector<const CommLateness*> late_on, early_on;  // where it is surely behind / ahead of its peers
+  std::vector<const CommLateness*> waits_on;  // on time where a peer is surely late: it waits for that peer
+  const CommLateness* decisive = nullptr;  // the communicator it is most surely late on
+  bool victim = false;                     // late, but ahead somewhere: it waits for someone
+  bool imbalance = false;                  // late by the pipeline's design (see evaluate)
 };
 
 namespace {
@@ -151,17 +156,15 @@ StragglerReason StragglerDetector::host_reason(const RankSignal& r, const std::v
   v.own = shares_of(r);
   v.peers = peer_medians(r, members);
   // The lag to explain is the one behind the median peer (the shares are
-  // compared with the peers' median too): on a busy node the median rank is
-  // itself behind the earliest one.
+  // compared with the peers' median too).
   std::vector<double> peer_lags;
   for (const auto* p : members)
     if (p->pid != r.pid) peer_lags.push_back(p->lag.median_lag_s);
   v.peers_lag_s = median_of(peer_lags);
   const double step = r.lag.step_seconds;
-  // (At least the lateness margin: a sliver behind peers that are late too
-  // is not explained by a sliver of excess.)
-  const double behind = r.lag.median_lag_s > v.peers_lag_s ? r.lag.median_lag_s - v.peers_lag_s : r.lag.median_lag_s;
-  const double lag = std::min(r.lag.median_lag_s, std::max(behind, v.lag_margin_s));
+  // Its lag is already behind its peers' median arrival (comms/arrival_order.h);
+  // at least the lateness margin: a sliver of lag is not explained by a sliver of excess.
+  const double lag = std::max(r.lag.median_lag_s, v.lag_margin_s);
   v.lag_behind_peers_s = lag;
   auto explained = [&](double own, double peer, double& excess) {
     excess = std::max(0.0, own - peer) * step;
@@ -199,6 +202,32 @@ StragglerReason StragglerDetector::host_reason(const RankSignal& r, const std::v
   return StragglerReason::kCompute;
 }
 
+// Where the rank is surely behind its peers (late) and surely ahead of them
+// (early: it waits for them there), by the tests of StragglerOptions.
+void StragglerDetector::judge_arrivals(const RankSignal& r, Verdict& v) const {
+  const double p_max =
+      std::clamp(opts_.max_p_late * r.lag.step_seconds / 0.1, opts_.max_p_late, std::max(opts_.max_p_late, opts_.max_p_late_long));
+  for (const auto& c : r.lag.comms) {
+    // The margin is per operation: a rank behind by 40 ms a step over 8
+    // blocking tensor-parallel calls is 5 ms behind at each.
+    const double margin = std::max(opts_.min_lag_s, v.lag_margin_s / std::max(1.0, c.ops_per_step));
+    if (c.p_late <= p_max && c.t_score >= opts_.min_t_score && c.median_offset_s >= margin) {
+      v.late_on.push_back(&c);
+      if (!v.decisive || c.p_late < v.decisive->p_late ||
+          (c.p_late == v.decisive->p_late && c.median_offset_s > v.decisive->median_offset_s))
+        v.decisive = &c;
+    }
+    // (No margin: a victim's wait per operation can be small, and the tests are strict.)
+    if (c.p_early <= opts_.max_p_early && c.t_score <= -opts_.min_early_t_score && -c.median_offset_s >= opts_.min_lag_s)
+      v.early_on.push_back(&c);
+  }
+  v.late = !v.late_on.empty();
+  // Behind on one communicator only because it waited ahead of its peers on
+  // another (blocking calls, or a synchronize gated by the other group's
+  // collective): a victim of whoever is late there.
+  v.victim = v.late && !v.early_on.empty();
+}
+
 std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& ranks, double now_unix) {
   std::vector<DetectedEvent> events;
   std::map<std::string, std::vector<const RankSignal*>> jobs;
@@ -221,41 +250,113 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     const bool gpu_comparable = gpu.size() >= 2;
     const Spread dev = gpu_comparable ? low_outlier_threshold(gpu, opts_.min_gpu_gap, opts_.mad_k) : Spread{};
 
+    std::map<int, Verdict> verdicts;
     for (const auto* r : members) {
-      judged.insert(r->pid);
-      Verdict v;
+      Verdict& v = verdicts[r->pid];
       v.wait_median = wait_median;
       v.wait_threshold = wait_median - opts_.min_wait_gap;
       v.gpu_median = dev.median;
       v.gpu_threshold = dev.threshold;
-      // Arrival order: the others wait for the rank that issues last, whatever
-      // the NCCL mode (asynchronous calls return at once; blocking ones wait).
       v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
-      v.late = r->lag.spread_samples >= 3 && r->lag.late_fraction >= opts_.min_late_fraction &&
-               r->lag.median_lag_s >= v.lag_margin_s;
-      const bool sync_explains = v.late && r->lag.late_sync_share >= opts_.min_sync_share;
-      // Host: late, not because of its own synchronize waits, and it waits less
-      // than its peers (they wait for it, in the call or in their next
-      // synchronize). A job whose hosts run ahead without synchronizing in the
-      // window (they block in a full launch queue, which is not timed) shows no
-      // waits at all: then the arrival order alone decides.
-      const bool waits_visible = wait_median >= opts_.min_wait_gap;
-      const bool host_slow = v.late && !sync_explains && (!waits_visible || total_wait(*r) <= v.wait_threshold);
+      judge_arrivals(*r, v);
+    }
+    // Imbalance by design (the last pipeline stage computes the loss): a rank
+    // late only on its point-to-point pairs, by a small share of the step,
+    // whose every peer on its collective communicators (its data- and
+    // tensor-parallel replicas) is late the same way, is the pipeline's shape,
+    // not a sick worker. A stage that is much slower is named, rank by rank.
+    auto p2p_only = [](const Verdict& v) {
+      return v.late && std::all_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) {
+               return c->comm.size() > 4 && c->comm.compare(c->comm.size() - 4, 4, "/p2p") == 0;
+             });
+    };
+    for (const auto* r : members) {
+      Verdict& v = verdicts[r->pid];
+      if (!p2p_only(v) || !v.decisive || v.decisive->median_offset_s >= opts_.max_imbalance_step_share * r->lag.step_seconds)
+        continue;
+      bool replicas_alike = false;
+      for (const auto& c : r->lag.comms) {
+        if (c.comm.size() > 4 && c.comm.compare(c.comm.size() - 4, 4, "/p2p") == 0) continue;
+        for (const auto* q : members) {
+          if (q->pid == r->pid) continue;
+          const bool shares = std::any_of(q->lag.comms.begin(), q->lag.comms.end(), [&](const CommLateness& x) { return x.comm == c.comm; });
+          if (!shares) continue;
+          replicas_alike = p2p_only(verdicts[q->pid]);
+          if (!replicas_alike) break;
+        }
+        if (!replicas_alike) break;
+      }
+      if (replicas_alike) v.imbalance = true;
+    }
+    for (const auto* r : members)
+      if (verdicts[r->pid].imbalance) verdicts[r->pid].late = false;
+
+    // A rank late on one communicator that is on time on another where a peer
+    // is surely late waits for that peer there (its TP peers in a blocking
+    // call, ahead of it or not): a victim, whatever its lag elsewhere.
+    std::map<std::string, std::set<int>> late_here;
+    for (const auto* r : members)
+      for (const auto* c : verdicts[r->pid].late_on) late_here[c->comm].insert(r->pid);
+    for (const auto* r : members) {
+      Verdict& v = verdicts[r->pid];
+      if (!v.late) continue;
+      for (const auto& c : r->lag.comms) {
+        auto it = late_here.find(c.comm);
+        if (it == late_here.end() || it->second.count(r->pid)) continue;
+        v.victim = true;
+        v.waits_on.push_back(&c);
+      }
+    }
+    // With the GPU layer, among the ranks late together the one whose NCCL
+    // kernels run least is the culprit: the others' kernels wait for it (their
+    // hosts were held by a synchronize gated on its GPU through a collective of
+    // another group): victims. Compared among the late ranks only: the job's
+    // spread of NCCL time is two-humped (waiters and the rest).
+    std::vector<double> late_gpu;
+    for (const auto* r : members)
+      if (verdicts[r->pid].late && !verdicts[r->pid].victim && r->gpu_valid) late_gpu.push_back(r->gpu_nccl_ratio);
+    std::set<int> late_gpu_slow;
+    if (late_gpu.size() >= 2) {
+      const double late_median = median_of(late_gpu);
+      for (const auto* r : members)
+        if (verdicts[r->pid].late && r->gpu_valid && r->gpu_nccl_ratio < late_median - opts_.min_gpu_gap)
+          late_gpu_slow.insert(r->pid);
+    }
+    for (const auto* r : members) {
+      Verdict& v = verdicts[r->pid];
+      if (v.late && !late_gpu_slow.empty() && !late_gpu_slow.count(r->pid)) v.victim = true;
+    }
+
+    for (const auto* r : members) {
+      judged.insert(r->pid);
+      Verdict& v = verdicts[r->pid];
       // GPU (with the GPU layer): its NCCL kernels run least — its peers' kernels
       // wait for it. A rank whose GPU is late because it idles on pipeline
       // receives is a bubble (the bubble detector's), not a slow GPU or stream.
       const bool in_bubble = r->gpu_valid && r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
-      const bool gpu_slow = gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble;
-      // GC: its collector ran longer than its peers' (median, per step) by at
-      // least about half of its lateness. A GC-bound rank is host time, so
-      // this is asked before "host".
-      const bool gc_explains = v.late && !sync_explains && gc_explains_lag(*r, members, v);
-      if (gc_explains || host_slow)
+      const bool gpu_slow =
+          (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble) || late_gpu_slow.count(r->pid);
+      const bool culprit = v.late && !v.victim;
+      // Sync: it spent its lag in its own synchronize calls, more than its peers
+      // spent before their arrivals (every rank synchronizes; only the excess
+      // explains a lag).
+      const bool sync_explains = culprit && r->lag.late_sync_share >= opts_.min_sync_share && !in_bubble;
+      const bool gc_explains = culprit && gc_explains_lag(*r, members, v);
+      if (culprit) {
+        // What on its host explains the lag comes first (runnable-but-waiting
+        // time is CPU contention even where it lands inside a synchronize);
+        // then its own synchronize calls (its GPU, when the GPU layer agrees);
+        // else it computes longer. The GPU layer alone does not decide for a
+        // late rank: a late host's NCCL kernels are the shortest too.
         v.reason = host_reason(*r, members, gc_explains, v);
-      else if (gpu_slow)
+        const bool host_unexplained = v.reason == StragglerReason::kCompute || v.reason == StragglerReason::kHost;
+        if (host_unexplained && sync_explains) {
+          v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
+          v.decided_by = HostTest::kNone;
+        }
+      } else if (!v.late && gpu_slow) {
         v.reason = StragglerReason::kGpu;
-      else if (sync_explains && !in_bubble)
-        v.reason = StragglerReason::kSync;
+      }
       if (v.late && r->lag.step_seconds > 0) v.score = r->lag.median_lag_s / r->lag.step_seconds;
       if (gpu_slow && dev.median < 1)
         v.score = std::max(v.score, std::max(0.0, (1.0 - r->gpu_nccl_ratio) / std::max(1e-3, 1.0 - dev.median) - 1.0));
@@ -272,7 +373,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       if (!t.st.straggler && t.hits >= opts_.raise_after) {
         t.st.straggler = true;
         t.st.reason = v.reason;
-        events.push_back(straggler_event(job, *r, v, members, now_unix));
+        events.push_back(straggler_event(job, *r, v, members, verdicts, now_unix));
         if (v.reason == StragglerReason::kGcPause) events.push_back(gc_pause_event(job, *r, v, members, now_unix));
       } else if (t.st.straggler && t.misses >= opts_.clear_after) {
         t.st.straggler = false;
@@ -292,19 +393,43 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
 
 DetectedEvent StragglerDetector::straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                                  const std::vector<const RankSignal*>& members,
-                                                 double now_unix) const {
+                                                 const std::map<int, Verdict>& verdicts, double now_unix) const {
   DetectedEvent ev = event_about(EventKind::kStraggler, job, r, now_unix);
   const std::string who = "rank " + std::to_string(r.rank) + " of job " + job;
-  const std::string late = v.late ? " issues its collectives " + fmt("%.0f", r.lag.median_lag_s * 1e3) +
-                                        " ms after the earliest rank at " + fmt("%.0f", r.lag.late_fraction * 100) +
-                                        "% of them" + (r.lag.step_seconds > 0 ? " (step " + fmt("%.0f", r.lag.step_seconds * 1e3) + " ms)" : "")
-                                  : "";
+  // Who waits for it: a rank ahead of its peers where this one is behind.
+  nlohmann::json waiting = nlohmann::json::array();
+  std::string waiting_ranks;
+  for (const auto* p : members) {
+    if (p->pid == r.pid) continue;
+    const Verdict& pv = verdicts.at(p->pid);
+    std::vector<const CommLateness*> waits = pv.early_on;
+    waits.insert(waits.end(), pv.waits_on.begin(), pv.waits_on.end());
+    for (const auto* e : waits) {
+      // Where it waits, this rank is behind (surely late, or simply later).
+      const bool shared = std::any_of(r.lag.comms.begin(), r.lag.comms.end(),
+                                      [&](const CommLateness& c) { return c.comm == e->comm && c.median_offset_s > 0; });
+      if (!shared) continue;
+      waiting.push_back({{"rank", p->rank}, {"pid", p->pid}, {"comm", e->comm}, {"ahead_seconds", -e->median_offset_s},
+                         {"late_elsewhere", pv.late}});
+      waiting_ranks += (waiting_ranks.empty() ? "" : ", ") + std::to_string(p->rank);
+      break;
+    }
+  }
+  const CommLateness* d = v.decisive;
+  const std::string late =
+      d ? " arrives " + fmt("%.1f", d->median_offset_s * 1e3) + " ms behind its " + std::to_string(d->peers) +
+              (d->peers == 1 ? " peer" : " peers") + " on " + d->comm + " at " + fmt("%.0f", d->late_share * 100) + "% of its last " +
+              std::to_string(d->bins) + " steps" +
+              (r.lag.step_seconds > 0 ? " (step " + fmt("%.0f", r.lag.step_seconds * 1e3) + " ms)" : "") +
+              (waiting_ranks.empty() ? "" : "; rank" + std::string(waiting.size() > 1 ? "s " : " ") + waiting_ranks + " wait for it")
+        : "";
   if (v.decided_by != HostTest::kNone && v.decided_by != HostTest::kNoKernelLayer && v.decided_by != HostTest::kGcExcess)
     ev.summary = host_cause_summary(r, v);
   else if (v.reason == StragglerReason::kHost)
     ev.summary = who + late + ": its host is slow — it spends only " + fmt("%.0f", total_wait(r) * 100) +
                  "% of its time waiting in collectives and synchronize, the median rank " + fmt("%.0f", v.wait_median * 100) +
-                 "%, and its own synchronize calls explain " + fmt("%.0f", r.lag.late_sync_share * 100) + "% of its lag";
+                 "%, and its own synchronize calls, beyond its peers', explain " +
+                 fmt("%.0f", std::max(0.0, r.lag.late_sync_share) * 100) + "% of its lag";
   else if (v.reason == StragglerReason::kGcPause)
     ev.summary = who + late + ": " + gc_summary(r, v);
   else if (v.reason == StragglerReason::kSync)
@@ -332,6 +457,15 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     if (p->throttle_valid) peer["throttled_share"] = p->throttled_share;
     peers.push_back(std::move(peer));
   }
+  nlohmann::json late_on = nlohmann::json::array();
+  for (const auto* c : v.late_on)
+    late_on.push_back({{"comm", c->comm},
+                       {"peers", c->peers},
+                       {"steps", c->bins},
+                       {"late_share", c->late_share},
+                       {"median_offset_seconds", c->median_offset_s},
+                       {"t_score", c->t_score},
+                       {"chance", c->p_late}});
   ev.evidence = {{"source", label_of(v.reason)},
                  {"reason", label_of(v.reason)},
                  {"pid", r.pid},
@@ -351,6 +485,8 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                  {"wait_ratio_threshold", v.wait_threshold},
                  {"score", v.score},
                  {"window_seconds", window_seconds_},
+                 {"late_on", late_on},
+                 {"waited_for_by", waiting},
                  {"peers", peers}};
   if (r.gpu_valid) {
     ev.evidence["gpu_nccl_ratio"] = r.gpu_nccl_ratio;
@@ -379,7 +515,8 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
 std::string StragglerDetector::host_cause_summary(const RankSignal& r, const Verdict& v) const {
   std::string head = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " is late by " +
                      fmt("%.0f", r.lag.median_lag_s * 1e3) + " ms per step (step " + fmt("%.0f", r.lag.step_seconds * 1e3) +
-                     " ms; it issues last at " + pct(r.lag.late_fraction) + " of its collectives): ";
+                     " ms; behind its peers at " + pct(r.lag.late_fraction) + " of its last " +
+                     std::to_string(r.lag.spread_samples) + " steps): ";
   if (v.reason == StragglerReason::kCpuContention) {
     std::string who;
     if (!r.stealers.empty()) {

@@ -17,11 +17,15 @@
 namespace argus {
 
 // The straggler is the rank the others wait for: on one node (one clock) the
-// rank that issues the collectives last, by a margin, at most of them. Why it
-// is late: "host" (its host computes longer: it waits less than its peers and
-// its own synchronize calls do not explain the lag), "sync" (it spent the lag
-// in its own synchronize calls: its GPU or stream is slow), or, from the GPU
-// layer, "gpu" (its NCCL kernels run least: its peers' kernels wait for it).
+// rank that arrives behind its peers on one of its communicators (tensor,
+// pipeline, expert or data parallel, or its point-to-point pairs) at nearly
+// every step, where chance does not explain it; a rank that is behind on one
+// communicator only because it waited ahead of its peers on another (it is
+// ahead there: it waits for someone) is a victim, and the culprit's event
+// names it. Why it is late: "host" (its host computes longer), "sync" (it
+// spent its lag in its own synchronize calls, more than its peers spent before
+// their arrival: its GPU or stream is slow), or, from the GPU layer, "gpu"
+// (its NCCL kernels run least: its peers' kernels wait for it).
 // "gc_pause" (from the Python layer): its garbage collector ran longer than
 // its peers' median by at least half of its lateness; a gc_pause event then
 // goes with the straggler event.
@@ -34,11 +38,24 @@ namespace argus {
 // computes longer: nothing on its host explains it). Without the kernel layer
 // the reason stays "host".
 struct StragglerOptions {
-  double min_wait_gap = 0.03;  // host: it waits (collective + sync) at least this much less than the median
-  double min_late_fraction = 0.5;  // on one node: late at most of the recent spread-out collectives
-  double min_lag_s = 0.002;        // ... by more than this
+  // Late on a communicator (comms/arrival_order.h): behind its peers' median at
+  // so many of its recent steps that chance explains it with at most this
+  // probability (sign test), ...
+  // Scaled by the step over 100 ms (up to max_p_late_long): false alarms are
+  // counted per hour, and a long step makes fewer chances an hour.
+  double max_p_late = 1e-4;
+  double max_p_late_long = 1e-2;
+  double min_t_score = 4;  // ... surely (median offset over its standard error) ...
+  double min_lag_s = 50e-6;          // ... by more than this ...
   double min_lag_step_share = 0.05;  // ... and by more than this share of the step
-  double min_sync_share = 0.5;     // lateness spent in its own synchronize calls: "sync"
+  // A victim: ahead of its peers on some communicator (it waits there) this surely.
+  double max_p_early = 1e-3;
+  double min_early_t_score = 3;
+  // A pipeline stage late by less than this share of the step on every replica
+  // is the pipeline's shape (the loss stage), not a straggler.
+  double max_imbalance_step_share = 0.10;
+  double min_sync_share = 0.5;  // lag spent in its own synchronize calls above its peers': "sync"
+  double min_wait_gap = 0.03;   // evidence only: how much less than the median it waits
   double mad_k = 4.0;          // GPU side: more than k robust deviations below the median
   double min_coverage = 0.3;
   int raise_after = 2;  // consecutive evaluations before the flag rises
@@ -72,7 +89,9 @@ class StragglerDetector {
     StragglerState st;
   };
   DetectedEvent straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
-                                const std::vector<const RankSignal*>& members, double now_unix) const;
+                                const std::vector<const RankSignal*>& members, const std::map<int, Verdict>& verdicts,
+                                double now_unix) const;
+  void judge_arrivals(const RankSignal& r, Verdict& v) const;
   bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
   std::string gc_summary(const RankSignal& r, const Verdict& v) const;
   StragglerReason host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members, bool gc_explains,

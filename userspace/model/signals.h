@@ -14,15 +14,33 @@
 
 namespace argus {
 
+// How a rank arrives at the operations of one communicator against its peers
+// there, over its recent steps (comms/arrival_order.h). Offsets are from the
+// median of its peers: + behind them, - ahead of them (it waits for them).
+struct CommLateness {
+  std::string comm;  // "<comm>" for collectives, "<comm>/p2p" for matched sends and receives
+  int peers = 0;     // the peers it was compared with (at its newest step)
+  size_t bins = 0;   // steps compared
+  double ops_per_step = 1;  // its operations here in a step (median over the steps compared)
+  double late_share = 0, early_share = 0;  // of those steps: behind its peers, ahead of them
+  double median_offset_s = 0;  // its typical offset per step
+  double t_score = 0;          // median offset over its robust standard error (+ late, - early)
+  double p_late = 1, p_early = 1;  // sign tests: chance of being late (early) this often, healthy
+  double late_sync_excess = 0;  // late steps: share of the span before its arrival spent in its own
+                                // synchronize calls, above its peers' share before theirs (mean)
+};
+
 // A rank's arrivals at the collectives of its communicators, over the window.
 struct RankLagStats {
+  std::vector<CommLateness> comms;  // one per communicator it was compared on
   size_t samples = 0;          // completed collectives in the window
   double mean_lag_s = 0;       // over all of them
-  size_t spread_samples = 0;   // the latest (up to recent_spread) where the ranks arrived more than late_threshold apart
-  double median_lag_s = 0;     // over those
-  double late_fraction = 0;    // share of those where it arrived late (behind the median rank)
-  double late_sync_share = 0;  // where it arrived late: the share of its lag it spent in its own
-                               // synchronize calls (its GPU or stream held it), mean
+  // The summary, from the communicator where it is most surely late:
+  size_t spread_samples = 0;   // steps compared there
+  double median_lag_s = 0;     // its typical lag behind its peers' median there, per step
+  double late_fraction = 0;    // share of those steps it was behind them
+  double late_sync_share = 0;  // where it arrived late: the share of the span before its arrival it spent in its own
+                               // synchronize calls above its peers' share before theirs (its GPU or stream held it)
   double step_seconds = 0;     // 0 when no period is seen
 };
 
@@ -32,6 +50,7 @@ struct CommMember {
   uint64_t last_seq = 0;
   uint64_t last_arrival_ns = 0;
   bool exited = false;
+  bool pending = false;  // its newest operation here still waits for a member of this node
 };
 
 struct CommView {
@@ -85,6 +104,9 @@ struct InflightWait {
   bool sync = false;
   std::string api;   // "cuStreamSynchronize", ... or the collective's op
   uint64_t start_ns = 0;
+  // Entered before the agent's probes (seen on the thread's stack, not by an
+  // entry probe): start_ns is when the agent first saw it, not when it began.
+  bool before_agent = false;
 };
 
 // What the hang detector needs to know of each rank (by pid).
@@ -96,6 +118,11 @@ struct RankInfoForHang {
   int exit_code = 0;
   double step_seconds = 0;
   double gpu_last_activity_ns = 0;  // CLOCK_MONOTONIC end of its newest GPU record (0: no GPU layer)
+  // Kernel layer, last window (when the sched_switch probe follows it): a rank
+  // outside any call that is on CPU or in I/O is busy (a checkpoint, an eval).
+  bool offcpu_valid = false;
+  double oncpu_share = 0, io_share = 0;
+  bool heard = true;  // the agent saw a call of it (a collective, a send, a synchronize)
   std::string exit_summary{};  // exited: how it died ("killed by SIGKILL from pid 900 (`kill`)"); see rank_exit.h
   nlohmann::json exit_cause = nullptr;  // exited: its rank_exit evidence
 };

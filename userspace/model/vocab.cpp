@@ -45,6 +45,8 @@ const char* label_of(HangCause c) {
     case HangCause::kPeersExited: return "peers_exited";
     case HangCause::kNoLocalRankMissing: return "no_local_rank_missing";
     case HangCause::kCollectiveStuck: return "collective_stuck";
+    case HangCause::kRankBusy: return "rank_busy";
+    case HangCause::kPeerNeverSent: return "peer_never_sent";
   }
   return "unknown";
 }

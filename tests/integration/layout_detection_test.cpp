@@ -1,0 +1,163 @@
+// Stragglers and hangs end to end in jobs laid out as frameworks lay them out:
+// tensor parallel pairs inside data parallel groups, a 1F1B pipeline with
+// gradient accumulation, MoE all-to-alls over grouped send/recv; per-rank
+// jitter; both NCCL modes. The simulator injects the fault into a random rank
+// and records it (its truth file); the agent must name that rank alone, with a
+// reason of the fault's kind, and nobody in a healthy job.
+#include <random>
+#include <set>
+#include <thread>
+
+#include "tests/integration/harness.h"
+
+namespace argus::itest {
+namespace {
+
+std::set<int> flagged_now(const Agent& agent, const std::string& job, const char* field) {
+  std::set<int> out;
+  if (auto doc = agent.get_json("/api/v1/ranks"))
+    for (const auto& r : (*doc).at("ranks"))
+      if (r.value("job_id", json()) == job && r.value(field, false)) out.insert(r.at("rank").get<int>());
+  return out;
+}
+
+int random_rank(int ranks) {
+  std::random_device rd;
+  return static_cast<int>(rd() % static_cast<unsigned>(ranks));
+}
+
+bool truth_has_fault(const fs::path& out, int rank, const std::string& kind) {
+  const auto path = out / ("rank-" + std::to_string(rank) + ".json");
+  for (int i = 0; i < 50 && !fs::exists(path); ++i) std::this_thread::sleep_for(100ms);
+  if (!fs::exists(path)) return false;
+  const json truth = json::parse(read_text(path));
+  for (const auto& f : truth.at("faults"))
+    if (f.value("kind", "") == kind) return true;
+  return false;
+}
+
+struct LayoutCase {
+  const char* name;
+  std::vector<std::string> layout;  // the layout and its mode
+  std::vector<std::string> fault;   // "R" stands for the injected rank
+  const char* fault_kind;           // the truth's fault kind
+  std::set<std::string> reasons;    // reasons of the right kind
+  bool gpu_layer = false;
+};
+inline void PrintTo(const LayoutCase& c, std::ostream* os) { *os << c.name; }
+
+class LayoutDetection : public ::testing::TestWithParam<LayoutCase> {};
+
+TEST_P(LayoutDetection, NamesTheInjectedRankAloneWithAReasonOfItsKind) {
+  ARGUS_REQUIRE_ROOT();
+  const LayoutCase c = GetParam();
+  const auto dir = make_temp_dir(std::string("layout-") + c.name);
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const int slow = random_rank(8);
+  const std::string job = std::string(c.name) + "-" + std::to_string(slow);
+  std::vector<std::string> argv = {bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms",
+                                   "200", "--job-id", job, "--out", (dir / "truth").string(), "--quiet",
+                                   "--jitter", "10"};
+  argv.insert(argv.end(), c.layout.begin(), c.layout.end());
+  for (const auto& a : c.fault) argv.push_back(a.rfind("R:", 0) == 0 ? std::to_string(slow) + a.substr(1) : a);
+  Child sim(argv, dir / "sim.log", {std::string("ARGUS_SIM_GPU_ACTIVITY=") + (c.gpu_layer ? "1" : "0")});
+  std::set<int> ever, now;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline && now.empty()) {
+    now = flagged_now(agent, job, "straggler");
+    ever.insert(now.begin(), now.end());
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(now, std::set<int>{slow}) << agent.log() << read_text(dir / "sim.log");
+  // A few more seconds: nobody else is named meanwhile.
+  for (int i = 0; i < 15; ++i) {
+    auto more = flagged_now(agent, job, "straggler");
+    ever.insert(more.begin(), more.end());
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(ever, std::set<int>{slow});
+  EXPECT_TRUE(truth_has_fault(dir / "truth", slow, c.fault_kind)) << c.fault_kind;
+  const auto evs = events_of(agent, "straggler", job);
+  ASSERT_EQ(evs.size(), 1u) << evs.dump();
+  EXPECT_EQ(evs[0]["rank"], slow);
+  EXPECT_TRUE(c.reasons.count(evs[0]["evidence"]["reason"].get<std::string>())) << evs[0]["summary"];
+  EXPECT_FALSE(evs[0]["evidence"]["late_on"].empty()) << evs[0].dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LayoutDetection,
+    ::testing::Values(
+        LayoutCase{"tp2_async_host", {"--tp", "2"}, {"--straggler", "R:1.8"}, "straggler", {"host", "compute"}},
+        LayoutCase{"tp2_blocking_host", {"--tp", "2", "--nccl-mode", "blocking"}, {"--straggler", "R:1.8"}, "straggler",
+                   {"host", "compute"}},
+        LayoutCase{"tp2_pp2_accum4_host", {"--tp", "2", "--pp", "2", "--accum", "4"}, {"--straggler", "R:1.8"},
+                   "straggler", {"host", "compute"}},
+        LayoutCase{"ep4_async_host", {"--ep", "4"}, {"--straggler", "R:1.8"}, "straggler", {"host", "compute"}},
+        LayoutCase{"tp2_gpu_sync_first", {"--tp", "2", "--sync-before-coll"}, {"--gpu-slow", "R:3"}, "gpu_slow",
+                   {"gpu", "sync"}, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A healthy job of each shape, 30% jitter, an evaluation pause and a
+// checkpoint on rank 0 shorter than the hang threshold: nobody named, no hang.
+TEST(LayoutDetection, HealthyJobsWithJitterPausesAndACheckpointNameNobody) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("layout-healthy");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const std::string job = "healthy-layout";
+  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms", "200", "--job-id", job,
+             "--quiet", "--tp", "2", "--pp", "2", "--accum", "2", "--jitter", "30", "--eval-every", "100:1500",
+             "--checkpoint", "0:150:4000"},
+            dir / "sim.log");
+  std::set<int> ever;
+  const auto end = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < end) {
+    auto now = flagged_now(agent, job, "straggler");
+    ever.insert(now.begin(), now.end());
+    std::this_thread::sleep_for(500ms);
+  }
+  EXPECT_TRUE(ever.empty()) << events_of(agent, "straggler", job).dump();
+  EXPECT_TRUE(events_of(agent, "straggler", job).empty());
+  EXPECT_TRUE(events_of(agent, "hang", job).empty()) << events_of(agent, "hang", job).dump();
+  // It did run: the agent saw its communicators (world, tp, dp, pp) and steps.
+  const auto ranks = agent.get_json("/api/v1/ranks");
+  ASSERT_TRUE(ranks);
+  int seen = 0;
+  for (const auto& r : (*ranks)["ranks"])
+    if (r.value("job_id", json()) == job) ++seen;
+  EXPECT_EQ(seen, 8);
+}
+
+// A pipeline rank that hangs before its step's first NCCL call: its
+// neighbour's receive never gets its send. The hang names it.
+TEST(LayoutDetection, APipelineHangNamesTheRankThatNeverSent) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("layout-pp-hang");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const int hung = random_rank(8);
+  const std::string job = "pp-hang-" + std::to_string(hung);
+  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms", "200", "--job-id", job,
+             "--quiet", "--out", (dir / "truth").string(), "--tp", "2", "--pp", "2", "--accum", "4", "--hang",
+             std::to_string(hung) + ":40"},
+            dir / "sim.log");
+  json hang;
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto evs = events_of(agent, "hang", job);
+        if (!evs.empty()) hang = evs[0];
+        return !evs.empty();
+      },
+      60s))
+      << agent.log();
+  EXPECT_TRUE(truth_has_fault(dir / "truth", hung, "hang"));
+  // Every hang event names the rank that hung (a collective it never issued,
+  // or a send it never made), never another.
+  for (const auto& e : events_of(agent, "hang", job)) EXPECT_EQ(e["rank"], hung) << e.dump();
+  const std::string cause = hang["evidence"]["cause"];
+  EXPECT_TRUE(cause == "missing_rank" || cause == "peer_never_sent") << hang.dump();
+}
+
+}  // namespace
+}  // namespace argus::itest

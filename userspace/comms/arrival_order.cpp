@@ -1,0 +1,169 @@
+#include "userspace/comms/arrival_order.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace argus {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The median of every value but the one at `skip` (its peers').
+double median_without(const std::vector<double>& v, size_t skip) {
+  std::vector<double> rest;
+  rest.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    if (i != skip) rest.push_back(v[i]);
+  return median(std::move(rest));
+}
+
+// Recent steps tried by the sign test: a straggler that just turned slow shows
+// in the shortest; one that has been slow all along in the longest. The chance
+// is multiplied by how many were tried (Bonferroni), so trying several costs
+// nothing in false alarms.
+constexpr size_t kSignWindows[] = {16, 24, 40};
+
+}  // namespace
+
+double sign_test_tail(size_t k, size_t n) {
+  if (k == 0) return 1;
+  if (k > n) return 0;
+  // sum_{i=k}^{n} C(n,i) / 2^n, in logs (n is at most a few hundred).
+  double tail = 0;
+  for (size_t i = k; i <= n; ++i)
+    tail += std::exp(std::lgamma(static_cast<double>(n) + 1) - std::lgamma(static_cast<double>(i) + 1) -
+                     std::lgamma(static_cast<double>(n - i) + 1) - static_cast<double>(n) * std::log(2.0));
+  return std::min(1.0, tail);
+}
+
+void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& arrivals,
+                       const std::map<int, double>& pre_sync, const std::map<int, double>& step_s) {
+  if (arrivals.size() < 2) return;  // a lone rank lags nobody
+  std::vector<int> pids;
+  std::vector<double> at, sync;
+  const uint64_t base = arrivals.begin()->second;
+  for (const auto& [pid, ts] : arrivals) {
+    pids.push_back(pid);
+    at.push_back((static_cast<double>(ts) - static_cast<double>(base)) / 1e9);
+    auto s = pre_sync.find(pid);
+    sync.push_back(s == pre_sync.end() ? 0.0 : s->second);
+  }
+  uint64_t first = UINT64_MAX;
+  for (const auto& [pid, ts] : arrivals) first = std::min(first, ts);
+  for (size_t i = 0; i < pids.size(); ++i) {
+    const double offset = at[i] - median_without(at, i);
+    const double excess = sync[i] - median_without(sync, i);
+    auto st = step_s.find(pids[i]);
+    const double step = st == step_s.end() ? 0.0 : st->second;
+    // Until the step is known an operation cannot be put in its step, and the
+    // operations of one step are not independent evidence: none is kept.
+    if (step <= 0) continue;
+    auto& bins = bins_[{comm, pids[i]}];
+    // A new step's bin once 80% of a step has passed since the open one began
+    // (the operations of a step are not independent evidence).
+    const bool same_step = !bins.empty() && first >= bins.back().start_ns &&
+                           static_cast<double>(first - bins.back().start_ns) < 0.8 * step * 1e9;
+    if (!same_step) {
+      bins.push_back({first, offset, excess, static_cast<int>(pids.size()) - 1, 1});
+      while (bins.size() > opts_.max_bins) bins.pop_front();
+      continue;
+    }
+    ++bins.back().ops;
+    if (std::fabs(offset) > std::fabs(bins.back().offset_s)) {
+      bins.back().offset_s = offset;
+      bins.back().sync_excess = excess;
+      bins.back().peers = static_cast<int>(pids.size()) - 1;
+    }
+  }
+}
+
+CommLateness ArrivalOrder::stats(const std::string& comm, const std::deque<Bin>& all, double step_s,
+                                 uint64_t now_ns) const {
+  CommLateness out;
+  out.comm = comm;
+  // The steps compared: the window's, or the last max_bins steps where steps
+  // are long (a minute-long step gives no evidence in a 10-s window).
+  const auto window = static_cast<uint64_t>(std::max(opts_.window_seconds, step_s * (static_cast<double>(opts_.max_bins) + 5)) * 1e9);
+  const uint64_t cutoff = now_ns > window ? now_ns - window : 0;
+  std::vector<const Bin*> bins;
+  for (const auto& b : all)
+    if (b.start_ns >= cutoff) bins.push_back(&b);
+  out.bins = bins.size();
+  if (bins.empty()) return out;
+  out.peers = bins.back()->peers;
+  std::vector<double> ops;
+  for (const auto* b : bins) ops.push_back(b->ops);
+  out.ops_per_step = std::max(1.0, median(ops));
+  const double tie = std::max(opts_.tie_floor_s, opts_.tie_step_share * step_s);
+  std::vector<double> offsets;
+  size_t late = 0, early = 0;
+  double sync_sum = 0;
+  for (const auto* b : bins) {
+    offsets.push_back(b->offset_s);
+    if (b->offset_s > tie) {
+      ++late;
+      sync_sum += b->sync_excess;
+    } else if (b->offset_s < -tie) {
+      ++early;
+    }
+  }
+  const double n = static_cast<double>(bins.size());
+  out.late_share = static_cast<double>(late) / n;
+  out.early_share = static_cast<double>(early) / n;
+  if (late > 0) out.late_sync_excess = sync_sum / static_cast<double>(late);
+  out.median_offset_s = median(offsets);
+  std::vector<double> dev;
+  for (double x : offsets) dev.push_back(std::fabs(x - out.median_offset_s));
+  // Standard error of a median: 1.2533 sigma / sqrt(n), sigma from the MAD; at
+  // least the tie band (a rank that is late by exactly the same every step has
+  // no spread, and is as sure as it gets).
+  const double sigma = std::max(1.4826 * median(dev), tie);
+  out.t_score = out.median_offset_s / (1.2533 * sigma / std::sqrt(n));
+  // Sign tests over the recent steps: late (early) at k of the last w steps.
+  const size_t tries = std::size(kSignWindows);
+  for (size_t w : kSignWindows) {
+    const size_t m = std::min(w, bins.size());
+    size_t k_late = 0, k_early = 0;
+    for (size_t i = bins.size() - m; i < bins.size(); ++i) {
+      if (bins[i]->offset_s > tie) ++k_late;
+      if (bins[i]->offset_s < -tie) ++k_early;
+    }
+    out.p_late = std::min(out.p_late, std::min(1.0, sign_test_tail(k_late, m) * static_cast<double>(tries)));
+    out.p_early = std::min(out.p_early, std::min(1.0, sign_test_tail(k_early, m) * static_cast<double>(tries)));
+    if (m == bins.size()) break;  // the longer windows are this one
+  }
+  return out;
+}
+
+std::vector<CommLateness> ArrivalOrder::of(int pid, double step_s, uint64_t now_ns) const {
+  std::vector<CommLateness> out;
+  for (const auto& [key, bins] : bins_)
+    if (key.second == pid) {
+      CommLateness c = stats(key.first, bins, step_s, now_ns);
+      if (c.bins > 0) out.push_back(std::move(c));
+    }
+  return out;
+}
+
+void ArrivalOrder::forget(int pid) {
+  std::erase_if(bins_, [pid](const auto& kv) { return kv.first.second == pid; });
+}
+
+void ArrivalOrder::trim(uint64_t now_ns) {
+  // Long steps keep their bins past the window (stats() picks what counts);
+  // an hour bounds what a rank that stopped communicating leaves behind.
+  const uint64_t horizon = std::max<uint64_t>(static_cast<uint64_t>(opts_.window_seconds * 1e9), 3600ull * 1'000'000'000);
+  const uint64_t cutoff = now_ns > horizon ? now_ns - horizon : 0;
+  for (auto it = bins_.begin(); it != bins_.end();) {
+    auto& d = it->second;
+    while (!d.empty() && d.front().start_ns < cutoff) d.pop_front();
+    it = d.empty() ? bins_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace argus
