@@ -93,6 +93,39 @@ std::string to_hex(const unsigned char *b, std::size_t n)
 	return s;
 }
 
+// Every shared-memory segment of the job: the world's and those the ranks made
+// (sim_comm_ids.h: derived ids keep the world id's first bytes), by name.
+std::vector<std::string> job_segments(const unsigned char *world_id)
+{
+	char world[ARGUS_SIM_SHM_NAME_MAX];
+	argus_sim_shm_name(world_id, world);
+	// "/argus-sim-" + the hex of the job's bytes: the shared prefix, without the "/".
+	const std::string prefix =
+		std::string(world + 1, std::strlen(ARGUS_SIM_SHM_PREFIX) - 1 + 2 * ARGUS_SIM_JOB_ID_BYTES);
+	std::vector<std::string> names;
+	std::error_code ec;
+	for (const auto &e : fs::directory_iterator("/dev/shm", ec)) {
+		const std::string name = e.path().filename().string();
+		if (name.size() == std::strlen(world) - 1 && name.compare(0, prefix.size(), prefix) == 0)
+			names.push_back("/" + name);
+	}
+	return names;
+}
+
+// Sets the abort flag of every segment of the job but the world's (which the
+// launcher keeps mapped): a rank waiting in any of its communicators is released.
+void abort_job_segments(const unsigned char *world_id, const char *world_name, uint32_t reason)
+{
+	for (const std::string &name : job_segments(world_id)) {
+		if (name == world_name)
+			continue;
+		if (argus_sim_shm *s = argus_sim_shm_attach(name.c_str())) {
+			argus_sim_shm_abort(s, reason, -1);
+			argus_sim_shm_close(s);
+		}
+	}
+}
+
 struct RankProc {
 	int rank = 0;
 	int local_rank = 0;
@@ -351,6 +384,8 @@ void Launcher::write_job_json()
 		{"nccl_lib", cfg_.nccl_lib},
 		{"cuda_lib", cfg_.cuda_lib},
 		{"shm", shm_name_},
+		// Every segment of the job starts so (the communicators the ranks derive).
+		{"shm_prefix", std::string(shm_name_, std::strlen(ARGUS_SIM_SHM_PREFIX) + 2 * ARGUS_SIM_JOB_ID_BYTES)},
 		{"master_port", cfg_.master_port},
 		{"steps", cfg_.steps},
 		{"step_ms", cfg_.step_ms},
@@ -388,6 +423,7 @@ int Launcher::supervise()
 		say("job " + cfg_.job_id + ": stopping (" + why + ")");
 		signal_alive(SIGTERM);
 		argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_SHUTDOWN, -1);
+		abort_job_segments(id_, shm_name_, ARGUS_SIM_ABORT_SHUTDOWN);
 	};
 
 	while (alive > 0) {
@@ -452,6 +488,7 @@ int Launcher::supervise()
 						aborted = true;
 						warn("job " + cfg_.job_id + ": aborting the communicator");
 						argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_RANK_FAILED, -1);
+						abort_job_segments(id_, shm_name_, ARGUS_SIM_ABORT_RANK_FAILED);
 						// A hung rank is not in the communicator: stop it directly
 						// (every --hang rank: coalesced SIGUSR1s may hide one).
 						for (const auto &q : procs_)
@@ -461,6 +498,11 @@ int Launcher::supervise()
 				}
 			}
 		}
+		// A rank may still be making a communicator (its segment is new): abort
+		// those too, every slice, until the job is gone.
+		if (stopping || aborted)
+			abort_job_segments(id_, shm_name_,
+					   stopping ? ARGUS_SIM_ABORT_SHUTDOWN : ARGUS_SIM_ABORT_RANK_FAILED);
 		if (!stopping && alive > 0 && fault_at != 0 && cfg_.hang_timeout_s > 0 &&
 		    now_ns() >= fault_at + static_cast<long long>(cfg_.hang_timeout_s * 1e9)) {
 			hang_timed_out = true;
@@ -536,6 +578,8 @@ int Launcher::run()
 					waitpid(q.pid, nullptr, 0);
 			argus_sim_shm_close(shm_);
 			shm_unlink(shm_name_);
+			for (const std::string &name : job_segments(id_))
+				shm_unlink(name.c_str());
 			sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 			return 1;
 		}
@@ -552,6 +596,9 @@ int Launcher::run()
 	argus_sim_shm_close(shm_);
 	shm_ = nullptr;
 	shm_unlink(shm_name_);
+	// The ranks' own segments (a killed rank never unlinks the ones it made).
+	for (const std::string &name : job_segments(id_))
+		shm_unlink(name.c_str());
 	sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 	if (rc == 0 && cfg_.exits.empty())
 		say("job " + cfg_.job_id + ": all " + std::to_string(cfg_.ranks) + " ranks exited 0");
