@@ -42,6 +42,7 @@ using NcclGetVersionFn = int (*)(int*);
 using NcclCommInitAllFn = int (*)(ncclComm_t*, int, const int*);
 using NcclCommDestroyFn = int (*)(ncclComm_t);
 using NcclAllReduceFn = int (*)(const void*, void*, size_t, int, int, ncclComm_t, void*);
+using NcclGroupFn = int (*)();
 constexpr int kNcclFloat32 = 7;
 constexpr int kNcclSum = 0;
 
@@ -52,6 +53,7 @@ struct Nccl {
   NcclCommInitAllFn comm_init_all = nullptr;
   NcclCommDestroyFn comm_destroy = nullptr;
   NcclAllReduceFn all_reduce = nullptr;
+  NcclGroupFn group_start = nullptr, group_end = nullptr;
   ncclComm_t comm = nullptr;  // a one-rank, in-process communicator: collectives never block
 };
 Nccl g_nccl;
@@ -122,6 +124,8 @@ void load_nccl() {
   g_nccl.comm_init_all = sym<NcclCommInitAllFn>(g_nccl.handle, g_nccl.path, "ncclCommInitAll");
   g_nccl.comm_destroy = sym<NcclCommDestroyFn>(g_nccl.handle, g_nccl.path, "ncclCommDestroy");
   g_nccl.all_reduce = sym<NcclAllReduceFn>(RTLD_DEFAULT, g_nccl.path, "ncclAllReduce");
+  g_nccl.group_start = sym<NcclGroupFn>(RTLD_DEFAULT, g_nccl.path, "ncclGroupStart");
+  g_nccl.group_end = sym<NcclGroupFn>(RTLD_DEFAULT, g_nccl.path, "ncclGroupEnd");
   const int dev = 0;
   if (g_nccl.comm_init_all(&g_nccl.comm, 1, &dev) != 0 || g_nccl.comm == nullptr) {
     std::fprintf(stderr, "probe_cost_bench: ncclCommInitAll(1 rank) failed\n");
@@ -286,6 +290,16 @@ void BM_NcclAllReduce1Rank(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(all_reduce_once());
 }
 BENCHMARK(BM_NcclAllReduce1Rank);
+
+// An empty group: ncclGroupStart + ncclGroupEnd, an entry probe each in both
+// sets (a per-thread map update, no event). Two calls per iteration.
+void BM_NcclGroupStartEnd(benchmark::State& state) {
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(g_nccl.group_start());
+    benchmark::DoNotOptimize(g_nccl.group_end());
+  }
+}
+BENCHMARK(BM_NcclGroupStartEnd);
 
 // The synchronize every async-NCCL rank waits in: entry + return in both sets.
 void BM_CuStreamSynchronize(benchmark::State& state) {

@@ -15,7 +15,8 @@ import sys
 # Probe hits per call, per the agent's attach plan (userspace/attach/attach_plan.cpp):
 # an entry uprobe is one trap; a uretprobe is a trap at entry plus one at return;
 # an entry uprobe and a uretprobe on one function share the entry trap.
-NCCL_COLL_HITS = 2  # entry + return (ncclGroupStart/End are not probed)
+NCCL_COLL_HITS = 2  # entry + return
+GROUP_HITS = 1      # ncclGroupStart, ncclGroupEnd: an entry probe each
 INIT_HITS = 2
 SYNC_HITS = 2
 CHECKED_HITS = 2    # uretprobe only: entry trap + return
@@ -34,6 +35,7 @@ BENCHES = [  # (benchmark, label, calls per iteration, probe hits per call: defa
     ("BM_SyscallGetppid", "getppid syscall", 1, 0, 0),
     ("BM_NcclGetVersion", "ncclGetVersion (never probed)", 1, 0, 0),
     ("BM_NcclAllReduce1Rank", "ncclAllReduce 1-rank", 1, NCCL_COLL_HITS, NCCL_COLL_HITS),
+    ("BM_NcclGroupStartEnd", "ncclGroupStart + ncclGroupEnd", 2, GROUP_HITS, GROUP_HITS),
     ("BM_CuStreamSynchronize", "cuStreamSynchronize", 1, SYNC_HITS, SYNC_HITS),
     ("BM_CuLaunchKernel", "cuLaunchKernel (deep only)", 1, 0, LAUNCH_HITS),
 ]
@@ -198,7 +200,7 @@ def truth_totals(work, probes):
 
 
 def probe_hits(t, probes):
-    hits = (t["coll"] * NCCL_COLL_HITS + t["init"] * INIT_HITS + t["sync"] * SYNC_HITS
+    hits = (t["coll"] * NCCL_COLL_HITS + t["group"] * GROUP_HITS + t["init"] * INIT_HITS + t["sync"] * SYNC_HITS
             + t["checked"] * CHECKED_HITS)
     if probes == "deep":
         hits += t["launches"] * LAUNCH_HITS
@@ -473,9 +475,10 @@ def main():
     pair_ns = r["argus_delta_ns"]          # entry + return probe on one function
     p("  syscall = %s x a plain call; unprobed calls that are not in the table's runs cost nothing extra "
       "(ncclGetVersion is the control)" % fmt(ratio(sysc, noop), ".0f"))
-    p("  Argus / bpftrace extra cost per call: ncclAllReduce %s, cuStreamSynchronize %s, cuLaunchKernel (deep) %s; "
-      "the interposer (LD_PRELOAD, counting): %s of Argus's on ncclAllReduce" % (
-        fmt(r["argus_vs_bpftrace"], ".2f"), fmt(res["probe_cost"]["BM_CuStreamSynchronize"]["argus_vs_bpftrace"], ".2f"),
+    p("  Argus / bpftrace extra cost per call: ncclAllReduce %s, ncclGroupStart/End %s, cuStreamSynchronize %s, "
+      "cuLaunchKernel (deep) %s; the interposer (LD_PRELOAD, counting): %s of Argus's on ncclAllReduce" % (
+        fmt(r["argus_vs_bpftrace"], ".2f"), fmt(res["probe_cost"]["BM_NcclGroupStartEnd"]["argus_vs_bpftrace"], ".2f"),
+        fmt(res["probe_cost"]["BM_CuStreamSynchronize"]["argus_vs_bpftrace"], ".2f"),
         fmt(res["probe_cost"]["BM_CuLaunchKernel"]["argus_vs_bpftrace"], ".2f"),
         fmt(ratio(r["interpose_delta_ns"], pair_ns), ".3f")))
     pairs = bpf_pair_rows(work)

@@ -353,6 +353,7 @@ fi
 if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null; then
   log "a. probe cost: the same uprobes from bpftrace"
   BT_PROG="uprobe:$BENCH_SHIM:ncclAllReduce, uretprobe:$BENCH_SHIM:ncclAllReduce,
+ uprobe:$BENCH_SHIM:ncclGroupStart, uprobe:$BENCH_SHIM:ncclGroupEnd,
  uprobe:$BENCH_CUDA:cuStreamSynchronize, uretprobe:$BENCH_CUDA:cuStreamSynchronize,
  uprobe:$BENCH_CUDA:cuLaunchKernel, uretprobe:$BENCH_CUDA:cuLaunchKernel { @c = count(); }"
   bpftrace -e "$BT_PROG" >"$WORK/bpftrace.log" 2>&1 &
@@ -370,7 +371,8 @@ if [ "${ARGUS_BENCH_SKIP_BPFTRACE:-0}" != 1 ] && command -v bpftrace >/dev/null;
   BT_TIMED="uprobe:$BENCH_SHIM:ncclAllReduce, uprobe:$BENCH_CUDA:cuStreamSynchronize, uprobe:$BENCH_CUDA:cuLaunchKernel
  { @calls = count(); @start[tid] = nsecs; }
  uretprobe:$BENCH_SHIM:ncclAllReduce, uretprobe:$BENCH_CUDA:cuStreamSynchronize, uretprobe:$BENCH_CUDA:cuLaunchKernel
- /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }"
+ /@start[tid]/ { @ns = hist(nsecs - @start[tid]); delete(@start[tid]); }
+ uprobe:$BENCH_SHIM:ncclGroupStart, uprobe:$BENCH_SHIM:ncclGroupEnd { @groups = count(); }"
   bpftrace -e "$BT_TIMED" >"$WORK/bpftrace-timed.log" 2>&1 &
   BPFTRACE_PID=$!
   run_bench bpftrace_timed ARGUS_BENCH_WAIT_PROBED=30 ARGUS_BENCH_WAIT_LAUNCH=1 ||

@@ -30,6 +30,8 @@ enum argus_event_type {
 	ARGUS_EV_TGID_SEEN = 3,  /* first call from an untracked tgid into a probed library */
 	ARGUS_EV_NCCL_COLL = 4,  /* a collective or p2p call entered */
 	ARGUS_EV_NCCL_INIT = 5,  /* ncclCommInitRank* returned */
+	ARGUS_EV_NCCL_CHILD = 10, /* ncclCommSplit or ncclCommShrink returned */
+	ARGUS_EV_NCCL_INIT_ALL = 11, /* ncclCommInitAll returned: one process's whole clique */
 	/* 6: retired (ncclGroupStart / ncclGroupEnd events: no detector used them) */
 	ARGUS_EV_GPU_BATCH = 7,  /* argus:gpu_batch USDT: completed GPU activity records */
 	ARGUS_EV_GPU_NAME = 8,   /* argus:gpu_name USDT: a kernel-name id announced */
@@ -77,6 +79,7 @@ enum argus_stat_kind {
 	ARGUS_STAT_ONCPU = 13,        /* sub 0: count = slices on CPU, sum = ns on CPU (sched_switch) */
 	ARGUS_STAT_BLOCK_IO = 14,     /* sub = enum argus_block_op: count = requests completed, sum = ns issue->complete */
 	ARGUS_STAT_BLOCK_IO_HIST = 15, /* sub = log2 bucket of one request's latency, code = enum argus_block_op */
+	ARGUS_STAT_NCCL_GROUP = 16,   /* sub 0: count = outermost ncclGroupEnd calls, sum = operations grouped in them */
 };
 
 /* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's
@@ -152,25 +155,41 @@ enum argus_cuda_api {
 	ARGUS_CU_API_MAX = 19,
 };
 
-/* NCCL init APIs (sub of ARGUS_STAT_NCCL_ERROR beyond ARGUS_OP_MAX). */
+/* How a communicator was made: the NCCL API that returned it (sub of
+ * ARGUS_STAT_NCCL_ERROR beyond ARGUS_OP_MAX). */
 enum argus_nccl_init_api {
 	ARGUS_NCCL_INIT_RANK = 0,
 	ARGUS_NCCL_INIT_RANK_CONFIG = 1,
 	ARGUS_NCCL_INIT_RANK_SCALABLE = 2,
+	ARGUS_NCCL_COMM_SPLIT = 3,    /* from a parent: ranks of one color */
+	ARGUS_NCCL_COMM_SHRINK = 4,   /* from a parent: its ranks less an excluded list */
+	ARGUS_NCCL_COMM_INIT_ALL = 5, /* one process, one communicator per device */
+	ARGUS_NCCL_INIT_API_MAX = 6,
 };
+
+/* ncclInProgress: a non-blocking communicator's init (or split) goes on after
+ * the call returns; not a failure. */
+#define ARGUS_NCCL_IN_PROGRESS 7
+
+/* ncclCommSplit's color of a rank that joins no child (nccl.h's NCCL_SPLIT_NOCOLOR). */
+#define ARGUS_NCCL_SPLIT_NOCOLOR (-1)
 
 /* A uprobe's bpf_cookie packs what the generic program needs to know about the
  * probed function: which op/api it is and where its arguments live.
  * bits 0-7: op or api id; 8-11: count arg; 12-15: datatype arg; 16-19: comm arg;
- * 20-23: flags. Arg indices are 1-based SysV positions (7 = first stack slot). */
+ * 20-23: flags; 24-27: peer arg (ncclSend/ncclRecv; 0: none). Arg indices are
+ * 1-based SysV positions (7 = first stack slot). */
 #define ARGUS_COOKIE(id, count_arg, dtype_arg, comm_arg, flags) \
 	((__u64)(id) | ((__u64)(count_arg) << 8) | ((__u64)(dtype_arg) << 12) | \
 	 ((__u64)(comm_arg) << 16) | ((__u64)(flags) << 20))
+#define ARGUS_COOKIE_P2P(id, count_arg, dtype_arg, comm_arg, peer_arg) \
+	(ARGUS_COOKIE(id, count_arg, dtype_arg, comm_arg, 0) | ((__u64)(peer_arg) << 24))
 #define ARGUS_COOKIE_ID(c) ((__u32)((c) & 0xff))
 #define ARGUS_COOKIE_COUNT_ARG(c) ((__u32)(((c) >> 8) & 0xf))
 #define ARGUS_COOKIE_DTYPE_ARG(c) ((__u32)(((c) >> 12) & 0xf))
 #define ARGUS_COOKIE_COMM_ARG(c) ((__u32)(((c) >> 16) & 0xf))
 #define ARGUS_COOKIE_FLAGS(c) ((__u32)(((c) >> 20) & 0xf))
+#define ARGUS_COOKIE_PEER_ARG(c) ((__u32)(((c) >> 24) & 0xf))
 /* Flags of the memcpy program: bits 0-2 the direction (enum argus_gpu_copy_dir),
  * bit 3 set when the byte count is a 32-bit `unsigned int` (the unversioned
  * legacy ABI: the register's upper half is garbage). */
@@ -201,12 +220,19 @@ struct argus_inflight_key {
 /* In-flight call: entry state kept per thread until the return probe. */
 struct argus_inflight {
 	__u64 start_ns;
-	__u64 ptr;    /* ncclCommInitRank*: the out-pointer to read at return; collectives: the comm */
+	__u64 ptr;    /* ncclCommInitRank*, split, shrink: the out-pointer to read at return;
+	               * ncclCommInitAll: the array; collectives: the comm */
 	__u32 id;     /* op or api id */
 	__u32 kind;   /* enum argus_stat_kind for the duration */
-	__s32 rank;   /* ncclCommInitRank*: rank argument */
-	__s32 nranks; /* ncclCommInitRank*: nranks argument */
-	__u8 uid[ARGUS_NCCL_UID_PREFIX];
+	__s32 rank;   /* ncclCommInitRank*: rank argument; split: color; shrink: excluded count */
+	__s32 nranks; /* ncclCommInitRank*: nranks argument; InitAll: ndev; split: key */
+	union {
+		__u8 uid[ARGUS_NCCL_UID_PREFIX]; /* ncclCommInitRank* */
+		struct {
+			__u64 parent; /* split, shrink: the parent communicator */
+			__u64 list;   /* shrink: excludeRanksList (NCCL sorts it in place: read at return) */
+		} child;
+	};
 };
 
 struct argus_event_header {
@@ -250,16 +276,34 @@ struct argus_nccl_coll_event {
 	__u64 seq;  /* collectives on this communicator by this process, from 1; 0 for p2p.
 	             * Counted in BPF so that a lost event does not shift later numbers. */
 	__u32 op;   /* enum argus_nccl_op */
-	__u32 pad;
+	__s32 peer; /* ncclSend/ncclRecv: the other side's rank in comm; -1 for collectives */
 	__u64 bytes; /* count x datatype size: with op, the same on every rank at the same
 	              * number (NCCL's rule), so late-attached ranks can be numbered alike */
+	__u64 group; /* the calling thread's outermost ncclGroupStart..ncclGroupEnd it was
+	              * made in, numbered from 1 per thread (NCCL launches the group's
+	              * operations together at its end); 0 outside a group */
 };
 
-/* Key of the per-(process, communicator) collective counter. */
+/* Kinds of per-(process, communicator) counters in the coll_seq map. */
+enum argus_seq_kind {
+	ARGUS_SEQ_COLL = 0,   /* collectives made on the communicator */
+	ARGUS_SEQ_SPLIT = 1,  /* ncclCommSplit calls with it as the parent */
+	ARGUS_SEQ_SHRINK = 2, /* ncclCommShrink calls with it as the parent */
+};
+
+/* Key of a per-(process, communicator) counter. */
 struct argus_seq_key {
 	__u32 tgid;
-	__u32 pad;
+	__u32 kind; /* enum argus_seq_kind */
 	__u64 comm;
+};
+
+/* A thread's NCCL group state (the nccl_group map, per thread): ncclGroupStart
+ * nests, and only the outermost ncclGroupEnd launches. */
+struct argus_group_state {
+	__u32 depth;  /* ncclGroupStart calls not yet ended */
+	__u32 ops;    /* collectives and p2p calls recorded in the open group */
+	__u64 number; /* the thread's outermost groups so far: the open one's number */
 };
 
 struct argus_nccl_init_event {
@@ -270,6 +314,44 @@ struct argus_nccl_init_event {
 	__s32 result; /* ncclResult_t */
 	__u32 api;    /* enum argus_nccl_init_api */
 	__u8 uid[ARGUS_NCCL_UID_PREFIX];
+};
+
+/* Most excluded ranks a shrink event carries (the name hashes them, so a
+ * longer list is named by its count and these first ones). */
+#define ARGUS_NCCL_EXCLUDE_MAX 32
+
+/* ncclCommSplit / ncclCommShrink returned. A child's name is derived from its
+ * parent's name, the n-th split (or shrink) of that parent in this process and
+ * the color (or excluded ranks): NCCL requires every rank of the parent to
+ * call them in the same order, so every member derives the same name alone. */
+struct argus_nccl_child_event {
+	struct argus_event_header hdr;
+	__u64 comm;        /* *newcomm at return; 0 for NOCOLOR, on failure, or when NCCL fills it
+	                    * later (inside a group, or non-blocking) */
+	__u64 parent;      /* the parent ncclComm_t */
+	__u64 newcomm_ptr; /* where NCCL writes the child's handle */
+	__u64 nth;         /* this process's splits (or shrinks) of the parent so far, this one
+	                    * included (counted in BPF: a lost event does not shift the next) */
+	__s32 result;      /* ncclResult_t */
+	__u32 api;         /* ARGUS_NCCL_COMM_SPLIT or ARGUS_NCCL_COMM_SHRINK */
+	__s32 color;       /* split: the color (ARGUS_NCCL_SPLIT_NOCOLOR: no child); shrink: 0 */
+	__s32 key;         /* split: the key that orders the child's ranks */
+	__s32 n_excluded;  /* shrink: excludeRanksCount as passed */
+	__u32 pad;
+	__s32 excluded[ARGUS_NCCL_EXCLUDE_MAX]; /* shrink: the first min(n_excluded, MAX), as NCCL left
+	                                         * them (it sorts the list; the agent sorts again) */
+};
+
+/* Most communicators an ncclCommInitAll event carries. */
+#define ARGUS_NCCL_INIT_ALL_MAX 16
+
+/* ncclCommInitAll returned: ndev communicators of one clique, all in this
+ * process, comms[i] being rank i. */
+struct argus_nccl_init_all_event {
+	struct argus_event_header hdr;
+	__s32 result; /* ncclResult_t */
+	__s32 ndev;   /* as passed; comms holds the first min(ndev, MAX) */
+	__u64 comms[ARGUS_NCCL_INIT_ALL_MAX];
 };
 
 /* argus:gpu_batch, copied whole: the header, then `n` wire records. Only
@@ -326,8 +408,11 @@ ARGUS_ASSERT_SIZE(argus_event_header, 24);
 ARGUS_ASSERT_SIZE(argus_exec_event, 48);
 ARGUS_ASSERT_SIZE(argus_exit_event, 64);
 ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
-ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 56);
+ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 64);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);
+ARGUS_ASSERT_SIZE(argus_group_state, 16);
+ARGUS_ASSERT_SIZE(argus_nccl_child_event, 80 + 4 * ARGUS_NCCL_EXCLUDE_MAX);
+ARGUS_ASSERT_SIZE(argus_nccl_init_all_event, 32 + 8 * ARGUS_NCCL_INIT_ALL_MAX);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
 ARGUS_ASSERT_SIZE(argus_gpu_batch_event, 40 + 40 * ARGUS_GPU_BATCH_MAX);
 ARGUS_ASSERT_SIZE(argus_gpu_name_event, 32 + ARGUS_GPU_NAME_MAX);

@@ -192,6 +192,21 @@ static __always_inline bool argus_inflight_end(__u32 cls, __u64 pid_tgid, struct
 	return false;
 }
 
+/* The next value of a per-(process, kind, communicator) counter (from 1): a
+ * collective's number, or the n-th split or shrink of a parent. */
+static __always_inline __u64 argus_next_count(__u32 tgid, __u32 kind, __u64 comm)
+{
+	struct argus_seq_key key = { .tgid = tgid, .kind = kind, .comm = comm };
+	__u64 *v = bpf_map_lookup_elem(&coll_seq, &key);
+	if (v)
+		return __sync_add_and_fetch(v, 1);
+	__u64 first = 1;
+	if (bpf_map_update_elem(&coll_seq, &key, &first, BPF_NOEXIST) == 0)
+		return 1;
+	v = bpf_map_lookup_elem(&coll_seq, &key); /* another thread created it */
+	return v ? __sync_add_and_fetch(v, 1) : 0;
+}
+
 /* Bit length of v: 0 for 0, b for v in [2^(b-1), 2^b). */
 static __always_inline __u32 argus_log2_bucket(__u64 v)
 {

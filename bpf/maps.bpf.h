@@ -38,14 +38,24 @@ struct {
 	__type(value, struct argus_inflight);
 } inflight SEC(".maps") __weak;
 
-/* Collective sequence numbers per (tgid, communicator). LRU: communicators
- * destroyed without the agent noticing must not fill it. */
+/* Counters per (tgid, kind, communicator): its collectives' sequence numbers,
+ * and the splits and shrinks made from it (enum argus_seq_kind). LRU:
+ * communicators destroyed without the agent noticing must not fill it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, ARGUS_MAX_TRACKED);
 	__type(key, struct argus_seq_key);
 	__type(value, __u64);
 } coll_seq SEC(".maps") __weak;
+
+/* pid_tgid -> the thread's NCCL group state (ncclGroupStart depth, the open
+ * group's number). LRU: a thread that dies inside a group must not hold a slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, ARGUS_MAX_INFLIGHT);
+	__type(key, __u64);
+	__type(value, struct argus_group_state);
+} nccl_group SEC(".maps") __weak;
 
 /* tgid -> where its Python interpreter is and how it is laid out (the GC
  * probes and the stack sampler read it). Written by the agent per rank. */

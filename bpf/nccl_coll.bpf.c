@@ -1,6 +1,6 @@
 /* NCCL collectives and p2p: one program for every op. The attach cookie says
- * which op it is and where count, datatype and communicator are among the
- * arguments (ncclReduce's communicator is the 7th: on the stack). */
+ * which op it is and where count, datatype, communicator and (send/recv) peer
+ * are among the arguments (ncclReduce's communicator is the 7th: on the stack). */
 #include "helpers.bpf.h"
 
 static __always_inline __u64 nccl_datatype_size(__s32 dt)
@@ -27,18 +27,15 @@ static __always_inline __u64 nccl_datatype_size(__s32 dt)
 	}
 }
 
-/* The next collective number of this process on this communicator (from 1). */
-static __always_inline __u64 next_seq(__u32 tgid, __u64 comm)
+/* The number of the thread's open NCCL group (0 outside one), counting the
+ * call as one of its operations. */
+static __always_inline __u64 group_of_call(__u64 pid_tgid)
 {
-	struct argus_seq_key key = { .tgid = tgid, .pad = 0, .comm = comm };
-	__u64 *v = bpf_map_lookup_elem(&coll_seq, &key);
-	if (v)
-		return __sync_add_and_fetch(v, 1);
-	__u64 first = 1;
-	if (bpf_map_update_elem(&coll_seq, &key, &first, BPF_NOEXIST) == 0)
-		return 1;
-	v = bpf_map_lookup_elem(&coll_seq, &key); /* another thread created it */
-	return v ? __sync_add_and_fetch(v, 1) : 0;
+	struct argus_group_state *g = bpf_map_lookup_elem(&nccl_group, &pid_tgid);
+	if (!g || g->depth == 0)
+		return 0;
+	g->ops += 1; /* the thread's own slot: no other writer */
+	return g->number;
 }
 
 SEC("uprobe")
@@ -54,10 +51,15 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 	__u64 count = argus_arg(ctx, ARGUS_COOKIE_COUNT_ARG(cookie));
 	__s32 dtype = (__s32)argus_arg(ctx, ARGUS_COOKIE_DTYPE_ARG(cookie));
 	__u64 comm = argus_arg(ctx, ARGUS_COOKIE_COMM_ARG(cookie));
+	__u32 peer_arg = ARGUS_COOKIE_PEER_ARG(cookie);
+	__s32 peer = peer_arg ? (__s32)argus_arg(ctx, peer_arg) : -1;
 	__u64 bytes = count * nccl_datatype_size(dtype);
 
 	argus_stat_add(tgid, ARGUS_STAT_NCCL_CALLS, op, 0, 1, bytes);
-	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : next_seq(tgid, comm);
+	/* p2p has no common numbering: the tracker pairs the n-th send A->B with B's
+	 * n-th receive from A. */
+	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : argus_next_count(tgid, ARGUS_SEQ_COLL, comm);
+	__u64 group = group_of_call(pid_tgid);
 
 	/* One clock read: the event's time is the call's start. */
 	__u64 now = bpf_ktime_get_ns();
@@ -67,8 +69,9 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 		ev->comm = comm;
 		ev->seq = seq;
 		ev->op = op;
-		ev->pad = 0;
+		ev->peer = peer;
 		ev->bytes = bytes;
+		ev->group = group;
 		argus_submit_hot(ev);
 	}
 

@@ -106,7 +106,8 @@ def batch(tgid, ts, recs, sent=None, dropped=0):
 def name(tgid, nid, s):
     b = s.encode()[:255]
     return hdr(vals["ARGUS_EV_GPU_NAME"], tgid, 1) + struct.pack("<II", nid, 0) + b + b"\0" * (256 - len(b))
-def coll(tgid, ts, seq): return hdr(vals["ARGUS_EV_NCCL_COLL"], tgid, ts) + struct.pack("<QQII", 0xdead, seq, 1, 0)
+def coll(tgid, ts, seq, op=1, peer=-1, group=0):  # comm, seq, op, peer, bytes, group
+    return hdr(vals["ARGUS_EV_NCCL_COLL"], tgid, ts) + struct.pack("<QQIiQQ", 0xdead, seq, op, peer, 4096, group)
 def done(tgid, ts, start, cls): return hdr(vals["ARGUS_EV_CALL_DONE"], tgid, ts) + struct.pack("<QIIIiQ", start, cls, 1, 2, 0, 0xdead)
 ms = 1_000_000
 steps = []
@@ -127,6 +128,23 @@ odd = [rec(5 * ms, 4 * ms, 0, 1, 1, 1, 0, 1, 0), rec(1 * ms, 9 * ms, 0, 2, 1, 1,
 open(f"{out}/odd", "wb").write(frame(batch(9, 10 * ms, odd, sent=300, dropped=17)) + frame(batch(9, 11 * ms, [], dropped=5))
                                 + frame(batch(9, 1, [odd[0]])[:-3]))
 open(f"{out}/names", "wb").write(frame(name(5, 0, "")) + frame(name(5, 4000000000, "x" * 300)))
+# Communicators made from a parent (argus_nccl_child_event) and InitAll cliques:
+# a split, a NOCOLOR one, a split whose handle comes later, a shrink whose list
+# is longer than the record holds, and an InitAll claiming more than it carries.
+def child(tgid, api, comm, parent, out, nth, color, key, n_excl, excl):
+    excl = (list(excl) + [0] * 32)[:32]
+    return (hdr(vals["ARGUS_EV_NCCL_CHILD"], tgid, 5) + struct.pack("<QQQQiIiiiI", comm, parent, out, nth, 0, api, color, key, n_excl, 0)
+            + struct.pack("<32i", *excl))
+def init_all(tgid, ndev, comms):
+    comms = (list(comms) + [0] * 16)[:16]
+    return hdr(vals["ARGUS_EV_NCCL_INIT_ALL"], tgid, 6) + struct.pack("<ii", 0, ndev) + struct.pack("<16Q", *comms)
+SPLIT, SHRINK = 3, 4
+open(f"{out}/comms", "wb").write(
+    frame(coll(3, 1, 1)) + frame(child(3, SPLIT, 0xa1, 0xdead, 0x5000, 1, 0, 0, 0, []))
+    + frame(child(3, SPLIT, 0, 0xdead, 0, 2, -1, 0, 0, [])) + frame(child(3, SPLIT, 0, 0xdead, 0x6000, 3, 1, 1, 0, []))
+    + frame(coll(3, 2, 1, 6, 1, 7)) + frame(child(3, SHRINK, 0xa2, 0xa1, 0x7000, 1, 0, 0, 40, range(32)))
+    + frame(child(3, SHRINK, 0xa3, 0xa2, 0x7000, 1, 0, 0, -5, [2**31 - 1, -2**31])) + frame(init_all(3, 1000, range(1, 17)))
+    + frame(init_all(3, -1, [])))
 # A folding producer (gpu/gpu_fold.h): span + sketch records, gap records, a kept NCCL
 # kernel with its busy share, then a span that lies, and sketch records with no span.
 def span(start, end, kernel_ns, busy, idle, kernels):

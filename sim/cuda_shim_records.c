@@ -8,8 +8,8 @@
  * argus_sim_gpu_flush_all. Each kernel-name id is announced once through
  * argus:gpu_name before the first batch that uses it. ARGUS_SIM_GPU_ACTIVITY=0
  * turns it off. The probes fire under g_mu, so batches never interleave. Also
- * here: the truth's collective log the NCCL shim keeps through
- * argus_sim_coll_note. */
+ * here: the truth's collective and point-to-point logs the NCCL shim keeps
+ * through argus_sim_coll_note and argus_sim_p2p_note. */
 #define _GNU_SOURCE
 #include "cuda_shim_internal.h"
 
@@ -412,5 +412,52 @@ CU_API int argus_sim_coll_log(struct argus_sim_coll_rec *out, int max)
 	for (size_t k = 0; k < kept; k++)
 		out[k] = g_coll[(g_coll_next - kept + k) % ARGUS_SIM_COLL_LOG_MAX];
 	pthread_mutex_unlock(&g_coll_mu);
+	return (int)kept;
+}
+
+/* The truth's point-to-point log (sim_gpu.h): a ring like the collective log's. */
+static pthread_mutex_t g_p2p_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct argus_sim_p2p_rec *g_p2p;
+static size_t g_p2p_next; /* entries ever added */
+
+CU_API void argus_sim_p2p_note(const struct argus_sim_p2p_rec *rec)
+{
+	if (!rec)
+		return;
+	pthread_mutex_lock(&g_p2p_mu);
+	if (!g_p2p)
+		g_p2p = calloc(ARGUS_SIM_P2P_LOG_MAX, sizeof *g_p2p);
+	if (!g_p2p) {
+		pthread_mutex_unlock(&g_p2p_mu);
+		return;
+	}
+	if (rec->call_ns != 0) {
+		g_p2p[g_p2p_next++ % ARGUS_SIM_P2P_LOG_MAX] = *rec;
+	} else {
+		size_t kept = g_p2p_next < ARGUS_SIM_P2P_LOG_MAX ? g_p2p_next : ARGUS_SIM_P2P_LOG_MAX;
+		size_t look = kept < COLL_UPDATE_LOOKBACK ? kept : COLL_UPDATE_LOOKBACK;
+		for (size_t k = 1; k <= look; k++) {
+			struct argus_sim_p2p_rec *e = &g_p2p[(g_p2p_next - k) % ARGUS_SIM_P2P_LOG_MAX];
+			if (e->comm == rec->comm && e->id == rec->id) {
+				e->gpu_start_ns = rec->gpu_start_ns;
+				e->gpu_end_ns = rec->gpu_end_ns;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&g_p2p_mu);
+}
+
+CU_API int argus_sim_p2p_log(struct argus_sim_p2p_rec *out, int max)
+{
+	if (!out || max <= 0)
+		return 0;
+	pthread_mutex_lock(&g_p2p_mu);
+	size_t kept = g_p2p_next < ARGUS_SIM_P2P_LOG_MAX ? g_p2p_next : ARGUS_SIM_P2P_LOG_MAX;
+	if ((size_t)max < kept)
+		kept = (size_t)max;
+	for (size_t k = 0; k < kept; k++)
+		out[k] = g_p2p[(g_p2p_next - kept + k) % ARGUS_SIM_P2P_LOG_MAX];
+	pthread_mutex_unlock(&g_p2p_mu);
 	return (int)kept;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "ib_fixture.h"
+#include "job_segments.h"
 #include "sim_gpu.h"
 #include "sim_shm.h"
 #include "truth.h"
@@ -351,6 +352,8 @@ void Launcher::write_job_json()
 		{"nccl_lib", cfg_.nccl_lib},
 		{"cuda_lib", cfg_.cuda_lib},
 		{"shm", shm_name_},
+		// Every segment of the job starts so (the communicators the ranks derive).
+		{"shm_prefix", std::string(shm_name_, std::strlen(ARGUS_SIM_SHM_PREFIX) + 2 * ARGUS_SIM_JOB_ID_BYTES)},
 		{"master_port", cfg_.master_port},
 		{"steps", cfg_.steps},
 		{"step_ms", cfg_.step_ms},
@@ -388,6 +391,7 @@ int Launcher::supervise()
 		say("job " + cfg_.job_id + ": stopping (" + why + ")");
 		signal_alive(SIGTERM);
 		argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_SHUTDOWN, -1);
+		abort_job_segments(id_, shm_name_, ARGUS_SIM_ABORT_SHUTDOWN);
 	};
 
 	while (alive > 0) {
@@ -452,6 +456,7 @@ int Launcher::supervise()
 						aborted = true;
 						warn("job " + cfg_.job_id + ": aborting the communicator");
 						argus_sim_shm_abort(shm_, ARGUS_SIM_ABORT_RANK_FAILED, -1);
+						abort_job_segments(id_, shm_name_, ARGUS_SIM_ABORT_RANK_FAILED);
 						// A hung rank is not in the communicator: stop it directly
 						// (every --hang rank: coalesced SIGUSR1s may hide one).
 						for (const auto &q : procs_)
@@ -461,6 +466,11 @@ int Launcher::supervise()
 				}
 			}
 		}
+		// A rank may still be making a communicator (its segment is new): abort
+		// those too, every slice, until the job is gone.
+		if (stopping || aborted)
+			abort_job_segments(id_, shm_name_,
+					   stopping ? ARGUS_SIM_ABORT_SHUTDOWN : ARGUS_SIM_ABORT_RANK_FAILED);
 		if (!stopping && alive > 0 && fault_at != 0 && cfg_.hang_timeout_s > 0 &&
 		    now_ns() >= fault_at + static_cast<long long>(cfg_.hang_timeout_s * 1e9)) {
 			hang_timed_out = true;
@@ -536,6 +546,8 @@ int Launcher::run()
 					waitpid(q.pid, nullptr, 0);
 			argus_sim_shm_close(shm_);
 			shm_unlink(shm_name_);
+			for (const std::string &name : job_segments(id_))
+				shm_unlink(name.c_str());
 			sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 			return 1;
 		}
@@ -552,6 +564,9 @@ int Launcher::run()
 	argus_sim_shm_close(shm_);
 	shm_ = nullptr;
 	shm_unlink(shm_name_);
+	// The ranks' own segments (a killed rank never unlinks the ones it made).
+	for (const std::string &name : job_segments(id_))
+		shm_unlink(name.c_str());
 	sigprocmask(SIG_SETMASK, &old_mask, nullptr);
 	if (rc == 0 && cfg_.exits.empty())
 		say("job " + cfg_.job_id + ": all " + std::to_string(cfg_.ranks) + " ranks exited 0");

@@ -28,6 +28,11 @@
  * ARGUS_SIM_PP_RECV_DELAY_US (read once, default 0) after the GPU is ready and
  * lasts the transfer time.
  *
+ * Send/Recv inside a group are matched pairwise, as NCCL matches them: the
+ * group's kernel on a communicator ends once every peer of its operations has
+ * posted the matching one (nccl_shim_p2p.c), so pipeline stages and MoE
+ * all-to-alls need no barrier over the whole communicator.
+ *
  * This file: collectives, point-to-point and groups, the calls of a training
  * step, with the communicator queries. nccl_shim_comm.c holds the communicators
  * (their segment, joining, the barrier, aborts and timeouts, the error strings),
@@ -38,6 +43,7 @@
 
 #include <argus_gpu_wire.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- group state (per thread, as in NCCL) ---- */
@@ -55,38 +61,66 @@ struct group_entry {
 	unsigned long long bytes;
 	uint64_t seq_first, seq_last; /* collective calls in it (0: none) */
 	char kernel[KERNEL_NAME_MAX]; /* "" = point-to-point only */
+	struct p2p_op *ops;           /* its sends and receives, in call order (malloc'ed) */
+	int nops, capops;
 };
 
 static __thread int g_group_depth;
 static __thread struct group_entry g_group[MAX_GROUP_COMMS];
 static __thread int g_group_ncomms;
 
+static struct group_entry *group_entry_of(struct ncclComm *c, cudaStream_t stream)
+{
+	for (int i = 0; i < g_group_ncomms; i++)
+		if (g_group[i].comm == c)
+			return &g_group[i];
+	if (g_group_ncomms == MAX_GROUP_COMMS) {
+		set_error("too many communicators in one group (max %d)", MAX_GROUP_COMMS);
+		return NULL;
+	}
+	struct group_entry *e = &g_group[g_group_ncomms++];
+	memset(e, 0, sizeof *e);
+	e->comm = c;
+	e->stream = stream;
+	return e;
+}
+
 static ncclResult_t group_add(struct ncclComm *c, cudaStream_t stream, unsigned long long bytes,
 			      const char *kernel, uint64_t seq)
 {
-	for (int i = 0; i < g_group_ncomms; i++) {
-		if (g_group[i].comm == c) {
-			g_group[i].bytes += bytes;
-			if (seq) {
-				if (!g_group[i].seq_first)
-					g_group[i].seq_first = seq;
-				g_group[i].seq_last = seq;
-			}
-			if (kernel && !g_group[i].kernel[0])
-				snprintf(g_group[i].kernel, sizeof g_group[i].kernel, "%s", kernel);
-			return ncclSuccess;
-		}
-	}
-	if (g_group_ncomms == MAX_GROUP_COMMS) {
-		set_error("too many communicators in one group (max %d)", MAX_GROUP_COMMS);
+	struct group_entry *e = group_entry_of(c, stream);
+	if (!e)
 		return ncclInvalidUsage;
+	e->bytes += bytes;
+	if (seq) {
+		if (!e->seq_first)
+			e->seq_first = seq;
+		e->seq_last = seq;
 	}
-	struct group_entry *e = &g_group[g_group_ncomms++];
-	e->comm = c;
-	e->stream = stream;
-	e->bytes = bytes;
-	e->seq_first = e->seq_last = seq;
-	snprintf(e->kernel, sizeof e->kernel, "%s", kernel ? kernel : "");
+	if (kernel && !e->kernel[0])
+		snprintf(e->kernel, sizeof e->kernel, "%s", kernel);
+	return ncclSuccess;
+}
+
+/* A send or receive inside the group: recorded, matched at ncclGroupEnd. */
+static ncclResult_t group_add_p2p(struct ncclComm *c, cudaStream_t stream, int is_send, int peer,
+				  unsigned long long bytes, uint64_t id)
+{
+	struct group_entry *e = group_entry_of(c, stream);
+	if (!e)
+		return ncclInvalidUsage;
+	if (e->nops == e->capops) {
+		int cap = e->capops ? 2 * e->capops : 8;
+		struct p2p_op *n = realloc(e->ops, (size_t)cap * sizeof *n);
+		if (!n) {
+			set_error("ncclGroupEnd: out of host memory");
+			return ncclSystemError;
+		}
+		e->ops = n;
+		e->capops = cap;
+	}
+	e->ops[e->nops++] = (struct p2p_op){is_send, peer, bytes, id};
+	e->bytes += bytes;
 	return ncclSuccess;
 }
 
@@ -95,6 +129,7 @@ void group_forget(struct ncclComm *c)
 {
 	for (int i = 0; i < g_group_ncomms; i++) {
 		if (g_group[i].comm == c) {
+			free(g_group[i].ops);
 			g_group[i] = g_group[--g_group_ncomms];
 			break;
 		}
@@ -213,6 +248,7 @@ static ncclResult_t collective(const char *api, const char *coll, const void *se
 static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t count,
 			ncclDataType_t dt, int peer, ncclComm_t comm, cudaStream_t stream)
 {
+	const long long call_ns = now_ns();
 	struct ncclComm *c;
 	ncclResult_t r = check_comm(comm, &c, api);
 	if (r != ncclSuccess)
@@ -231,7 +267,8 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 	}
 	const unsigned long long bytes = (unsigned long long)count * dtype_size(dt);
 	if (g_group_depth > 0)
-		return group_add(c, stream, bytes, NULL, 0);
+		return group_add_p2p(c, stream, is_send, peer, bytes,
+				     c->local ? 0 : log_p2p(c, is_send, peer, bytes, call_ns));
 	if (c->local)
 		return ncclSuccess;
 	struct argus_sim_shm *s = c->shm;
@@ -241,6 +278,7 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 	if (r != ncclSuccess)
 		return r;
 	const unsigned flags = ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | (is_send ? ARGUS_GPU_F_SEND : ARGUS_GPU_F_RECV);
+	const uint64_t id = log_p2p(c, is_send, peer, bytes, call_ns);
 	if (is_send) {
 		/* Eager send: post to the peer's mailbox and return. */
 		__atomic_add_fetch(&s->p2p_posted[(size_t)peer * ARGUS_SIM_MAX_RANKS + c->rank], 1u,
@@ -248,14 +286,15 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 		__atomic_add_fetch(&s->p2p_bell[peer], 1u, __ATOMIC_ACQ_REL);
 		argus_sim_futex_wake(&s->p2p_bell[peer]);
 		if (async_on())
-			return enqueue_async(c, stream, api, AOP_SEND, peer, bytes, SENDRECV_KERNEL, flags, 0, 0);
+			return enqueue_async(c, stream, api, AOP_SEND, peer, bytes, SENDRECV_KERNEL, flags, id, id);
 		const long long start = gpu_ready_at();
 		gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes), flags);
+		log_p2p_gpu(c, id, start, start + transfer_ns(bytes));
 		return ncclSuccess;
 	}
 	/* Async: the receive kernel waits for the data on the GPU, not the host. */
 	if (async_on())
-		return enqueue_async(c, stream, api, AOP_RECV, peer, bytes, SENDRECV_KERNEL, flags, 0, 0);
+		return enqueue_async(c, stream, api, AOP_RECV, peer, bytes, SENDRECV_KERNEL, flags, id, id);
 	/* Receive: wait until the peer has posted one more send to us. */
 	r = wait_p2p_posted(c, peer, api);
 	if (r != ncclSuccess)
@@ -264,6 +303,7 @@ static ncclResult_t p2p(const char *api, int is_send, const void *buff, size_t c
 	 * (a pipeline stage waiting for its input) and lasts the transfer. */
 	const long long start = gpu_ready_at() + (gpu_on() ? g_recv_delay_ns : 0);
 	gpu_kernel(stream, SENDRECV_KERNEL, start, start + transfer_ns(bytes), flags);
+	log_p2p_gpu(c, id, start, start + transfer_ns(bytes));
 	return ncclSuccess;
 }
 
@@ -434,6 +474,46 @@ NCCL_API ncclResult_t pncclRecv(void *recvbuff, size_t count, ncclDataType_t dat
 }
 NCCL_ALIAS(ncclRecv)
 
+/* One communicator's part of a group. Sends and receives alone are matched
+ * pairwise with the peers' (p2p_group_run), as NCCL does; a part with a
+ * collective completes as one barrier over the communicator (and one kernel). */
+static ncclResult_t group_end_one(const struct group_entry *e)
+{
+	struct ncclComm *c = comm_get(e->comm);
+	if (!c)
+		return ncclSuccess; /* destroyed meanwhile */
+	const int p2p_only = e->kernel[0] == '\0';
+	ncclResult_t r = async_error(c);
+	if (r != ncclSuccess)
+		return r;
+	if (p2p_only && !c->local && e->nops > 0) {
+		const unsigned flags = ARGUS_GPU_F_NCCL | ARGUS_GPU_F_P2P | p2p_group_flags(e->ops, e->nops);
+		if (async_on())
+			return enqueue_p2p_group(c, e->stream, e->ops, e->nops, flags);
+		long long start = 0, end = 0;
+		r = p2p_group_run(c, e->ops, e->nops, gpu_ready_at(), &start, &end);
+		if (r == ncclSuccess)
+			gpu_kernel(e->stream, SENDRECV_KERNEL, start, end, flags);
+		return r;
+	}
+	const char *kname = p2p_only ? SENDRECV_KERNEL : e->kernel;
+	const unsigned flags = ARGUS_GPU_F_NCCL | (p2p_only ? ARGUS_GPU_F_P2P : 0u);
+	if (async_on() && !c->local)
+		return enqueue_async(c, e->stream, "ncclGroupEnd", AOP_COLL, -1, e->bytes, kname, flags,
+				     e->seq_first, e->seq_last);
+	const long long ready = gpu_ready_at();
+	long long all_ready = ready;
+	r = comm_barrier(c, "ncclGroupEnd", ready, &all_ready);
+	if (r == ncclSuccess) {
+		const long long end = all_ready + transfer_ns(e->bytes);
+		gpu_kernel(e->stream, kname, ready, end, flags);
+		log_gpu(c, e->seq_first, e->seq_last, ready, end);
+		for (int k = 0; k < e->nops; k++)
+			log_p2p_gpu(c, e->ops[k].id, ready, end);
+	}
+	return r;
+}
+
 NCCL_API ncclResult_t pncclGroupStart(void)
 {
 	g_group_depth++;
@@ -449,34 +529,16 @@ NCCL_API ncclResult_t pncclGroupEnd(void)
 	}
 	if (--g_group_depth > 0)
 		return ncclSuccess;
-	/* Outermost group end: the recorded operations complete together, as one
-	 * barrier (and one kernel) per communicator touched. */
+	/* Outermost group end: the recorded operations are launched, one kernel per
+	 * communicator touched (group_end_one). */
 	ncclResult_t result = ncclSuccess;
 	int n = g_group_ncomms;
 	struct group_entry entries[MAX_GROUP_COMMS];
 	memcpy(entries, g_group, (size_t)n * sizeof entries[0]);
 	g_group_ncomms = 0;
 	for (int i = 0; i < n; i++) {
-		struct ncclComm *c = comm_get(entries[i].comm);
-		if (!c)
-			continue; /* destroyed meanwhile */
-		const int p2p_only = entries[i].kernel[0] == '\0';
-		const char *kname = p2p_only ? SENDRECV_KERNEL : entries[i].kernel;
-		const unsigned flags = ARGUS_GPU_F_NCCL | (p2p_only ? ARGUS_GPU_F_P2P : 0u);
-		ncclResult_t r = async_error(c);
-		if (r == ncclSuccess && async_on() && !c->local) {
-			r = enqueue_async(c, entries[i].stream, "ncclGroupEnd", AOP_COLL, -1, entries[i].bytes,
-					  kname, flags, entries[i].seq_first, entries[i].seq_last);
-		} else if (r == ncclSuccess) {
-			const long long ready = gpu_ready_at();
-			long long all_ready = ready;
-			r = comm_barrier(c, "ncclGroupEnd", ready, &all_ready);
-			if (r == ncclSuccess) {
-				const long long end = all_ready + transfer_ns(entries[i].bytes);
-				gpu_kernel(entries[i].stream, kname, ready, end, flags);
-				log_gpu(c, entries[i].seq_first, entries[i].seq_last, ready, end);
-			}
-		}
+		ncclResult_t r = group_end_one(&entries[i]);
+		free(entries[i].ops);
 		if (r != ncclSuccess && result == ncclSuccess)
 			result = r;
 	}

@@ -161,8 +161,8 @@ ncclResult_t wait_slice(struct ncclComm *c, uint32_t *word, uint32_t seen,
  * collectives (and groups) in the same order, so one generation counter does.
  * Each rank brings `ready` (when its GPU can run the collective's kernel) and
  * leaves with the latest `ready` of all ranks in *all_ready. */
-ncclResult_t comm_barrier(struct ncclComm *c, const char *what, long long ready,
-			  long long *all_ready)
+static ncclResult_t barrier_core(struct ncclComm *c, const char *what, long long ready,
+				 long long *all_ready)
 {
 	*all_ready = ready;
 	if (c->local || c->nranks == 1)
@@ -192,13 +192,30 @@ ncclResult_t comm_barrier(struct ncclComm *c, const char *what, long long ready,
 		if (t > *all_ready)
 			*all_ready = t;
 	}
-	__atomic_add_fetch(&s->rank_colls[c->rank], 1u, __ATOMIC_RELAXED);
 	return ncclSuccess;
+}
+
+/* A collective's or a group's barrier: it counts in rank_colls (the launcher's
+ * InfiniBand fixture turns those into link traffic). */
+ncclResult_t comm_barrier(struct ncclComm *c, const char *what, long long ready,
+			  long long *all_ready)
+{
+	ncclResult_t r = barrier_core(c, what, ready, all_ready);
+	if (r == ncclSuccess && !c->local && c->nranks > 1)
+		__atomic_add_fetch(&c->shm->rank_colls[c->rank], 1u, __ATOMIC_RELAXED);
+	return r;
+}
+
+/* A barrier that moves no data (ncclCommSplit's exchange): not counted. */
+ncclResult_t comm_barrier_uncounted(struct ncclComm *c, const char *what)
+{
+	long long ignored = 0;
+	return barrier_core(c, what, 0, &ignored);
 }
 
 /* ncclCommDestroy waits for the communicator's queued operations (an abort
  * releases them first); bounded by the communicator's timeout. */
-static void wait_inflight(struct ncclComm *c)
+void wait_inflight(struct ncclComm *c)
 {
 	long long deadline = now_ns() + c->timeout_ns + 1000000000LL;
 	while (__atomic_load_n(&c->inflight, __ATOMIC_ACQUIRE) > 0 && now_ns() < deadline) {
@@ -220,14 +237,16 @@ static void comm_detach(struct ncclComm *c)
 	}
 	free(c->p2p_received);
 	c->p2p_received = NULL;
+	free(c->gp_sent);
+	free(c->gp_recvd);
+	c->gp_sent = c->gp_recvd = NULL;
 	c->magic = 0;
 	free(c);
 }
 
 /* ---- init / destroy ---- */
 
-static ncclResult_t init_rank(const char *api, ncclComm_t *out, int nranks, const ncclUniqueId *id,
-			      int rank)
+ncclResult_t init_rank(const char *api, ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank)
 {
 	if (!out) {
 		set_error("%s: NULL comm pointer", api);
@@ -244,9 +263,13 @@ static ncclResult_t init_rank(const char *api, ncclComm_t *out, int nranks, cons
 	}
 	struct ncclComm *c = calloc(1, sizeof *c);
 	uint32_t *rec = calloc((size_t)nranks, sizeof *rec);
-	if (!c || !rec) {
+	uint32_t *sent = calloc((size_t)nranks, sizeof *sent);
+	uint32_t *recvd = calloc((size_t)nranks, sizeof *recvd);
+	if (!c || !rec || !sent || !recvd) {
 		free(c);
 		free(rec);
+		free(sent);
+		free(recvd);
 		set_error("%s: out of host memory", api);
 		return ncclSystemError;
 	}
@@ -256,6 +279,9 @@ static ncclResult_t init_rank(const char *api, ncclComm_t *out, int nranks, cons
 	c->cu_device = env_local_rank();
 	c->timeout_ns = env_timeout_ns();
 	c->p2p_received = rec;
+	c->gp_sent = sent;
+	c->gp_recvd = recvd;
+	memcpy(c->id, id->internal, sizeof c->id);
 	argus_sim_shm_name(id->internal, c->shm_name);
 
 	int created = 0;
@@ -264,6 +290,8 @@ static ncclResult_t init_rank(const char *api, ncclComm_t *out, int nranks, cons
 	if (!s) {
 		set_error("%s: cannot open shared memory %s: %s", api, c->shm_name, strerror(errno));
 		free(rec);
+		free(sent);
+		free(recvd);
 		free(c);
 		return ncclSystemError;
 	}

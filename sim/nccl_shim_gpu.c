@@ -21,6 +21,7 @@ static argus_sim_gpu_ready_ns_fn g_gpu_ready;
 static argus_sim_gpu_kernel_fn g_gpu_kernel;
 static argus_sim_gpu_external_fn g_gpu_external;
 static argus_sim_coll_note_fn g_coll_note;
+static argus_sim_p2p_note_fn g_p2p_note;
 static int g_async_mode = 1; /* ARGUS_SIM_NCCL_MODE: async unless "blocking" */
 long long g_recv_delay_ns;
 
@@ -36,6 +37,7 @@ static void gpu_find(void)
 			*(void **)&g_gpu_kernel = kernel;
 			*(void **)&g_gpu_external = external;
 			*(void **)&g_coll_note = dlsym(h, "argus_sim_coll_note");
+			*(void **)&g_p2p_note = dlsym(h, "argus_sim_p2p_note");
 		} else {
 			dlclose(h); /* a real libcuda: no emulated timeline */
 		}
@@ -106,6 +108,27 @@ void log_gpu(struct ncclComm *c, uint64_t first, uint64_t last, long long start,
 		g_coll_note((uint64_t)(uintptr_t)c, q, 0, start, end);
 }
 
+/* ---- the truth's point-to-point log ---- */
+
+/* A new send or receive: its number in the communicator's p2p log. */
+uint64_t log_p2p(struct ncclComm *c, int is_send, int peer, unsigned long long bytes, long long call_ns)
+{
+	uint64_t id = __atomic_add_fetch(&c->p2p_seq, 1u, __ATOMIC_ACQ_REL);
+	if (gpu_on() && g_p2p_note) {
+		struct argus_sim_p2p_rec rec = {(uint64_t)(uintptr_t)c, id, is_send, peer, bytes, call_ns, 0, 0};
+		g_p2p_note(&rec);
+	}
+	return id;
+}
+
+void log_p2p_gpu(struct ncclComm *c, uint64_t id, long long start, long long end)
+{
+	if (id == 0 || !gpu_on() || !g_p2p_note)
+		return;
+	struct argus_sim_p2p_rec rec = {(uint64_t)(uintptr_t)c, id, 0, 0, 0, 0, start, end};
+	g_p2p_note(&rec);
+}
+
 /* ---- async mode: operations resolved by the emulated GPU's thread ---- */
 
 struct async_op {
@@ -114,7 +137,9 @@ struct async_op {
 	int kind;
 	int peer;
 	unsigned long long bytes;
-	uint64_t seq_first, seq_last; /* collectives this kernel runs (0: none) */
+	uint64_t seq_first, seq_last; /* collectives this kernel runs (0: none); eager p2p: its log id */
+	struct p2p_op *ops;           /* AOP_P2P_GROUP */
+	int nops;
 };
 
 static void async_fail(struct ncclComm *c, ncclResult_t r)
@@ -141,9 +166,13 @@ static int resolve_async(void *ctx, long long ready, long long *start, long long
 			log_gpu(c, op->seq_first, op->seq_last, *start, *end);
 			rc = 0;
 		}
+	} else if (op->kind == AOP_P2P_GROUP) {
+		r = p2p_group_run(c, op->ops, op->nops, ready, start, end);
+		rc = r == ncclSuccess ? 0 : -1;
 	} else if (op->kind == AOP_SEND) {
 		*start = ready;
 		*end = ready + transfer_ns(op->bytes);
+		log_p2p_gpu(c, op->seq_first, *start, *end);
 		rc = 0;
 	} else {
 		r = wait_p2p_posted(c, op->peer, op->api);
@@ -151,12 +180,14 @@ static int resolve_async(void *ctx, long long ready, long long *start, long long
 			long long now = now_ns();
 			*start = (ready > now ? ready : now) + g_recv_delay_ns;
 			*end = *start + transfer_ns(op->bytes);
+			log_p2p_gpu(c, op->seq_first, *start, *end);
 			rc = 0;
 		}
 	}
 	if (r != ncclSuccess)
 		async_fail(c, r);
 	__atomic_sub_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
+	free(op->ops);
 	free(op);
 	return rc;
 }
@@ -183,6 +214,36 @@ ncclResult_t enqueue_async(struct ncclComm *c, cudaStream_t stream, const char *
 		__atomic_sub_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
 		free(op);
 		set_error("%s: invalid stream %p", api, (void *)stream);
+		return ncclInvalidArgument;
+	}
+	return ncclSuccess;
+}
+
+/* Queues a group's point-to-point operations on one communicator: the GPU's
+ * thread matches them with the peers' (p2p_group_run) when it reaches them. */
+ncclResult_t enqueue_p2p_group(struct ncclComm *c, cudaStream_t stream, const struct p2p_op *ops,
+			       int nops, unsigned flags)
+{
+	struct async_op *op = calloc(1, sizeof *op);
+	struct p2p_op *copy = calloc((size_t)(nops > 0 ? nops : 1), sizeof *copy);
+	if (!op || !copy) {
+		free(op);
+		free(copy);
+		set_error("ncclGroupEnd: out of host memory");
+		return ncclSystemError;
+	}
+	memcpy(copy, ops, (size_t)nops * sizeof *copy);
+	op->c = c;
+	op->api = "ncclGroupEnd";
+	op->kind = AOP_P2P_GROUP;
+	op->ops = copy;
+	op->nops = nops;
+	__atomic_add_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
+	if (g_gpu_external((void *)stream, "ncclDevKernel_SendRecv", flags, resolve_async, op) != 0) {
+		__atomic_sub_fetch(&c->inflight, 1u, __ATOMIC_ACQ_REL);
+		free(copy);
+		free(op);
+		set_error("ncclGroupEnd: invalid stream %p", (void *)stream);
 		return ncclInvalidArgument;
 	}
 	return ncclSuccess;

@@ -88,10 +88,23 @@ struct ncclComm {
 	uint32_t inflight;
 	int async_error;
 	uint64_t coll_seq; /* collective calls so far (the truth's numbering) */
+	uint64_t p2p_seq;  /* send/recv calls so far (the truth's p2p log) */
+	unsigned char id[16]; /* the first bytes of its unique id (children derive theirs) */
+	uint32_t derived;  /* ncclCommSplit/ncclCommShrink calls on it so far */
+	uint32_t *gp_sent; /* [peer]: grouped sends posted to peer so far */
+	uint32_t *gp_recvd; /* [peer]: grouped receives posted from peer so far */
 };
 
 /* What an operation queued on the emulated GPU in async mode is (enqueue_async). */
-enum { AOP_COLL = 0, AOP_SEND = 1, AOP_RECV = 2 };
+enum { AOP_COLL = 0, AOP_SEND = 1, AOP_RECV = 2, AOP_P2P_GROUP = 3 };
+
+/* One send or receive recorded inside a group (matched at ncclGroupEnd). */
+struct p2p_op {
+	int is_send;
+	int peer;
+	unsigned long long bytes;
+	uint64_t id; /* its number in the truth's p2p log */
+};
 
 #pragma GCC visibility push(hidden)
 
@@ -104,6 +117,9 @@ ncclResult_t wait_slice(struct ncclComm *c, uint32_t *word, uint32_t seen, long 
 			const char *what);
 ncclResult_t comm_barrier(struct ncclComm *c, const char *what, long long ready,
 			  long long *all_ready);
+ncclResult_t comm_barrier_uncounted(struct ncclComm *c, const char *what);
+ncclResult_t init_rank(const char *api, ncclComm_t *out, int nranks, const ncclUniqueId *id, int rank);
+void wait_inflight(struct ncclComm *c);
 
 /* nccl_shim_gpu.c: the emulated GPU of the simulator's libcuda.so.1. */
 extern long long g_recv_delay_ns;
@@ -118,7 +134,16 @@ void log_gpu(struct ncclComm *c, uint64_t first, uint64_t last, long long start,
 ncclResult_t enqueue_async(struct ncclComm *c, cudaStream_t stream, const char *api, int kind,
 			   int peer, unsigned long long bytes, const char *kname, unsigned flags,
 			   uint64_t seq_first, uint64_t seq_last);
+ncclResult_t enqueue_p2p_group(struct ncclComm *c, cudaStream_t stream, const struct p2p_op *ops,
+			       int nops, unsigned flags);
 ncclResult_t async_error(struct ncclComm *c);
+uint64_t log_p2p(struct ncclComm *c, int is_send, int peer, unsigned long long bytes, long long call_ns);
+void log_p2p_gpu(struct ncclComm *c, uint64_t id, long long start, long long end);
+
+/* nccl_shim_p2p.c: send/recv inside a group, matched pairwise. */
+ncclResult_t p2p_group_run(struct ncclComm *c, const struct p2p_op *ops, int nops, long long ready,
+			   long long *start, long long *end);
+unsigned p2p_group_flags(const struct p2p_op *ops, int nops);
 
 /* nccl_shim.c: collectives, point-to-point and groups. */
 ncclResult_t wait_p2p_posted(struct ncclComm *c, int peer, const char *api);

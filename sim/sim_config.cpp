@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ib_fixture.h"
+#include "sim_config_layout.h"
 
 namespace argus::sim {
 
@@ -54,6 +55,10 @@ int pp_stage_of(const SimConfig &cfg, int rank)
 std::int64_t pp_recv_delay_us(const SimConfig &cfg, int rank)
 {
 	const int stage = pp_stage_of(cfg, rank);
+	if (cfg.framework) {
+		auto it = stage >= 0 ? cfg.bubbles.find(stage) : cfg.bubbles.end();
+		return it == cfg.bubbles.end() ? 0 : static_cast<std::int64_t>(it->second) * 1000;
+	}
 	if (stage <= 0)
 		return 0;
 	std::int64_t us = static_cast<std::int64_t>(static_cast<double>(cfg.step_ms) * 1000.0 * kPpFillShare);
@@ -124,6 +129,9 @@ nlohmann::json to_json(const SimConfig &cfg)
 	nlohmann::json bubbles = nlohmann::json::array();
 	for (const auto &[stage, ms] : cfg.bubbles)
 		bubbles.push_back({{"stage", stage}, {"ms", ms}});
+	nlohmann::json checkpoints = nlohmann::json::array();
+	for (const auto &[rank, c] : cfg.checkpoints)
+		checkpoints.push_back({{"rank", rank}, {"every", c.first}, {"ms", c.second}});
 	return {
 		{"ranks", cfg.ranks},
 		{"steps", cfg.steps},
@@ -134,6 +142,15 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"gpu_slow", gpu_slow},
 		{"pp", cfg.pp},
 		{"bubbles", bubbles},
+		{"framework", cfg.framework},
+		{"tp", cfg.tp},
+		{"ep", cfg.ep},
+		{"accum", cfg.accum},
+		{"layers", cfg.layers},
+		{"jitter_pct", cfg.jitter_pct},
+		{"eval_every", cfg.eval_every},
+		{"eval_ms", cfg.eval_ms},
+		{"checkpoints", checkpoints},
 		{"cuda_errors", cuda_errors},
 		{"hangs", hangs},
 		{"exits", exits},
@@ -182,6 +199,18 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.pp = j.value("pp", 0);
 	for (const auto &b : j.value("bubbles", nlohmann::json::array()))
 		c.bubbles[b.at("stage").get<int>()] = b.at("ms").get<int>();
+	c.framework = j.value("framework", false);
+	c.tp = j.value("tp", 1);
+	c.ep = j.value("ep", 1);
+	c.accum = j.value("accum", 1);
+	c.layers = j.value("layers", 4);
+	c.jitter_pct = j.value("jitter_pct", 0.0);
+	c.eval_every = j.value("eval_every", 0);
+	c.eval_ms = j.value("eval_ms", 0);
+	for (const auto &k : j.value("checkpoints", nlohmann::json::array()))
+		c.checkpoints[k.at("rank").get<int>()] = {k.at("every").get<int>(), k.at("ms").get<int>()};
+	if (c.tp < 1 || c.ep < 1 || c.accum < 1 || c.layers < 1 || c.jitter_pct < 0 || c.jitter_pct > 100)
+		throw std::runtime_error("tp, ep, accum, layers must be >= 1 and jitter_pct within 0..100");
 	for (const auto &h : j.value("hangs", nlohmann::json::array()))
 		c.hangs[h.at("rank").get<int>()] = h.at("step").get<std::int64_t>();
 	for (const auto &e : j.value("exits", nlohmann::json::array()))
@@ -383,7 +412,11 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		       "N pipeline stages (N >= 2, dividing --ranks; stage of rank r = r / (ranks/N)): at "
 		       "the start of every step a stage sends (eager ncclSend) to the next and receives "
 		       "(ncclRecv on the compute stream) from the previous; a stage > 0 waits 10% of "
-		       "--step-ms for its input (pipeline fill)");
+		       "--step-ms for its input (pipeline fill). With --tp/--ep/--accum/--layers: the "
+		       "stages of a 1F1B pipeline (grouped send/recv on a PP communicator; stage of r = "
+		       "r / (tp x dp))");
+	LayoutFlagText layout_text;
+	add_layout_flags(app, cfg, layout_text);
 	app.add_option("--bubble", bubble_specs,
 		       "STAGE:MS: with --pp, the receives of that stage's ranks wait MS (1..60000) ms "
 		       "longer: a pipeline bubble on their GPUs (repeatable, one per stage)")
@@ -495,6 +528,7 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 			throw UsageError("--pp: " + std::to_string(cfg.pp) + " stages do not divide --ranks " +
 					 std::to_string(cfg.ranks));
 	}
+	check_layout_flags(app, layout_text, cfg);
 	parse_bubbles(bubble_specs, cfg);
 	for (const auto &spec : cuda_error_specs) {
 		auto [rank, value] = split_rank_spec("--cuda-errors", spec, cfg.ranks);

@@ -50,6 +50,21 @@ struct SimConfig {
 	// (stage(r) = r / (ranks/N)); bubbles = stage -> extra receive delay in ms.
 	int pp = 0;
 	std::map<int, int> bubbles;
+	// The framework-style job (layout.h): --tp, --ep, --accum or --layers given.
+	// Ranks laid out as Megatron does (TP fastest, then DP, then PP), one
+	// communicator per group, a 1F1B pipeline of `accum` micro-batches per step.
+	// Without it (--pp alone included) a step is the flat one of workload.h.
+	bool framework = false;
+	int tp = 1;
+	int ep = 1;
+	int accum = 1;
+	int layers = 4; // per pipeline stage
+	// --jitter PCT: compute scaled by 1 + PCT/100 * u per rank and step (layout.h).
+	double jitter_pct = 0;
+	// --eval-every K:MS: every rank pauses MS ms after every K-th step (0 = never).
+	int eval_every = 0;
+	int eval_ms = 0;
+	std::map<int, std::pair<int, int>> checkpoints; // --checkpoint: rank -> (every steps, ms)
 	std::map<int, std::int64_t> hangs; // rank -> step it blocks at, before its first collective
 	std::map<int, std::int64_t> exits; // rank -> step it exits(1) at, before its first collective
 	std::map<int, std::int64_t> gpu_hangs; // rank -> step from which its GPU never finishes a kernel
@@ -100,12 +115,14 @@ struct RankPlan {
 
 RankPlan plan_for(const SimConfig &cfg, int rank);
 
-// --pp: the pipeline stage of `rank` (r / (ranks / pp)), -1 without --pp.
+// --pp: the pipeline stage of `rank` (r / (ranks / pp)), -1 without --pp. The
+// same as the framework layout's stage (layout.h), whatever --tp.
 int pp_stage_of(const SimConfig &cfg, int rank);
 // --pp: the delay before each eager receive's kernel of `rank` starts, in us:
 // for a stage > 0, the natural pipeline fill (10% of step_ms) plus its stage's
-// --bubble; 0 for stage 0 and without --pp. The launcher hands it to the rank in
-// ARGUS_SIM_PP_RECV_DELAY_US (sim_gpu.h).
+// --bubble; 0 for stage 0 and without --pp. In a framework job the 1F1B schedule
+// makes the fill itself: only the stage's --bubble, before every receive. The
+// launcher hands it to the rank in ARGUS_SIM_PP_RECV_DELAY_US (sim_gpu.h).
 std::int64_t pp_recv_delay_us(const SimConfig &cfg, int rank);
 inline constexpr double kPpFillShare = 0.1;
 

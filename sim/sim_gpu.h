@@ -116,6 +116,29 @@ typedef void (*argus_sim_coll_note_fn)(uint64_t comm, uint64_t seq, long long ca
 typedef int (*argus_sim_coll_log_fn)(struct argus_sim_coll_rec *out, int max);
 #define ARGUS_SIM_COLL_LOG_MAX 16384
 
+/* One point-to-point operation (ncclSend/ncclRecv, eager or grouped) as the
+ * NCCL shim saw it (the truth's "p2p"): id counts them per communicator from 1;
+ * peer is the rank in that communicator; CLOCK_MONOTONIC ns, GPU times 0 until
+ * resolved. Kept by the libcuda shim like the collective log:
+ *   void argus_sim_p2p_note(const struct argus_sim_p2p_rec *rec)
+ *       a new entry (rec->call_ns != 0), or the GPU times of the entry with the
+ *       same (comm, id) (call_ns == 0).
+ *   int argus_sim_p2p_log(struct argus_sim_p2p_rec *out, int max)
+ *       copies the newest min(max, kept) entries, oldest first; returns how many. */
+struct argus_sim_p2p_rec {
+	uint64_t comm;
+	uint64_t id;
+	int32_t is_send;
+	int32_t peer;
+	uint64_t bytes;
+	int64_t call_ns;
+	int64_t gpu_start_ns;
+	int64_t gpu_end_ns;
+};
+typedef void (*argus_sim_p2p_note_fn)(const struct argus_sim_p2p_rec *rec);
+typedef int (*argus_sim_p2p_log_fn)(struct argus_sim_p2p_rec *out, int max);
+#define ARGUS_SIM_P2P_LOG_MAX 16384
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,12 +30,21 @@ extern "C" {
 #endif
 
 #define ARGUS_SIM_SHM_MAGIC 0x41524753u /* "ARGS" */
-#define ARGUS_SIM_SHM_VERSION 2u /* 2: gpu_ready */
+#define ARGUS_SIM_SHM_VERSION 3u /* 3: split exchange, grouped point-to-point mailboxes */
 #define ARGUS_SIM_MAX_RANKS 1024
 #define ARGUS_SIM_UNIQUE_ID_BYTES 128
 #define ARGUS_SIM_SHM_PREFIX "/argus-sim-"
 /* "/argus-sim-" + 16 hex digits + NUL */
 #define ARGUS_SIM_SHM_NAME_MAX 32
+/* The ids a job derives from its world id (sim_comm_ids.h) keep its first
+ * ARGUS_SIM_JOB_ID_BYTES bytes, so every segment of a job is named
+ * ARGUS_SIM_SHM_PREFIX + the hex of those bytes + 8 more hex digits: the launcher
+ * finds them all by that prefix (to abort them and to unlink them at the end). */
+#define ARGUS_SIM_JOB_ID_BYTES 4
+/* Grouped send/recv: ready times kept per (pair, message number % this). A side
+ * runs at most a group or two ahead of its peer's reading (rendezvous), so 4
+ * slots keep the timestamps right; a lost one only skews an emulated time. */
+#define ARGUS_SIM_P2P_SLOTS 4
 
 /* init_state */
 #define ARGUS_SIM_SHM_UNINIT 0u
@@ -77,6 +86,20 @@ struct argus_sim_shm {
 	 * p2p_bell[dst], which every sender to dst bumps. The array is sparse in the
 	 * tmpfs file: only pages touched cost memory. */
 	uint32_t p2p_posted[(size_t)ARGUS_SIM_MAX_RANKS * ARGUS_SIM_MAX_RANKS];
+	/* ncclCommSplit: each rank's (color, key), written before a barrier and read
+	 * after it; a second barrier keeps the next split from overwriting them early. */
+	int32_t split_color[ARGUS_SIM_MAX_RANKS];
+	int32_t split_key[ARGUS_SIM_MAX_RANKS];
+	/* Send/Recv inside a group (nccl_shim_p2p.c), matched pairwise as NCCL does
+	 * (a group completes once each of its operations' peers has posted the
+	 * matching one): gp_send[dst * MAX + src] counts the sends src has posted to
+	 * dst, gp_recv[src * MAX + dst] the receives dst has posted from src; with
+	 * each message the poster's GPU-ready time (CLOCK_MONOTONIC ns) in slot
+	 * message-number % ARGUS_SIM_P2P_SLOTS. Posters ring the peer's p2p_bell. */
+	uint32_t gp_send[(size_t)ARGUS_SIM_MAX_RANKS * ARGUS_SIM_MAX_RANKS];
+	uint32_t gp_recv[(size_t)ARGUS_SIM_MAX_RANKS * ARGUS_SIM_MAX_RANKS];
+	int64_t gp_send_ready[ARGUS_SIM_P2P_SLOTS][(size_t)ARGUS_SIM_MAX_RANKS * ARGUS_SIM_MAX_RANKS];
+	int64_t gp_recv_ready[ARGUS_SIM_P2P_SLOTS][(size_t)ARGUS_SIM_MAX_RANKS * ARGUS_SIM_MAX_RANKS];
 };
 
 /* Name of the segment for a unique id: prefix + hex of the first 8 bytes. */
@@ -204,6 +227,32 @@ static inline struct argus_sim_shm *argus_sim_shm_open(const char *name, uint32_
 	}
 	if (created)
 		*created = made;
+	return s;
+}
+
+/* Maps an existing segment without creating or initialising it (the launcher's
+ * abort of a segment a rank made); NULL when absent or not a ready segment of
+ * this layout. */
+static inline struct argus_sim_shm *argus_sim_shm_attach(const char *name)
+{
+	int fd = shm_open(name, O_RDWR, 0600);
+	if (fd < 0)
+		return NULL;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct argus_sim_shm)) {
+		close(fd);
+		return NULL;
+	}
+	void *p = mmap(NULL, sizeof(struct argus_sim_shm), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return NULL;
+	struct argus_sim_shm *s = (struct argus_sim_shm *)p;
+	if (argus_sim_load(&s->init_state) != ARGUS_SIM_SHM_READY ||
+	    argus_sim_load(&s->magic) != ARGUS_SIM_SHM_MAGIC || s->version != ARGUS_SIM_SHM_VERSION) {
+		munmap(p, sizeof(struct argus_sim_shm));
+		return NULL;
+	}
 	return s;
 }
 

@@ -34,6 +34,14 @@ nlohmann::json Truth::to_json() const
 	j["nccl_errors"] = nccl_errors.empty() ? nlohmann::json::object() : nlohmann::json(nccl_errors);
 	j["nccl_group"] = {{"start", group_start}, {"end", group_end}};
 	j["nccl_init"] = nccl_init;
+	j["nccl_split"] = nccl_split;
+	if (!layout.is_null())
+		j["layout"] = layout;
+	j["communicators"] = communicators;
+	j["p2p"] = p2p;
+	if (!jitter.is_null())
+		j["jitter"] = jitter;
+	j["pauses"] = pauses;
 	nlohmann::json cuda;
 	cuda["kernel_launches"] = kernel_launches;
 	cuda["sync"] = sync.empty() ? nlohmann::json::object() : nlohmann::json(sync);

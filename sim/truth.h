@@ -41,7 +41,8 @@ struct Truth {
 	std::map<std::string, std::map<std::string, std::uint64_t>> nccl_errors; // op -> ncclResult name
 	std::uint64_t group_start = 0;
 	std::uint64_t group_end = 0;
-	std::uint64_t nccl_init = 0;
+	std::uint64_t nccl_init = 0;   // ncclCommInitRank calls (the world, DP and PP groups)
+	std::uint64_t nccl_split = 0;  // ncclCommSplit calls (TP and EP groups)
 
 	std::uint64_t kernel_launches = 0;
 	std::map<std::string, std::uint64_t> sync;  // base api -> calls
@@ -68,6 +69,25 @@ struct Truth {
 	std::vector<argus_sim_coll_rec> collectives;
 	int pp_stage = -1;               // --pp: this rank's stage ("pp_stage", also in "gpu")
 	std::int64_t recv_delay_us = -1; // --pp: delay of each eager receive's kernel ("gpu")
+
+	// A framework job's place (layout.h): {"tp", "pp", "dp", "ep", "accum", "layers",
+	// "stage", "tp_rank", "dp_rank", "ep_rank"}; null (left out) for a flat job.
+	nlohmann::json layout;
+	// One entry per communicator of the rank, the world first: {"kind" (world, tp,
+	// dp, pp, ep), "index" (the group's), "rank" (its rank in it), "nranks",
+	// "members" (world ranks, in its rank order), "made" ("init_rank" or "split"),
+	// "id" (hex of its unique id's first 16 bytes), "collectives" (as the top
+	// level's, of this communicator)}. The top-level "collectives" are the world's.
+	nlohmann::json communicators = nlohmann::json::array();
+	// Every send and receive, newest ARGUS_SIM_P2P_LOG_MAX: {"op" (send, recv),
+	// "comm" (kind), "comm_index", "peer" (world rank), "bytes", "call_ns",
+	// "gpu_start_ns", "gpu_end_ns"} (CLOCK_MONOTONIC; GPU times 0 if never resolved).
+	nlohmann::json p2p = nlohmann::json::array();
+	// --jitter: {"pct", "seed", "factors": [[step, factor], ...] (newest 1024)}; null without.
+	nlohmann::json jitter;
+	// --eval-every / --checkpoint: {"kind" (eval, checkpoint), "step" (after it),
+	// "ms", "start", "end" (CLOCK_REALTIME unix seconds)}, newest 1024.
+	nlohmann::json pauses = nlohmann::json::array();
 
 	nlohmann::json to_json() const;
 };

@@ -58,6 +58,10 @@ void install_signal_handlers()
 	sigprocmask(SIG_UNBLOCK, &stop_sigs, nullptr);
 }
 
+} // namespace
+
+namespace worker_detail {
+
 long long now_ns()
 {
 	timespec ts{};
@@ -72,6 +76,18 @@ double realtime_s()
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
+
+bool stop_requested()
+{
+	return g_stop != 0;
+}
+
+} // namespace worker_detail
+
+namespace {
+
+using worker_detail::now_ns;
+using worker_detail::realtime_s;
 
 // --hang: sleeps (no CPU, no library call) until SIGTERM/SIGINT.
 void block_until_stopped()
@@ -89,8 +105,10 @@ void block_until_stopped()
 	sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
+} // namespace
+
 // Sleeps until CLOCK_MONOTONIC `t`; false if a stop was requested meanwhile.
-bool sleep_until(long long t)
+bool worker_detail::sleep_until(long long t)
 {
 	timespec ts{};
 	ts.tv_sec = static_cast<time_t>(t / 1000000000LL);
@@ -105,6 +123,10 @@ bool sleep_until(long long t)
 			return !g_stop;
 	}
 }
+
+namespace {
+
+using worker_detail::sleep_until;
 
 long long thread_cpu_ns()
 {
@@ -188,182 +210,6 @@ bool Rank::host_burn(long long ns, long long &took)
 	return ok;
 }
 
-// Before the step's compute: the GPU faults' onsets, then (--pp) the pipeline's
-// eager sends and receives on the compute stream (sends first: they never block,
-// so the stages cannot deadlock), so that the compute queues behind the receive.
-StepResult Rank::step_start(std::int64_t s)
-{
-	if (plan_.gpu_slow_factor > 1.0 && s == plan_.gpu_slow_from_step) {
-		set_kernel_durations(plan_.gpu_slow_factor);
-		add_fault({{"kind", "gpu_slow"},
-			   {"factor", plan_.gpu_slow_factor},
-			   {"from_step", s},
-			   {"injected_at", realtime_s()}});
-	}
-	if (s == plan_.gpu_hang_step) {
-		// A GPU stuck in a kernel: ~an hour per kernel from now on. Every rank still
-		// issues the step's collectives (they only enqueue); none of them finishes.
-		set_kernel_durations(kGpuHangFactor);
-		add_fault({{"kind", "gpu_hang"}, {"step", s}, {"injected_at", realtime_s()}});
-	}
-	if (plan_.pp_stage < 0)
-		return StepResult::Ok;
-	if (s == 0 && plan_.bubble_ms > 0)
-		add_fault({{"kind", "bubble"},
-			   {"stage", plan_.pp_stage},
-			   {"ms", plan_.bubble_ms},
-			   {"injected_at", realtime_s()}});
-	for (const NcclCall &c : step_pp_calls(s, rank_, world_, cfg_.pp))
-		if (nccl(c.op, c.bytes(), call_nccl(c, stream_)) != 0)
-			return StepResult::NcclFailed;
-	return StepResult::Ok;
-}
-
-StepResult Rank::step(std::int64_t s)
-{
-	if (StepResult r = step_start(s); r != StepResult::Ok)
-		return r;
-
-	// (a) host compute, spread between the kernel launches (slower from the
-	// straggler's onset on).
-	const bool slow = plan_.straggler_factor > 1.0 && s >= plan_.straggler_from_step;
-	if (slow && s == plan_.straggler_from_step)
-		add_fault({{"kind", "straggler"},
-			   {"factor", plan_.straggler_factor},
-			   {"from_step", s},
-			   {"injected_at", realtime_s()}});
-	const long long host_ns = static_cast<long long>(
-		static_cast<double>(cfg_.step_ms) * 1e6 * (slow ? plan_.straggler_factor : 1.0));
-	const int k = cfg_.kernels_per_step;
-	const long long t0 = now_ns();
-	// --hang / --exit fire right before the step's first collective.
-	bool first_collective = true;
-	auto before_collective = [&]() -> StepResult {
-		if (!first_collective)
-			return StepResult::Ok;
-		first_collective = false;
-		if (s == plan_.hang_step)
-			return StepResult::Hang;
-		if (s == plan_.exit_step)
-			return StepResult::Exit;
-		return StepResult::Ok;
-	};
-	// Paced by absolute deadlines, so that timer and wake-up jitter never add
-	// up over a step's chunks. --host-cpu: a stretch of that share of the host
-	// compute is CPU work (thread CPU time), one busy stretch as a real rank's
-	// Python dispatch is (short bursts would slip between a hog's time
-	// slices). The wall time it loses to other tasks (a noisy neighbour, a
-	// CPU quota) moves every later deadline, so a rank short of CPU falls
-	// behind. Ranks place their stretch at different points of the step, so
-	// that many ranks on few cores do not queue behind one another (on a real
-	// node each rank has cores of its own).
-	const long long cpu_ns = static_cast<long long>(static_cast<double>(host_ns) * cfg_.host_cpu);
-	const long long busy_from = world_ > 1 ? (host_ns - cpu_ns) * (rank_ % world_) / (world_ - 1) : 0;
-	const long long busy_to = busy_from + cpu_ns;
-	long long host_pos = 0;
-	long long starved_ns = 0;
-	auto compute_until = [&](long long until) {
-		const long long b0 = std::clamp(busy_from, host_pos, until);
-		const long long b1 = std::clamp(busy_to, host_pos, until);
-		host_pos = until;
-		if (b1 > b0) {
-			long long took = 0;
-			if (!sleep_until(t0 + starved_ns + b0) || !host_burn(b1 - b0, took))
-				return false;
-			starved_ns += std::max(0LL, took - (b1 - b0));
-		}
-		return sleep_until(t0 + starved_ns + until);
-	};
-	if (k == 0) {
-		if (!compute_until(host_ns))
-			return StepResult::Stopped;
-	}
-	const int backward = k / 2; // launches from here on are the backward pass
-	int bucket = 0;
-	for (int i = 0; i < k; i++) {
-		if (!compute_until(host_ns * (i + 1) / k))
-			return StepResult::Stopped;
-		launch(i);
-		// --buckets: DDP all-reduces a gradient bucket as soon as backward filled it.
-		while (bucket < cfg_.buckets && i >= backward &&
-		       i + 1 >= backward + ((bucket + 1) * (k - backward)) / cfg_.buckets) {
-			if (StepResult r = before_collective(); r != StepResult::Ok)
-				return r;
-			const NcclCall c = step_bucket_call(bucket++);
-			if (nccl(c.op, c.bytes(), call_nccl(c, nccl_stream_)) != 0)
-				return StepResult::NcclFailed;
-		}
-	}
-	if (StepResult r = before_collective(); r != StepResult::Ok)
-		return r;
-
-	// --sync-before-coll: the host waits for its GPU before communicating
-	// (loss.item(), timing code): a slow GPU then delays this rank's collectives.
-	if (cfg_.sync_before_coll)
-		cuda("cuStreamSynchronize", cu_.cuStreamSynchronize(stream_));
-
-	// The gradient bucket is copied into the communication buffer (on the
-	// stream, no wait: the emulated copy takes no time at this size).
-	copy("cuMemcpyDtoDAsync_v2", "dtod", kGradBucketBytes,
-	     cu_.cuMemcpyDtoDAsync_v2(comm_buf_, grads_, kGradBucketBytes, stream_));
-
-	// (b) gradient sync and the rest of the step's communication.
-	bool in_group = false;
-	for (const NcclCall &c : step_nccl_calls(s, rank_, world_)) {
-		if (c.grouped && !in_group) {
-			truth_.group_start++;
-			ncclResult_t r = nc_.ncclGroupStart();
-			if (r != 0) {
-				truth_.nccl_errors["ncclGroupStart"][nccl_result_name(r)]++;
-				note_nccl_error("ncclGroupStart", r);
-				return StepResult::NcclFailed;
-			}
-			in_group = true;
-		}
-		if (nccl(c.op, c.bytes(), call_nccl(c, nccl_stream_)) != 0)
-			return StepResult::NcclFailed;
-	}
-	if (in_group) {
-		truth_.group_end++;
-		ncclResult_t r = nc_.ncclGroupEnd();
-		if (r != 0) {
-			truth_.nccl_errors["ncclGroupEnd"][nccl_result_name(r)]++;
-			note_nccl_error("ncclGroupEnd", r);
-			return StepResult::NcclFailed;
-		}
-	}
-
-	// (c) the loss comes back (on the stream), then wait for the GPU.
-	copy("cuMemcpyDtoHAsync_v2", "dtoh", sizeof loss_host_,
-	     cu_.cuMemcpyDtoHAsync_v2(loss_host_, grads_, sizeof loss_host_, stream_));
-	// --sync-every K: only every K-th step waits for the GPU (the host runs ahead).
-	if ((s + 1) % cfg_.sync_every != 0)
-		return StepResult::Ok;
-	if (s % 2 == 1)
-		cuda("cuStreamSynchronize_ptsz", cu_.cuStreamSynchronize_ptsz(stream_));
-	else
-		cuda("cuStreamSynchronize", cu_.cuStreamSynchronize(stream_));
-	// As PyTorch's watchdog: an asynchronous collective that failed (a peer died,
-	// the job was aborted) fails the step.
-	if (ncclResult_t async = 0; nc_.ncclCommGetAsyncError(comm_, &async) == 0 && async != 0) {
-		truth_.nccl_errors["ncclCommGetAsyncError"][nccl_result_name(async)]++;
-		note_nccl_error("ncclCommGetAsyncError", async);
-		return StepResult::NcclFailed;
-	}
-	if (s % 10 == 0) {
-		cuda("cuCtxSynchronize", cu_.cuCtxSynchronize());
-		cuda("cuEventRecord", cu_.cuEventRecord(event_, stream_));
-		cuda("cuEventSynchronize", cu_.cuEventSynchronize(event_));
-		// Every 10 steps, with the device idle: new optimizer state goes up and
-		// a checkpoint copy of the parameters is taken on the device.
-		copy("cuMemcpyHtoDAsync_v2", "htod", sizeof lr_host_,
-		     cu_.cuMemcpyHtoDAsync_v2(params_, lr_host_, sizeof lr_host_, stream_));
-		copy("cuMemcpyDtoD_v2", "dtod", kCheckpointBytes,
-		     cu_.cuMemcpyDtoD_v2(grads_, params_, kCheckpointBytes));
-	}
-	return StepResult::Ok;
-}
-
 // True when the stop signal came from our (live) launcher, which is stopping the
 // whole job: it signals every rank and then aborts the communicator itself, so an
 // ncclCommAbort here would only race its signals and fail a peer not yet told to
@@ -378,15 +224,9 @@ bool Rank::stopped_by_launcher() const
 
 void Rank::teardown(bool abort_comm)
 {
-	if (comm_) {
-		// A rank that stops early aborts the communicator, which releases any peer
-		// still waiting for it (as PyTorch's watchdog does).
-		if (abort_comm)
-			nc_.ncclCommAbort(comm_);
-		else
-			nc_.ncclCommDestroy(comm_);
-		comm_ = nullptr;
-	}
+	// A rank that stops early aborts its communicators, which releases any peer
+	// still waiting for it (as PyTorch's watchdog does).
+	destroy_comms(abort_comm);
 	if (!cu_.cuInit || !ctx_)
 		return;
 	// Everything the emulated GPU still runs or holds crosses argus:gpu_batch now,
@@ -416,11 +256,13 @@ void Rank::write_truth()
 	truth_.has_gpu = cu_.argus_sim_gpu_totals && cu_.argus_sim_gpu_totals(&truth_.gpu, sizeof truth_.gpu) == 0;
 	truth_.nccl_mode = cfg_.nccl_async ? "async" : "blocking";
 	truth_.host_cpu = cfg_.host_cpu;
-	if (cu_.argus_sim_coll_log) {
-		truth_.collectives.resize(ARGUS_SIM_COLL_LOG_MAX);
-		int n = cu_.argus_sim_coll_log(truth_.collectives.data(), ARGUS_SIM_COLL_LOG_MAX);
-		truth_.collectives.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
-	}
+	comms_truth();
+	if (cfg_.framework)
+		truth_.layout = {{"tp", layout_.tp},		{"pp", layout_.pp},
+				 {"dp", layout_.dp},		{"ep", layout_.ep},
+				 {"accum", layout_.accum},	{"layers", layout_.layers},
+				 {"stage", place_.stage},	{"tp_rank", place_.tp_rank},
+				 {"dp_rank", place_.dp_rank}, {"ep_rank", place_.ep_rank}};
 	std::string path = cfg_.out_dir + "/rank-" + std::to_string(rank_) + ".json";
 	if (!write_json_atomic(path, truth_.to_json()))
 		log("cannot write " + path + ": " + std::strerror(errno));
@@ -471,12 +313,7 @@ int Rank::run()
 		return finish("failed", kWorkerCudaFailed);
 	}
 
-	truth_.nccl_init++;
-	ncclResult_t r = nc_.ncclCommInitRank(&comm_, world_, id_, rank_);
-	if (r != 0) {
-		comm_ = nullptr;
-		truth_.nccl_errors["ncclCommInitRank"][nccl_result_name(r)]++;
-		note_nccl_error("ncclCommInitRank", r);
+	if (make_comms() != StepResult::Ok) {
 		bool stopped = g_stop;
 		if (!stopped)
 			log(nccl_error_);
@@ -489,9 +326,14 @@ int Rank::run()
 			teardown(!stopped_by_launcher());
 			return finish("stopped", kWorkerOk);
 		}
-		switch (step(s)) {
+		cur_step_ = s;
+		switch (cfg_.framework ? framework_step(s) : step(s)) {
 		case StepResult::Ok:
 			truth_.steps_completed++;
+			if (!pauses(s)) {
+				teardown(!stopped_by_launcher());
+				return finish("stopped", kWorkerOk);
+			}
 			break;
 		case StepResult::Stopped:
 			teardown(!stopped_by_launcher());

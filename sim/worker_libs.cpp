@@ -105,6 +105,8 @@ bool Rank::load_libraries()
 	load_sym(cuda_lib_, "argus_sim_gpu_flush_all", cu_.argus_sim_gpu_flush_all, ignored);
 	load_sym(cuda_lib_, "argus_sim_gpu_totals", cu_.argus_sim_gpu_totals, ignored);
 	load_sym(cuda_lib_, "argus_sim_coll_log", cu_.argus_sim_coll_log, ignored);
+	load_sym(cuda_lib_, "argus_sim_p2p_log", cu_.argus_sim_p2p_log, ignored);
+	load_sym(nccl_lib_, "ncclCommSplit", nc_.ncclCommSplit, ignored);
 	return true;
 }
 
@@ -148,7 +150,8 @@ bool Rank::setup_cuda()
 		const std::string name = kernel_name(static_cast<int>(k));
 		if ((r = cuda("cuModuleGetFunction", cu_.cuModuleGetFunction(&kernels_[k], module_, name.c_str()))) != 0)
 			return fail("cuModuleGetFunction", r);
-		kernel_us_[k] = base_us * kernel_weight(static_cast<int>(k));
+		kernel_us_[k] = cfg_.framework ? framework_kernel_us(cfg_, static_cast<int>(k))
+					       : base_us * kernel_weight(static_cast<int>(k));
 	}
 	set_kernel_durations(1.0);
 	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&params_, std::size_t{2} << 30))) != 0)
@@ -183,9 +186,9 @@ void Rank::set_kernel_durations(double factor)
 	}
 }
 
-bool Rank::launch(int i)
+bool Rank::launch(int i, int kernel)
 {
-	CUfunction f = kernels_[static_cast<std::size_t>(i) % kernels_.size()];
+	CUfunction f = kernels_[static_cast<std::size_t>(kernel >= 0 ? kernel : i) % kernels_.size()];
 	unsigned grid = 108u * static_cast<unsigned>(1 + i % 4);
 	void *arg0 = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
 	int arg1 = i;
@@ -208,27 +211,29 @@ bool Rank::launch(int i)
 		    cu_.cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, stream_, params, nullptr)) == 0;
 }
 
-ncclResult_t Rank::call_nccl(const NcclCall &c, CUstream stream)
+ncclResult_t Rank::call_nccl(const NcclCall &c, CUstream stream, ncclComm_t comm)
 {
+	if (!comm)
+		comm = comm_;
 	void *send = reinterpret_cast<void *>(static_cast<std::uintptr_t>(grads_));
 	void *recv = reinterpret_cast<void *>(static_cast<std::uintptr_t>(comm_buf_));
 	switch (c.op) {
 	case Op::AllReduce:
-		return nc_.ncclAllReduce(send, recv, c.count, c.dtype, c.redop, comm_, stream);
+		return nc_.ncclAllReduce(send, recv, c.count, c.dtype, c.redop, comm, stream);
 	case Op::AllGather:
-		return nc_.ncclAllGather(send, recv, c.count, c.dtype, comm_, stream);
+		return nc_.ncclAllGather(send, recv, c.count, c.dtype, comm, stream);
 	case Op::ReduceScatter:
-		return nc_.ncclReduceScatter(send, recv, c.count, c.dtype, c.redop, comm_, stream);
+		return nc_.ncclReduceScatter(send, recv, c.count, c.dtype, c.redop, comm, stream);
 	case Op::Broadcast:
-		return nc_.ncclBroadcast(send, recv, c.count, c.dtype, c.root, comm_, stream);
+		return nc_.ncclBroadcast(send, recv, c.count, c.dtype, c.root, comm, stream);
 	case Op::Reduce:
-		return nc_.ncclReduce(send, recv, c.count, c.dtype, c.redop, c.root, comm_, stream);
+		return nc_.ncclReduce(send, recv, c.count, c.dtype, c.redop, c.root, comm, stream);
 	case Op::AllToAll:
-		return nc_.ncclAlltoAll(send, recv, c.count, c.dtype, comm_, stream);
+		return nc_.ncclAlltoAll(send, recv, c.count, c.dtype, comm, stream);
 	case Op::Send:
-		return nc_.ncclSend(send, c.count, c.dtype, c.peer, comm_, stream);
+		return nc_.ncclSend(send, c.count, c.dtype, c.peer, comm, stream);
 	case Op::Recv:
-		return nc_.ncclRecv(recv, c.count, c.dtype, c.peer, comm_, stream);
+		return nc_.ncclRecv(recv, c.count, c.dtype, c.peer, comm, stream);
 	}
 	return 0;
 }

@@ -2,6 +2,7 @@
 // simulated job (Rank) and the C ABI of the CUDA and NCCL libraries it calls.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include "argus_result_codes.h"
+#include "layout.h"
 #include "sim_config.h"
 #include "sim_gpu.h"
 #include "truth.h"
@@ -89,6 +91,7 @@ struct CudaApi {
 	argus_sim_gpu_flush_all_fn argus_sim_gpu_flush_all;
 	argus_sim_gpu_totals_fn argus_sim_gpu_totals;
 	argus_sim_coll_log_fn argus_sim_coll_log;
+	argus_sim_p2p_log_fn argus_sim_p2p_log;
 };
 
 struct NcclApi {
@@ -110,20 +113,38 @@ struct NcclApi {
 	ncclResult_t (*ncclGroupStart)();
 	ncclResult_t (*ncclGroupEnd)();
 	ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t *);
+	// Optional: a framework job with --tp/--ep needs it (NCCL >= 2.18 has it).
+	ncclResult_t (*ncclCommSplit)(ncclComm_t, int, int, ncclComm_t *, void *);
 };
 
 // The name NCCL gives a result code (the agent's table), or the number.
 std::string nccl_result_name(int r);
+// Clocks and pacing of the rank (worker.cpp): CLOCK_MONOTONIC ns, CLOCK_REALTIME
+// unix seconds (the truth's fault and pause times), a sleep cut short by a stop
+// (false then), and whether SIGTERM/SIGINT came.
+long long now_ns();
+double realtime_s();
+bool sleep_until(long long t);
+bool stop_requested();
 // An environment variable as an int in [0, 2^30]; false when unset or not one.
 bool env_int(const char *name, int &out);
 
 enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit };
 
+// One communicator of the rank (worker_comms.cpp): comms_[0] is the world.
+struct RankComm {
+	Group group;
+	bool split = false;                  // made with ncclCommSplit (else ncclCommInitRank)
+	std::array<unsigned char, 16> id{};  // the first bytes of its unique id
+	ncclComm_t handle = nullptr;         // nullptr once destroyed
+	std::uint64_t handle_value = 0;      // as the shim's logs name it
+};
+
 class Rank {
 public:
 	Rank(SimConfig cfg, int rank, int world, int local_rank, NcclUniqueId id)
 	    : cfg_(std::move(cfg)), rank_(rank), world_(world), local_rank_(local_rank), id_(id),
-	      plan_(plan_for(cfg_, rank))
+	      plan_(plan_for(cfg_, rank)), layout_(layout_of(cfg_)), place_(place_of(layout_, rank))
 	{
 		truth_.job_id = cfg_.job_id;
 		truth_.rank = rank;
@@ -160,14 +181,35 @@ private:
 	int hang(std::int64_t s);
 	bool load_libraries();
 	bool setup_cuda();
+	// worker_step.cpp: the flat step of workload.h, and what every step shares.
 	StepResult step(std::int64_t s);
 	StepResult step_start(std::int64_t s);
-	ncclResult_t call_nccl(const NcclCall &c, CUstream stream);
+	StepResult step_end(std::int64_t s);
+	ncclResult_t call_nccl(const NcclCall &c, CUstream stream, ncclComm_t comm = nullptr);
 	void set_kernel_durations(double factor);
 	bool host_burn(long long ns, long long &took);
-	bool launch(int i);
+	bool host_compute(long long ns);
+	bool launch(int i, int kernel = -1);
+	bool pauses(std::int64_t s);
+	double straggler_factor(std::int64_t s) const;
 	void teardown(bool abort_comm);
 	bool stopped_by_launcher() const;
+	// worker_comms.cpp: the communicators and their truth.
+	StepResult make_comms();
+	void destroy_comms(bool abort_comm);
+	ncclComm_t comm_of(GroupKind kind) const;
+	const RankComm *comm_by_handle(std::uint64_t handle) const;
+	void comms_truth();
+	// worker_layout.cpp: the framework job's step.
+	StepResult framework_step(std::int64_t s);
+	StepResult forward(std::int64_t s, int micro, long long unit_ns);
+	StepResult backward(std::int64_t s, int micro, long long unit_ns);
+	StepResult exchange(const PipeAction &a);
+	StepResult tp_all_reduce();
+	StepResult moe_all_to_all(std::int64_t s, int micro, int layer, bool dispatch);
+	StepResult dp_all_reduce(std::int64_t s);
+	StepResult before_first_nccl(std::int64_t s);
+	bool group_call(bool start);
 
 	// Records a CUDA call (whatever it returned) and passes its result on.
 	CUresult cuda(const char *symbol, CUresult r)
@@ -237,7 +279,16 @@ private:
 	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
 	float loss_host_[16] = {};   // each step's loss, copied back (DtoH)
 	float lr_host_[64] = {};     // optimizer state uploaded every 10 steps (HtoD)
-	ncclComm_t comm_ = nullptr;
+	ncclComm_t comm_ = nullptr; // the world
+	std::vector<RankComm> comms_;
+	Layout layout_;
+	RankPlace place_;
+	std::uint64_t launches_ = 0;   // framework step: launches so far (picks the launch symbol)
+	double gpu_factor_ = 1.0;      // --gpu-slow / --gpu-hang factor of the kernel durations
+	double jitter_ = 1.0;          // --jitter factor of the current step
+	double applied_kernel_factor_ = 1.0;
+	bool first_nccl_ = true;       // framework step: --hang/--exit fire before its first NCCL call
+	std::int64_t cur_step_ = 0;
 	std::string nccl_error_;
 };
 

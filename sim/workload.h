@@ -24,6 +24,51 @@
 // The emulated GPU (cuda_shim.c, nccl_shim.c) runs one NCCL kernel per
 // collective outside a group, one per ncclGroupEnd (ncclDevKernel_SendRecv) and
 // one per eager (pp) send/recv: nccl_kernels = collectives + groups + pp calls.
+//
+// ---- A framework job (--tp, --ep, --accum or --layers given; layout.h) ----
+// Ranks laid out as Megatron does (layout.h: stage, tp_rank, dp_rank, ep_rank
+// and the groups); K = --accum, L = --layers (default 4), P = pipeline stages.
+// Communicators, in creation order, each only when its groups have > 1 rank:
+// world (ncclCommInitRank), DP (ncclCommInitRank, id derived from the world's,
+// sim_comm_ids.h ARGUS_SIM_ID_GROUP), TP (ncclCommSplit of the world, color =
+// group index, key = world rank), PP (as DP), EP (as TP). A step of stage s runs
+// schedule_1f1b(P, s, K) (layout.h), every NCCL call on the NCCL stream:
+//   forward of micro-batch m, per layer l (global layer g = s*L + l):
+//     host 1/2 unit + launch sim_gemm_fwd; TP all_reduce; MoE dispatch;
+//     host 1/2 unit + launch sim_gemm_fwd; MoE combine; TP all_reduce
+//   then, on the last stage, the loss: host 1/4 unit + launch sim_layernorm
+//   backward of m, layers in reverse:
+//     MoE dispatch-direction; host 1 unit + sim_gemm_bwd; MoE combine-direction;
+//     TP all_reduce; host 1 unit + sim_gemm_bwd; TP all_reduce
+//   exchange: ncclGroupStart; its sends/recvs on the PP comm (peer = s +- 1);
+//     ncclGroupEnd (a lone send or recv too)
+// then the DP gradient all_reduce(s) on the DP comm (after --sync-before-coll's
+// cuStreamSynchronize and the cuMemcpyDtoDAsync_v2 of kGradBucketBytes), the
+// optimizer (L x host 1 unit + sim_adam_step), and the flat step's end (the loss
+// cuMemcpyDtoHAsync_v2, cuStreamSynchronize, the s%10 extras). Per step:
+//   TP all_reduce  bfloat16 count 1<<18                 4*K*L (tp > 1)
+//   MoE all-to-all one group of ncclSend+ncclRecv to/from each other EP peer,
+//                  bfloat16 count tokens * kMoeHidden    4*K*L groups (ep > 1)
+//                  tokens: moe_tokens(s, m, g, src, dst) (layout.h), uneven,
+//                  new every step; dispatch sends t(me, j), receives t(j, me);
+//                  combine the reverse
+//   PP send/recv   float16 count 1<<16, per schedule_1f1b's exchanges (pp > 1)
+//   DP all_reduce  float32 count (1<<20)*(4 + s%4), or --buckets N of
+//                  step_bucket_call(b)                   1 or N (dp > 1)
+// A unit = step_ms / (3*K*L + L) x straggler factor x jitter; a kernel runs
+// kGpuBusyShare of its chunk's nominal host time (layout.h framework_kernel_us)
+// x --gpu-slow x jitter; --kernels-per-step does not apply. --hang/--exit fire
+// right before the step's first NCCL call (at the DP all-reduce when there is
+// none). --bubble STAGE:MS delays every receive kernel of that stage by MS.
+//
+// ---- Both steps ----
+// --jitter PCT: host compute and kernel durations of step s scaled by
+// jitter_factor(PCT, rank, s) = 1 + PCT/100 * u, u = (mix(kJitterSeed, {rank, s})
+// >> 11) * 2^-53 * 2 - 1 (layout.h); the truth lists the factors.
+// --eval-every K:MS: after every step s with (s+1) % K == 0, every rank's host
+// computes MS ms (its --host-cpu share on CPU), no NCCL call. --checkpoint
+// RANK:EVERY:MS: after every step with (s+1) % EVERY == 0 that rank sleeps MS ms
+// (a checkpoint write), outside any call. Both in the truth's "pauses".
 #pragma once
 
 #include <cstddef>

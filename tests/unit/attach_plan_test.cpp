@@ -42,10 +42,21 @@ void expect_nccl_plan(const std::string& path) {
   std::set<std::pair<uint64_t, ProbeProgram>> seen;
   for (const auto& s : plan) EXPECT_TRUE(seen.insert({s.file_offset, s.program}).second) << s.symbol;
 
-  // 11 collective/p2p entry points x (entry + return), 3 inits x 2; no group
-  // start/end (no detector needs them: a trap each for nothing).
-  EXPECT_EQ(plan.size(), 11u * 2 + 3u * 2);
-  for (const auto& s : plan) EXPECT_EQ(s.symbol.find("Group"), std::string::npos) << s.symbol;
+  // 11 collective/p2p entry points x (entry + return); the inits and the
+  // children (split, shrink) the library exports x 2; ncclGroupStart and
+  // ncclGroupEnd, entry only.
+  size_t made = 0;
+  for (const char* f : {"CommInitRank", "CommInitRankConfig", "CommInitRankScalable", "CommInitAll", "CommSplit",
+                        "CommShrink"})
+    made += t.find(std::string("nccl") + f) != nullptr || t.find(std::string("pnccl") + f) != nullptr;
+  EXPECT_EQ(plan.size(), 11u * 2 + made * 2 + 2);
+  const auto* gs = find_spec(plan, "ncclGroupStart", ProbeProgram::NcclGroupStart);
+  const auto* ge = find_spec(plan, "ncclGroupEnd", ProbeProgram::NcclGroupEnd);
+  ASSERT_NE(gs, nullptr);
+  ASSERT_NE(ge, nullptr);
+  EXPECT_FALSE(gs->retprobe);
+  EXPECT_FALSE(ge->retprobe);
+  EXPECT_EQ(ge->file_offset, t.find("pncclGroupEnd")->file_offset);
 
   const auto* reduce = find_spec(plan, "ncclReduce", ProbeProgram::NcclCollEnter);
   ASSERT_NE(reduce, nullptr);
@@ -57,6 +68,13 @@ void expect_nccl_plan(const std::string& path) {
   EXPECT_EQ(ARGUS_COOKIE_COUNT_ARG(send->cookie), 2u);
   EXPECT_EQ(ARGUS_COOKIE_DTYPE_ARG(send->cookie), 3u);
   EXPECT_EQ(ARGUS_COOKIE_COMM_ARG(send->cookie), 5u);
+  EXPECT_EQ(ARGUS_COOKIE_PEER_ARG(send->cookie), 4u);  // (sendbuff, count, datatype, peer, comm, stream)
+  const auto* recv = find_spec(plan, "ncclRecv", ProbeProgram::NcclCollEnter);
+  ASSERT_NE(recv, nullptr);
+  EXPECT_EQ(ARGUS_COOKIE_PEER_ARG(recv->cookie), 4u);
+  EXPECT_EQ(ARGUS_COOKIE_ID(recv->cookie), static_cast<uint32_t>(ARGUS_OP_RECV));
+  // Collectives carry no peer.
+  EXPECT_EQ(ARGUS_COOKIE_PEER_ARG(find_spec(plan, "ncclAllReduce", ProbeProgram::NcclCollEnter)->cookie), 0u);
   // The probe goes where the symbol table says ncclAllReduce lives.
   const auto* ar = find_spec(plan, "ncclAllReduce", ProbeProgram::NcclCollEnter);
   ASSERT_NE(ar, nullptr);
@@ -71,6 +89,49 @@ void expect_nccl_plan(const std::string& path) {
 TEST(AttachPlan, RealNcclSymbolTable) {
   if (!std::filesystem::exists(kRealNccl)) GTEST_SKIP() << kRealNccl << " not installed";
   expect_nccl_plan(kRealNccl);
+}
+
+// NCCL 2.28's nccl.h: the 2.28 collectives, the children and InitAll, with
+// the argument positions of its prototypes.
+TEST(AttachPlan, RealNccl228CollectivesChildrenAndInitAll) {
+  if (!std::filesystem::exists(kRealNccl)) GTEST_SKIP() << kRealNccl << " not installed";
+  const auto t = load(kRealNccl);
+  const auto plan = plan_probes(t, LibraryKind::Nccl, ProbeSet::Default);
+  EXPECT_EQ(plan.size(), 11u * 2 + 6u * 2 + 2);  // 2.28.9 exports every one of them
+  struct Coll {
+    const char* sym;
+    uint32_t op, count, dtype, comm;
+  };
+  // (send, recv, count, datatype, comm, stream); Gather/Scatter: (..., datatype, root, comm, stream)
+  for (const Coll& c : {Coll{"ncclAlltoAll", ARGUS_OP_ALL_TO_ALL, 3, 4, 5}, Coll{"ncclGather", ARGUS_OP_GATHER, 3, 4, 6},
+                        Coll{"ncclScatter", ARGUS_OP_SCATTER, 3, 4, 6}}) {
+    const auto* s = find_spec(plan, c.sym, ProbeProgram::NcclCollEnter);
+    ASSERT_NE(s, nullptr) << c.sym;
+    EXPECT_EQ(ARGUS_COOKIE_ID(s->cookie), c.op) << c.sym;
+    EXPECT_EQ(ARGUS_COOKIE_COUNT_ARG(s->cookie), c.count) << c.sym;
+    EXPECT_EQ(ARGUS_COOKIE_DTYPE_ARG(s->cookie), c.dtype) << c.sym;
+    EXPECT_EQ(ARGUS_COOKIE_COMM_ARG(s->cookie), c.comm) << c.sym;
+    EXPECT_NE(find_spec(plan, c.sym, ProbeProgram::TimedExit), nullptr) << c.sym;
+  }
+  EXPECT_STREQ(nccl_op_label(ARGUS_OP_GATHER), "gather");
+  EXPECT_STREQ(nccl_op_label(ARGUS_OP_SCATTER), "scatter");
+  for (auto [sym, api] : {std::pair{"ncclCommSplit", ARGUS_NCCL_COMM_SPLIT}, {"ncclCommShrink", ARGUS_NCCL_COMM_SHRINK}}) {
+    const auto* enter = find_spec(plan, sym, ProbeProgram::NcclChildEnter);
+    const auto* exit = find_spec(plan, sym, ProbeProgram::NcclChildExit);
+    ASSERT_NE(enter, nullptr) << sym;
+    ASSERT_NE(exit, nullptr) << sym;
+    EXPECT_TRUE(exit->retprobe);
+    EXPECT_EQ(ARGUS_COOKIE_ID(enter->cookie), static_cast<uint32_t>(api));
+    EXPECT_EQ(ARGUS_COOKIE_ID(exit->cookie), static_cast<uint32_t>(api));
+    EXPECT_EQ(enter->file_offset, t.find(std::string("p") + sym)->file_offset);
+    EXPECT_STREQ(nccl_init_api_label(api), sym);
+  }
+  const auto* all = find_spec(plan, "ncclCommInitAll", ProbeProgram::NcclInitEnter);
+  ASSERT_NE(all, nullptr);
+  EXPECT_EQ(ARGUS_COOKIE_ID(all->cookie), static_cast<uint32_t>(ARGUS_NCCL_COMM_INIT_ALL));
+  EXPECT_NE(find_spec(plan, "ncclCommInitAll", ProbeProgram::NcclInitExit), nullptr);
+  EXPECT_STREQ(probe_program_name(ProbeProgram::NcclChildExit), "argus_nccl_child_exit");
+  EXPECT_STREQ(probe_program_name(ProbeProgram::NcclGroupStart), "argus_nccl_group_start");
 }
 
 TEST(AttachPlan, SimShimNcclMatchesTheRealLayout) {

@@ -36,6 +36,45 @@ TEST(EventDecoder, DecodesEachType) {
   EXPECT_STREQ(label_of(event_source(*ev)), "proc");
 }
 
+TEST(EventDecoder, SendCarriesItsPeerAndGroup) {
+  argus_nccl_coll_event c{};
+  c.hdr.type = ARGUS_EV_NCCL_COLL;
+  c.op = ARGUS_OP_SEND;
+  c.peer = 3;
+  c.group = 12;
+  auto ev = decode_event(&c, sizeof(c));
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(std::get<argus_nccl_coll_event>(*ev).peer, 3);
+  EXPECT_EQ(std::get<argus_nccl_coll_event>(*ev).group, 12u);
+  EXPECT_FALSE(decode_event(&c, 56));  // the record before peer and group existed
+}
+
+TEST(EventDecoder, ChildAndInitAllRecords) {
+  argus_nccl_child_event ch{};
+  ch.hdr.type = ARGUS_EV_NCCL_CHILD;
+  ch.api = ARGUS_NCCL_COMM_SPLIT;
+  ch.parent = 0xa0;
+  ch.color = 2;
+  ch.nth = 1;
+  auto ev = decode_event(&ch, sizeof(ch));
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(std::get<argus_nccl_child_event>(*ev).color, 2);
+  EXPECT_EQ(event_source(*ev), EventSource::kNccl);
+  EXPECT_FALSE(decode_event(&ch, sizeof(ch) - 1));
+  ch.api = ARGUS_NCCL_INIT_RANK;  // an init is no child
+  EXPECT_FALSE(decode_event(&ch, sizeof(ch)));
+
+  argus_nccl_init_all_event all{};
+  all.hdr.type = ARGUS_EV_NCCL_INIT_ALL;
+  all.ndev = 2;
+  all.comms[1] = 0xb1;
+  ev = decode_event(&all, sizeof(all));
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(std::get<argus_nccl_init_all_event>(*ev).comms[1], 0xb1u);
+  EXPECT_EQ(event_source(*ev), EventSource::kNccl);
+  EXPECT_FALSE(decode_event(&all, sizeof(all) - 8));
+}
+
 TEST(EventDecoder, RefusesShortUnknownAndNull) {
   argus_nccl_init_event i{};
   i.hdr.type = ARGUS_EV_NCCL_INIT;

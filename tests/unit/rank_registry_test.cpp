@@ -228,9 +228,49 @@ TEST(RankRegistry, CommInitsPerProcessAreCapped) {
   o.caps = &caps;
   RankRegistry reg(clock, o);
   reg.track(7, 1, "a", RankIdentity{}, {});
-  for (int i = 0; i < 10; ++i) reg.on_nccl_init(7, NcclInitInfo{i, 8, 0, 0, 0xc0 + static_cast<uint64_t>(i), "abcdef0123456789"});
+  for (int i = 0; i < 10; ++i) {
+    NcclInitInfo info;
+    info.rank = i;
+    info.nranks = 8;
+    info.comm = 0xc0 + static_cast<uint64_t>(i);
+    info.comm_id = "abcdef0123456789";
+    reg.on_nccl_init(7, info);
+  }
   EXPECT_EQ(caps.get(Cap::kRankCommInits), 7u);
   EXPECT_EQ(reg.snapshot()[0].rank, 0);  // the first init named it
+  EXPECT_EQ(reg.comm_inits(7).size(), 3u);
+}
+
+// A child's rank is in a subgroup, an InitAll's is no process's: neither names
+// the rank; the first init given a rank does, whatever came before it.
+TEST(RankRegistry, OnlyAnInitGivenARankNamesTheRank) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 300, 10, false});
+  reg.track(7, 1, "a", RankIdentity{}, {});
+  NcclInitInfo split;
+  split.api = ARGUS_NCCL_COMM_SHRINK;
+  split.rank = 3;
+  split.nranks = 6;
+  split.comm = 0xd0;
+  split.comm_id = "0123456789abcdef";
+  split.parent = "fedcba9876543210";
+  reg.on_nccl_init(7, split);
+  EXPECT_EQ(reg.snapshot()[0].rank, -1);
+  EXPECT_EQ(reg.snapshot()[0].world_size, -1);
+  EXPECT_EQ(reg.snapshot()[0].job_id, "nccl-0123456789ab");  // no launcher: a communicator still names the job
+  NcclInitInfo init;
+  init.api = ARGUS_NCCL_INIT_RANK_CONFIG;
+  init.result = ARGUS_NCCL_IN_PROGRESS;  // non-blocking: made all the same
+  init.rank = 5;
+  init.nranks = 8;
+  init.comm = 0xc0;
+  init.comm_id = "fedcba9876543210";
+  reg.on_nccl_init(7, init);
+  EXPECT_EQ(reg.snapshot()[0].rank, 5);
+  EXPECT_EQ(reg.snapshot()[0].world_size, 8);
+  ASSERT_EQ(reg.comm_inits(7).size(), 2u);
+  EXPECT_EQ(reg.comm_inits(7)[0].parent, "fedcba9876543210");
+  EXPECT_TRUE(reg.comm_inits(8).empty());
 }
 
 TEST(RankRegistry, ReusedPidStartsAFreshRecord) {

@@ -1,16 +1,39 @@
 #include "userspace/agent/call_feed.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "userspace/common/comm_id.h"
 #include "userspace/wire/labels.h"
 
 namespace argus {
+namespace {
+
+bool made(int result) { return result == 0 || result == ARGUS_NCCL_IN_PROGRESS; }
+
+}  // namespace
+
+std::optional<uint64_t> read_process_word(int pid, uint64_t addr) {
+  uint64_t v = 0;
+  iovec local{&v, sizeof v};
+  iovec remote{reinterpret_cast<void*>(addr), sizeof v};
+  if (addr == 0 || process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(sizeof v))
+    return std::nullopt;
+  return v;
+}
+
+std::optional<std::string> CallFeed::job_of(int pid) const {
+  const auto m = registry_.membership(pid);
+  return m ? std::optional(m->job_id) : std::nullopt;
+}
 
 void CallFeed::on_nccl_init(const argus_nccl_init_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
   const std::string name = comm_id_from_uid(e.uid, sizeof(e.uid));  // never the raw id
-  if (e.result == 0 && names_.on_init(pid, e.comm, name)) tracker_.add_member(name, pid, e.nranks);
+  if (made(e.result) && names_.on_init(pid, e.comm, name)) tracker_.add_member(name, pid, e.nranks, e.rank);
   NcclInitInfo info;
   info.rank = e.rank;
   info.nranks = e.nranks;
@@ -21,18 +44,102 @@ void CallFeed::on_nccl_init(const argus_nccl_init_event& e) {
   registry_.on_nccl_init(pid, info);
 }
 
-// The communicator a collective ran on, by the name all its ranks share; a
-// late-attached rank's calls held back until numbered like its peers'.
+// A split or shrink: the child named from its parent's name, which the parent's
+// making gave it (or, attached late, its first use). A split's rank in the
+// child follows the keys of members this agent may not see: unknown (-1).
+void CallFeed::on_nccl_child(const argus_nccl_child_event& e) {
+  const int pid = static_cast<int>(e.hdr.tgid);
+  if (!made(e.result)) return;
+  const std::string parent = comm_key(pid, e.parent);
+  const bool shrink = e.api == ARGUS_NCCL_COMM_SHRINK;
+  std::string name;
+  NcclInitInfo info;
+  if (shrink) {
+    const size_t n = std::clamp(e.n_excluded, 0, ARGUS_NCCL_EXCLUDE_MAX);
+    std::vector<int> excluded(e.excluded, e.excluded + n);
+    name = shrink_child_name(parent, e.nth, excluded, e.n_excluded);
+    for (const auto& p : registry_.comm_inits(pid)) {
+      if (p.comm_id != parent || !made(p.result)) continue;
+      const auto [rank, nranks] = shrink_rank(p.rank, p.nranks, excluded, e.n_excluded);
+      info.rank = rank;
+      info.nranks = nranks;
+    }
+  } else {
+    name = split_child_name(parent, e.nth, e.color);
+    info.color = e.color;
+    info.key = e.key;
+  }
+  if (name.empty()) return;  // NOCOLOR: no communicator (or a parent past the cap)
+  const bool named = e.comm != 0 ? names_.on_init(pid, e.comm, name) : true;
+  if (e.comm == 0) names_.on_pending_child(pid, e.newcomm_ptr, name);  // NCCL writes it later
+  if (named) tracker_.add_member(name, pid, info.nranks, info.rank);
+  info.result = e.result;
+  info.api = e.api;
+  info.comm = e.comm;
+  info.comm_id = name;
+  info.parent = parent;
+  registry_.on_nccl_init(pid, info);
+}
+
+// One process holds the whole clique: every handle is one communicator, whose
+// ranks this process's calls cannot tell apart (one pid), so no rank is given.
+void CallFeed::on_nccl_init_all(const argus_nccl_init_all_event& e) {
+  const int pid = static_cast<int>(e.hdr.tgid);
+  if (!made(e.result)) return;
+  const std::string name = init_all_name(pid, names_.next_init_all(pid));
+  const int n = std::clamp(e.ndev, 0, ARGUS_NCCL_INIT_ALL_MAX);
+  bool named = false;
+  for (int i = 0; i < n; ++i) named = (e.comms[i] != 0 && names_.on_init(pid, e.comms[i], name)) || named;
+  if (named) tracker_.add_member(name, pid, e.ndev, -1);
+  NcclInitInfo info;
+  info.nranks = e.ndev;
+  info.result = e.result;
+  info.api = ARGUS_NCCL_COMM_INIT_ALL;
+  info.comm = n > 0 ? e.comms[0] : 0;
+  info.comm_id = name;
+  registry_.on_nccl_init(pid, info);
+}
+
+// A pending child is the handle NCCL wrote through its out-pointer: read
+// there when the process lets us; else, the oldest pending child (a group of
+// splits ends before their children are used, in the order they were made).
+bool CallFeed::bind_pending_child(int pid, uint64_t handle) {
+  const auto& pending = names_.pending(pid);
+  if (pending.empty()) return false;
+  bool read_any = false;
+  for (const auto& p : pending) {
+    const auto v = read_word_ ? read_word_(pid, p.newcomm_ptr) : std::nullopt;
+    read_any = read_any || v.has_value();
+    if (v && *v == handle) return names_.bind_pending(pid, p.newcomm_ptr, handle);
+  }
+  return !read_any && names_.bind_pending(pid, 0, handle);
+}
+
+std::string CallFeed::comm_key(int pid, uint64_t handle) {
+  std::string key = names_.name_of(pid, handle);
+  if (!key.empty()) return key;
+  if (bind_pending_child(pid, handle)) return names_.name_of(pid, handle);
+  // A handle whose making was not seen: rare, so the registry is asked only then.
+  key = names_.key_for(pid, handle, job_of(pid));
+  if (!key.empty())
+    spdlog::info("pid {}: communicator {:#x} made before the agent attached; named {} by its first use", pid,
+                 handle, key);
+  return key;
+}
+
+// The communicator a call ran on, by the name all its ranks share; a
+// late-attached rank's collectives held back until numbered like its peers'.
 void CallFeed::on_collective(const argus_nccl_coll_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
+  const std::string key = comm_key(pid, e.comm);
   timeline_.on_collective_enter(pid, e.hdr.ts_ns, tracker_.step_seconds(pid));
-  timeline_.on_collective_call(pid, nccl_op_label(e.op), names_.name_of(pid, e.comm), e.hdr.ts_ns);
-  if (e.seq == 0) return;  // p2p
-  std::string key = names_.name_of(pid, e.comm);
-  if (key.empty()) {  // a handle whose init was not seen: rare, so the registry is asked only then
-    const auto m = registry_.membership(pid);
-    key = names_.key_for(pid, e.comm, m ? std::optional(m->job_id) : std::nullopt);
+  timeline_.on_collective_call(pid, nccl_op_label(e.op), key, e.hdr.ts_ns);
+  if (key.empty()) return;  // the process keeps its most names (counted)
+  if (e.op == ARGUS_OP_SEND || e.op == ARGUS_OP_RECV) {
+    tracker_.on_p2p(key, pid, e.op == ARGUS_OP_SEND, e.peer, e.hdr.ts_ns);
+    return;
   }
+  if (e.seq == 0) return;
   const bool init_seen = names_.anchored(pid, e.comm);
   const auto a = aligner_.on_arrival(key, pid, init_seen, e.seq, e.hdr.ts_ns, {e.op, e.bytes});
   if (!a) return;

@@ -24,6 +24,10 @@ void EventRouter::on_record(const void* data, size_t size) {
     lifecycle_.finish(static_cast<int>(e->hdr.tgid), e->exit_code, &e->cause);
   } else if (const auto* e = std::get_if<argus_nccl_init_event>(&ev)) {
     calls_.on_nccl_init(*e);
+  } else if (const auto* e = std::get_if<argus_nccl_child_event>(&ev)) {
+    calls_.on_nccl_child(*e);
+  } else if (const auto* e = std::get_if<argus_nccl_init_all_event>(&ev)) {
+    calls_.on_nccl_init_all(*e);
   } else if (const auto* e = std::get_if<argus_nccl_coll_event>(&ev)) {
     calls_.on_collective(*e);
   } else if (const auto* e = std::get_if<argus_call_done_event>(&ev)) {

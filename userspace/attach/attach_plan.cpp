@@ -14,9 +14,11 @@ struct NcclCollective {
   const char* name;  // without the "nccl"/"pnccl" prefix
   uint32_t op;
   uint8_t count_arg, dtype_arg, comm_arg;  // 1-based SysV positions (nccl.h)
+  uint8_t peer_arg = 0;                     // ncclSend/ncclRecv: the other rank
 };
 
-// Argument positions straight from nccl.h's prototypes.
+// Argument positions straight from nccl.h's prototypes (NCCL 2.28.9; the
+// 2.28 additions AlltoAll, Gather and Scatter checked against its nccl.h).
 constexpr std::array<NcclCollective, 11> kNcclCollectives{{
     {"AllReduce", ARGUS_OP_ALL_REDUCE, 3, 4, 6},          // send, recv, count, dt, op, comm, stream
     {"Broadcast", ARGUS_OP_BROADCAST, 3, 4, 6},           // send, recv, count, dt, root, comm, stream
@@ -27,8 +29,8 @@ constexpr std::array<NcclCollective, 11> kNcclCollectives{{
     {"AlltoAll", ARGUS_OP_ALL_TO_ALL, 3, 4, 5},           // send, recv, count, dt, comm, stream
     {"Gather", ARGUS_OP_GATHER, 3, 4, 6},                 // send, recv, count, dt, root, comm, stream
     {"Scatter", ARGUS_OP_SCATTER, 3, 4, 6},               // send, recv, count, dt, root, comm, stream
-    {"Send", ARGUS_OP_SEND, 2, 3, 5},                     // send, count, dt, peer, comm, stream
-    {"Recv", ARGUS_OP_RECV, 2, 3, 5},                     // recv, count, dt, peer, comm, stream
+    {"Send", ARGUS_OP_SEND, 2, 3, 5, 4},                  // send, count, dt, peer, comm, stream
+    {"Recv", ARGUS_OP_RECV, 2, 3, 5, 4},                  // recv, count, dt, peer, comm, stream
 }};
 
 struct NamedId {
@@ -36,10 +38,18 @@ struct NamedId {
   uint32_t id;
 };
 
-constexpr std::array<NamedId, 3> kNcclInit{{
+constexpr std::array<NamedId, 4> kNcclInit{{
     {"CommInitRank", ARGUS_NCCL_INIT_RANK},
     {"CommInitRankConfig", ARGUS_NCCL_INIT_RANK_CONFIG},
     {"CommInitRankScalable", ARGUS_NCCL_INIT_RANK_SCALABLE},
+    {"CommInitAll", ARGUS_NCCL_COMM_INIT_ALL},  // (comms, ndev, devlist)
+}};
+
+// Communicators made from a parent: (comm, color, key, newcomm, config) and
+// (comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags).
+constexpr std::array<NamedId, 2> kNcclChild{{
+    {"CommSplit", ARGUS_NCCL_COMM_SPLIT},
+    {"CommShrink", ARGUS_NCCL_COMM_SHRINK},
 }};
 
 // Synchronize calls: timed entry->return in the default set.
@@ -150,7 +160,8 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
   for (const auto& c : kNcclCollectives) {
     const auto* sym = nccl_symbol(symbols, c.name);
     if (sym == nullptr) continue;
-    plan.add(*sym, ProbeProgram::NcclCollEnter, false, ARGUS_COOKIE(c.op, c.count_arg, c.dtype_arg, c.comm_arg, 0));
+    plan.add(*sym, ProbeProgram::NcclCollEnter, false,
+             ARGUS_COOKIE_P2P(c.op, c.count_arg, c.dtype_arg, c.comm_arg, c.peer_arg));
     plan.add(*sym, ProbeProgram::TimedExit, true, ARGUS_COOKIE(kClsNccl, 0, 0, 0, ARGUS_STAT_NCCL_ERROR));
   }
   for (const auto& init : kNcclInit) {
@@ -159,8 +170,19 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
     plan.add(*sym, ProbeProgram::NcclInitEnter, false, ARGUS_COOKIE(init.id, 0, 0, 0, 0));
     plan.add(*sym, ProbeProgram::NcclInitExit, true, ARGUS_COOKIE(init.id, 0, 0, 0, 0));
   }
-  // Not ncclGroupStart/End: no detector needs them, and a trap each would be
-  // paid on every grouped batch (every p2p exchange of pipeline parallelism).
+  for (const auto& child : kNcclChild) {
+    const auto* sym = nccl_symbol(symbols, child.name);
+    if (sym == nullptr) continue;
+    plan.add(*sym, ProbeProgram::NcclChildEnter, false, ARGUS_COOKIE(child.id, 0, 0, 0, 0));
+    plan.add(*sym, ProbeProgram::NcclChildExit, true, ARGUS_COOKIE(child.id, 0, 0, 0, 0));
+  }
+  // Group boundaries, entry only (no event: a map update each): a trap per
+  // grouped batch, against two per operation inside it, for knowing which
+  // operations NCCL launched together (a pipeline stage's sends and receives).
+  if (const auto* start = nccl_symbol(symbols, "GroupStart"); start && nccl_symbol(symbols, "GroupEnd")) {
+    plan.add(*start, ProbeProgram::NcclGroupStart, false, 0);
+    plan.add(*nccl_symbol(symbols, "GroupEnd"), ProbeProgram::NcclGroupEnd, false, 0);
+  }
 }
 
 void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
@@ -210,6 +232,10 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::NcclCollEnter: return "argus_nccl_coll_enter";
     case ProbeProgram::NcclInitEnter: return "argus_nccl_init_enter";
     case ProbeProgram::NcclInitExit: return "argus_nccl_init_exit";
+    case ProbeProgram::NcclChildEnter: return "argus_nccl_child_enter";
+    case ProbeProgram::NcclChildExit: return "argus_nccl_child_exit";
+    case ProbeProgram::NcclGroupStart: return "argus_nccl_group_start";
+    case ProbeProgram::NcclGroupEnd: return "argus_nccl_group_end";
     case ProbeProgram::CudaSyncEnter: return "argus_cuda_sync_enter";
     case ProbeProgram::CudaCount: return "argus_cuda_count";
     case ProbeProgram::CudaRet: return "argus_cuda_ret";
@@ -251,10 +277,5 @@ std::vector<ProbeSpec> plan_python_gc(const std::string& gc_anchor, const std::s
   return {{gc_symbol, gc_entry_offset, ProbeProgram::PyGcEnter, false, 0},
           {gc_symbol, gc_entry_offset, ProbeProgram::PyGcExit, true, 0}};
 }
-
-
-
-
-
 
 }  // namespace argus

@@ -26,6 +26,10 @@ enum class ProbeProgram {
   NcclCollEnter,  // argus_nccl_coll_enter
   NcclInitEnter,  // argus_nccl_init_enter
   NcclInitExit,   // argus_nccl_init_exit (uretprobe)
+  NcclChildEnter, // argus_nccl_child_enter: ncclCommSplit / ncclCommShrink
+  NcclChildExit,  // argus_nccl_child_exit (uretprobe): the child's handle and its number
+  NcclGroupStart, // argus_nccl_group_start: the thread's group depth and number
+  NcclGroupEnd,   // argus_nccl_group_end: ... and the ended group counted
   CudaSyncEnter,  // argus_cuda_sync_enter
   CudaCount,      // argus_cuda_count (deep): counts a launch, keeps its entry time
   CudaRet,        // argus_cuda_ret (uretprobe)

@@ -23,9 +23,10 @@ enum class AgentCount : uint8_t {
   kMalformedRecords,       // ring-buffer records the decoder refused
   kTcpUnattributed,        // TCP retransmits of sockets no rank was found to own
   kCollectivesUnnumbered,  // late-attached ranks' calls held back and never numbered
+  kCommsUnseen,            // communicator handles whose making the agent missed, named by first use
 };
 template <>
-inline constexpr unsigned kVocabSize<AgentCount> = 4;
+inline constexpr unsigned kVocabSize<AgentCount> = 5;
 
 // A plain copy of every count, for snapshots.
 class AgentCounterValues {

@@ -38,6 +38,7 @@ enum class AgentMetric : uint8_t {
   kRingbufPollErrors,
   kCollectiveNumbering,
   kCollectivesUnnumbered,
+  kCommsUnseen,
   kKernelProbeUp,
   kUprobeLinksInfo,
   kTcpRetransmitsUnattributed,
@@ -114,6 +115,9 @@ inline constexpr AgentMetricSpec kAgentMetrics[] = {
     {AgentMetric::kCollectivesUnnumbered, "argus_agent_collectives_unnumbered_total", MetricKind::kCounter, "",
      "Collectives of ranks attached mid-job that the detectors never saw: held back until the rank was numbered "
      "like its peers (calls and bytes are still counted)."},
+    {AgentMetric::kCommsUnseen, "argus_agent_comms_unseen_total", MetricKind::kCounter, "",
+     "Communicator handles whose making (init, split, shrink) the agent did not see, named per process in the "
+     "order of their first use (job:<job>/c<n>)."},
     {AgentMetric::kKernelProbeUp, "argus_agent_kernel_probe_up", MetricKind::kGauge, "probe,flavour",
      "Kernel tracepoint probes: 1 attached (flavour tp_btf or raw_tp), 0 off by a flag (flavour=off) or refused "
      "by the kernel (flavour=failed): that layer is blind."},

@@ -17,6 +17,10 @@ inline bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::NcclCollEnter: return skel->progs.argus_nccl_coll_enter;
     case ProbeProgram::NcclInitEnter: return skel->progs.argus_nccl_init_enter;
     case ProbeProgram::NcclInitExit: return skel->progs.argus_nccl_init_exit;
+    case ProbeProgram::NcclChildEnter: return skel->progs.argus_nccl_child_enter;
+    case ProbeProgram::NcclChildExit: return skel->progs.argus_nccl_child_exit;
+    case ProbeProgram::NcclGroupStart: return skel->progs.argus_nccl_group_start;
+    case ProbeProgram::NcclGroupEnd: return skel->progs.argus_nccl_group_end;
     case ProbeProgram::CudaSyncEnter: return skel->progs.argus_cuda_sync_enter;
     case ProbeProgram::CudaCount: return skel->progs.argus_cuda_count;
     case ProbeProgram::CudaRet: return skel->progs.argus_cuda_ret;

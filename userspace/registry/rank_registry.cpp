@@ -158,8 +158,16 @@ void RankRegistry::set_cgroup_cpu(int pid, std::optional<CgroupCpuView> view) {
 }
 
 void RankRegistry::apply_identity_from_init(Entry& e, const NcclInitInfo& info) {
-  if (info.result != 0) return;
+  if (info.result != 0 && info.result != ARGUS_NCCL_IN_PROGRESS) return;
   RankSnapshot& s = e.snap;
+  // A rank and world size given to an init, not a child's (a subgroup's) or a
+  // clique's: the first such communicator is the job's world as a rule.
+  const bool given = info.api == ARGUS_NCCL_INIT_RANK || info.api == ARGUS_NCCL_INIT_RANK_CONFIG ||
+                     info.api == ARGUS_NCCL_INIT_RANK_SCALABLE;
+  if (!given) {
+    if (s.job_id.empty() && !info.comm_id.empty()) s.job_id = "nccl-" + info.comm_id.substr(0, 12);
+    return;
+  }
   if (s.rank < 0 && info.rank >= 0) {
     s.rank = info.rank;
     s.identity_source = std::string("nccl:") + nccl_init_api_label(info.api);
@@ -179,6 +187,12 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
     it->second.comms.push_back(info);
   }
   apply_identity_from_init(it->second, info);
+}
+
+std::vector<NcclInitInfo> RankRegistry::comm_inits(int pid) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  return it == entries_.end() ? std::vector<NcclInitInfo>{} : it->second.comms;
 }
 
 void RankRegistry::mark_exited(Entry& e, ExitReason reason, int code, const ExitCause& cause) {

@@ -21,13 +21,23 @@ namespace argus {
 
 
 
+// A communicator the process made, as the agent saw it made.
 struct NcclInitInfo {
+  // Its rank in the communicator: given to ncclCommInitRank*; a shrink's is
+  // computed from the parent's (the survivors keep their order); -1 for a
+  // split (its order follows the keys of members the agent does not see) and
+  // for ncclCommInitAll (the process holds every rank).
   int rank = -1;
-  int nranks = -1;
+  int nranks = -1;  // -1 for a split; a shrink's when the parent's is known
   int result = 0;
-  uint32_t api = 0;
+  uint32_t api = 0;  // enum argus_nccl_init_api: how it was made
   uint64_t comm = 0;
-  std::string comm_id;  // comm_id_from_uid(ncclUniqueId prefix): the communicator's job-wide name
+  // Its job-wide name: comm_id_from_uid(ncclUniqueId prefix) for an init; the
+  // names comm_names.h derives for a split, shrink or InitAll.
+  std::string comm_id;
+  std::string parent;  // split, shrink: the parent's name
+  int color = 0;       // split: the color
+  int key = 0;         // split: the key (PyTorch passes the rank in the new group)
 };
 
 
@@ -60,6 +70,8 @@ class RankRegistry final : public RankFacts, public RankDirectory {
   // Absolute totals for one process, as read from the BPF aggregates.
   void apply_totals(int pid, const std::vector<AggregateRecord>& records);
   void on_nccl_init(int pid, const NcclInitInfo& info);
+  // The communicators the process was seen making (at most max_comm_inits).
+  std::vector<NcclInitInfo> comm_inits(int pid) const;
   // The rank's Python interpreter and its GC counters read now (polled, or the
   // probes' snapshot): counters only grow, so each keeps its largest value.
   // New TCP retransmits of the rank's sockets, by remote address (the

@@ -41,6 +41,15 @@ std::optional<DecodedEvent> decode_gpu_name(const void* data, size_t size) {
   return DecodedEvent{std::move(n)};
 }
 
+// A child made by an api that makes none is not a child record.
+std::optional<DecodedEvent> decode_child(const void* data, size_t size) {
+  auto ev = copy_as<argus_nccl_child_event>(data, size);
+  if (!ev) return ev;
+  const uint32_t api = std::get<argus_nccl_child_event>(*ev).api;
+  if (api != ARGUS_NCCL_COMM_SPLIT && api != ARGUS_NCCL_COMM_SHRINK) return std::nullopt;
+  return ev;
+}
+
 }  // namespace
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
@@ -53,6 +62,8 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
     case ARGUS_EV_TGID_SEEN: return copy_as<argus_tgid_seen_event>(data, size);
     case ARGUS_EV_NCCL_COLL: return copy_as<argus_nccl_coll_event>(data, size);
     case ARGUS_EV_NCCL_INIT: return copy_as<argus_nccl_init_event>(data, size);
+    case ARGUS_EV_NCCL_CHILD: return decode_child(data, size);
+    case ARGUS_EV_NCCL_INIT_ALL: return copy_as<argus_nccl_init_all_event>(data, size);
     case ARGUS_EV_CALL_DONE: return copy_as<argus_call_done_event>(data, size);
     case ARGUS_EV_GPU_BATCH: return decode_gpu_batch(data, size);
     case ARGUS_EV_GPU_NAME: return decode_gpu_name(data, size);
@@ -67,6 +78,8 @@ EventSource event_source(const DecodedEvent& ev) {
     EventSource operator()(const argus_tgid_seen_event&) const { return EventSource::kProc; }
     EventSource operator()(const argus_nccl_coll_event&) const { return EventSource::kNccl; }
     EventSource operator()(const argus_nccl_init_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_nccl_child_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_nccl_init_all_event&) const { return EventSource::kNccl; }
     EventSource operator()(const argus_call_done_event& e) const {
       return e.cls == ARGUS_CLS_NCCL ? EventSource::kNccl : EventSource::kCuda;
     }
@@ -75,6 +88,5 @@ EventSource event_source(const DecodedEvent& ev) {
   };
   return std::visit(Visitor{}, ev);
 }
-
 
 }  // namespace argus

@@ -27,9 +27,11 @@ struct GpuName {
   std::string name;
 };
 
+// Communicator records are copied whole; their counts (n_excluded, ndev) are
+// the process's arguments, so a reader bounds them by the arrays' sizes.
 using DecodedEvent = std::variant<argus_exec_event, argus_exit_event, argus_tgid_seen_event, argus_nccl_coll_event,
-                                  argus_nccl_init_event, argus_call_done_event, GpuBatch,
-                                  GpuName>;
+                                  argus_nccl_init_event, argus_call_done_event, GpuBatch, GpuName,
+                                  argus_nccl_child_event, argus_nccl_init_all_event>;
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size);
 

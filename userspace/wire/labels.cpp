@@ -38,6 +38,9 @@ const char* nccl_init_api_label(uint32_t api) {
     case ARGUS_NCCL_INIT_RANK: return "ncclCommInitRank";
     case ARGUS_NCCL_INIT_RANK_CONFIG: return "ncclCommInitRankConfig";
     case ARGUS_NCCL_INIT_RANK_SCALABLE: return "ncclCommInitRankScalable";
+    case ARGUS_NCCL_COMM_SPLIT: return "ncclCommSplit";
+    case ARGUS_NCCL_COMM_SHRINK: return "ncclCommShrink";
+    case ARGUS_NCCL_COMM_INIT_ALL: return "ncclCommInitAll";
     default: return "unknown";
   }
 }

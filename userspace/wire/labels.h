@@ -12,7 +12,8 @@
 namespace argus {
 
 // NCCL: an op id (enum argus_nccl_op) -> "all_reduce", ... ("unknown" out of range);
-// an init api id -> "ncclCommInitRank", ...
+// an init api id (enum argus_nccl_init_api: how a communicator was made) ->
+// "ncclCommInitRank", ..., "ncclCommSplit", "ncclCommShrink", "ncclCommInitAll".
 const char* nccl_op_label(uint32_t op);
 const char* nccl_init_api_label(uint32_t api);
 // CUDA: an api id (enum argus_cu_api) -> "cuStreamSynchronize", ...

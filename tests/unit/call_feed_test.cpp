@@ -1,0 +1,243 @@
+// The call feed on recorded records: split, shrink and InitAll children named
+// alike on every member, members given to the tracker with their rank where it
+// is known, send/recv handed to the tracker with their peer, and a late
+// attach's handles kept apart.
+#include "userspace/agent/call_feed.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "tests/support/manual_clock.h"
+
+namespace argus {
+namespace {
+
+argus_event_header header(uint32_t type, int pid, uint64_t ts) {
+  argus_event_header h{};
+  h.type = type;
+  h.tgid = static_cast<uint32_t>(pid);
+  h.tid = static_cast<uint32_t>(pid);
+  h.ts_ns = ts;
+  return h;
+}
+
+struct Feed {
+  testing_support::ManualClock clock{1'000'000'000, 1.7e9};
+  RankRegistry registry{clock, {"n", 300, 10, false}};
+  CommNames names;
+  SeqAligner aligner;
+  CollectiveTracker tracker;
+  NodeTimeline timeline;
+  std::map<std::pair<int, uint64_t>, uint64_t> memory;  // (pid, addr) -> word: what read_word sees
+  bool readable = true;
+  CallFeed feed{registry, names, aligner, tracker, timeline, [this](int pid, uint64_t addr) -> std::optional<uint64_t> {
+                  if (!readable) return std::nullopt;
+                  auto it = memory.find({pid, addr});
+                  return it == memory.end() ? std::optional<uint64_t>(0) : it->second;
+                }};
+  uint64_t ts = 2'000'000'000;
+
+  void track(int pid, int rank) {
+    RankIdentity id;
+    id.job_id = "j";
+    id.rank = rank;
+    id.world_size = 4;
+    registry.track(pid, 1, "python", id, {});
+  }
+  void init(int pid, uint64_t comm, int rank, int nranks, uint8_t uid_byte) {
+    argus_nccl_init_event e{};
+    e.hdr = header(ARGUS_EV_NCCL_INIT, pid, ts++);
+    e.comm = comm;
+    e.rank = rank;
+    e.nranks = nranks;
+    std::fill(std::begin(e.uid), std::end(e.uid), uid_byte);
+    feed.on_nccl_init(e);
+  }
+  void split(int pid, uint64_t parent, uint64_t child, uint64_t nth, int color, int key, uint64_t out = 0x5000) {
+    argus_nccl_child_event e{};
+    e.hdr = header(ARGUS_EV_NCCL_CHILD, pid, ts++);
+    e.api = ARGUS_NCCL_COMM_SPLIT;
+    e.parent = parent;
+    e.comm = child;
+    e.newcomm_ptr = out;
+    e.nth = nth;
+    e.color = color;
+    e.key = key;
+    feed.on_nccl_child(e);
+  }
+  void call(int pid, uint64_t comm, uint32_t op, uint64_t seq, int peer = -1) {
+    argus_nccl_coll_event e{};
+    e.hdr = header(ARGUS_EV_NCCL_COLL, pid, ts++);
+    e.comm = comm;
+    e.op = op;
+    e.seq = seq;
+    e.peer = peer;
+    e.bytes = 4096;
+    feed.on_collective(e);
+  }
+  const CommView* view(const std::string& name) const {
+    static std::vector<CommView> all;
+    all = tracker.comms();
+    auto it = std::find_if(all.begin(), all.end(), [&](const CommView& v) { return v.comm == name; });
+    return it == all.end() ? nullptr : &*it;
+  }
+};
+
+// World of 4 (two on this node): a split into colors 0 and 1 by rank parity.
+// Both members of color 0 here name the child alike, without seeing each other.
+TEST(CallFeed, SplitChildrenAreNamedAlikeOnEveryMemberAndCountedApart) {
+  Feed f;
+  f.track(10, 0);
+  f.track(12, 2);
+  f.init(10, 0xa0, 0, 4, 0x11);
+  f.init(12, 0xc0, 2, 4, 0x11);
+  const std::string world = f.names.name_of(10, 0xa0);
+  ASSERT_EQ(world, f.names.name_of(12, 0xc0));
+  f.split(10, 0xa0, 0xa1, 1, 0, 0);
+  f.split(12, 0xc0, 0xc1, 1, 0, 1);
+  const std::string child = f.names.name_of(10, 0xa1);
+  EXPECT_EQ(child, split_child_name(world, 1, 0));
+  EXPECT_EQ(child, f.names.name_of(12, 0xc1));
+  EXPECT_TRUE(f.names.anchored(10, 0xa1));
+  // A second split of the world: another communicator, numbered apart.
+  f.split(10, 0xa0, 0xa2, 2, 0, 0);
+  f.split(12, 0xc0, 0xc2, 2, 0, 1);
+  EXPECT_NE(f.names.name_of(10, 0xa2), child);
+  EXPECT_EQ(f.names.name_of(10, 0xa2), f.names.name_of(12, 0xc2));
+  for (uint64_t s = 1; s <= 3; ++s) {
+    f.call(10, 0xa1, ARGUS_OP_ALL_REDUCE, s);
+    f.call(12, 0xc1, ARGUS_OP_ALL_REDUCE, s);
+  }
+  f.call(10, 0xa2, ARGUS_OP_ALL_GATHER, 1);
+  const CommView* c = f.view(child);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->members.size(), 2u);
+  EXPECT_EQ(c->newest_seq, 3u);
+  EXPECT_EQ(c->members.at(10).comm_rank, -1);  // a split's rank follows keys the agent may not all see
+  EXPECT_EQ(f.view(f.names.name_of(10, 0xa2))->newest_seq, 1u);
+  const CommView* w = f.view(world);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->members.at(12).comm_rank, 2);  // an init's rank is given
+  EXPECT_EQ(w->nranks, 4);
+  // The registry records how each was made, and from what.
+  const auto inits = f.registry.comm_inits(10);
+  ASSERT_EQ(inits.size(), 3u);
+  EXPECT_EQ(inits[1].api, static_cast<uint32_t>(ARGUS_NCCL_COMM_SPLIT));
+  EXPECT_EQ(inits[1].parent, world);
+  EXPECT_EQ(inits[1].comm_id, child);
+  EXPECT_EQ(inits[1].rank, -1);
+}
+
+TEST(CallFeed, ANoColorSplitMakesNoCommunicatorButCountsTheSplit) {
+  Feed f;
+  f.track(10, 0);
+  f.init(10, 0xa0, 0, 4, 0x11);
+  f.split(10, 0xa0, 0, 1, ARGUS_NCCL_SPLIT_NOCOLOR, 0);
+  EXPECT_TRUE(f.names.pending(10).empty());
+  EXPECT_EQ(f.registry.comm_inits(10).size(), 1u);
+  f.split(10, 0xa0, 0xa2, 2, 3, 0);  // its next split is the parent's second everywhere
+  EXPECT_EQ(f.names.name_of(10, 0xa2), split_child_name(f.names.name_of(10, 0xa0), 2, 3));
+}
+
+// Split inside ncclGroupStart/End (or non-blocking): the handle is written
+// after the split returned. The first call on an unnamed handle finds it where
+// NCCL wrote it.
+TEST(CallFeed, AChildWrittenLaterIsFoundWhereNcclWroteIt) {
+  Feed f;
+  f.track(10, 0);
+  f.init(10, 0xa0, 0, 4, 0x11);
+  f.split(10, 0xa0, 0, 1, 0, 0, 0x5000);
+  f.split(10, 0xa0, 0, 2, 1, 0, 0x6000);
+  ASSERT_EQ(f.names.pending(10).size(), 2u);
+  const std::string world = f.names.name_of(10, 0xa0);
+  f.memory[{10, 0x5000}] = 0xa1;
+  f.memory[{10, 0x6000}] = 0xa2;
+  f.call(10, 0xa2, ARGUS_OP_ALL_REDUCE, 1);  // the second child first
+  EXPECT_EQ(f.names.name_of(10, 0xa2), split_child_name(world, 2, 1));
+  f.readable = false;  // no access: the oldest pending child
+  f.call(10, 0xa1, ARGUS_OP_ALL_REDUCE, 1);
+  EXPECT_EQ(f.names.name_of(10, 0xa1), split_child_name(world, 1, 0));
+  EXPECT_TRUE(f.names.pending(10).empty());
+}
+
+TEST(CallFeed, AShrinkChildHasItsRankComputedFromTheParents) {
+  Feed f;
+  f.track(10, 5);
+  f.init(10, 0xa0, 5, 8, 0x11);
+  argus_nccl_child_event e{};
+  e.hdr = header(ARGUS_EV_NCCL_CHILD, 10, f.ts++);
+  e.api = ARGUS_NCCL_COMM_SHRINK;
+  e.parent = 0xa0;
+  e.comm = 0xa1;
+  e.nth = 1;
+  e.n_excluded = 2;
+  e.excluded[0] = 6;
+  e.excluded[1] = 1;
+  f.feed.on_nccl_child(e);
+  const std::string world = f.names.name_of(10, 0xa0);
+  const std::string child = f.names.name_of(10, 0xa1);
+  EXPECT_EQ(child, shrink_child_name(world, 1, {1, 6}, 2));
+  const CommView* c = f.view(child);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->members.at(10).comm_rank, 4);
+  EXPECT_EQ(c->nranks, 6);
+}
+
+TEST(CallFeed, InitAllNamesEveryHandleOfTheCliqueOnce) {
+  Feed f;
+  f.track(10, 0);
+  argus_nccl_init_all_event e{};
+  e.hdr = header(ARGUS_EV_NCCL_INIT_ALL, 10, f.ts++);
+  e.ndev = 3;
+  e.comms[0] = 0xa0;
+  e.comms[1] = 0xa1;
+  e.comms[2] = 0xa2;
+  f.feed.on_nccl_init_all(e);
+  EXPECT_EQ(f.names.name_of(10, 0xa0), init_all_name(10, 1));
+  EXPECT_EQ(f.names.name_of(10, 0xa2), init_all_name(10, 1));
+  EXPECT_EQ(f.view(init_all_name(10, 1))->nranks, 3);
+  e.ndev = 1000;  // a count past the record's array is read no further
+  e.comms[0] = 0xb0;
+  f.feed.on_nccl_init_all(e);
+  EXPECT_EQ(f.names.name_of(10, 0xb0), init_all_name(10, 2));
+}
+
+// Pipeline traffic: rank 0 sends to rank 1; the tracker pairs the send with
+// the receive by the ranks the inits gave.
+TEST(CallFeed, SendAndRecvReachTheTrackerWithTheirPeer) {
+  Feed f;
+  f.track(10, 0);
+  f.track(11, 1);
+  f.init(10, 0xa0, 0, 2, 0x22);
+  f.init(11, 0xb0, 1, 2, 0x22);
+  f.call(11, 0xb0, ARGUS_OP_RECV, 0, 0);
+  f.call(10, 0xa0, ARGUS_OP_SEND, 0, 1);
+  const auto& m = f.tracker.p2p().matches();
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].sender_pid, 10);
+  EXPECT_EQ(m[0].receiver_pid, 11);
+  EXPECT_GT(m[0].sender_lag_s(), 0);  // the receiver posted first
+}
+
+// Attached late: TP and DP handles of one rank are two communicators, and the
+// n-th of each rank shares its name.
+TEST(CallFeed, ALateRanksHandlesAreNeverMerged) {
+  Feed f;
+  f.track(10, 0);
+  f.track(11, 1);
+  for (int pid : {10, 11}) {
+    const uint64_t base = pid == 10 ? 0xa0 : 0xb0;
+    f.call(pid, base + 1, ARGUS_OP_ALL_REDUCE, 7);  // TP
+    f.call(pid, base + 2, ARGUS_OP_ALL_GATHER, 3);  // DP
+  }
+  EXPECT_EQ(f.names.name_of(10, 0xa1), "job:j/c1");
+  EXPECT_EQ(f.names.name_of(10, 0xa2), "job:j/c2");
+  EXPECT_EQ(f.names.name_of(11, 0xb1), "job:j/c1");
+  EXPECT_EQ(f.names.name_of(11, 0xb2), "job:j/c2");
+  EXPECT_FALSE(f.names.anchored(10, 0xa1));
+}
+
+}  // namespace
+}  // namespace argus
