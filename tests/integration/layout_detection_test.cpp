@@ -117,7 +117,10 @@ TEST(LayoutDetection, HealthyJobsWithJitterPausesAndACheckpointNameNobody) {
     ever.insert(now.begin(), now.end());
     std::this_thread::sleep_for(500ms);
   }
-  EXPECT_TRUE(ever.empty()) << events_of(agent, "straggler", job).dump();
+  std::string named;
+  for (const auto& e : events_of(agent, "straggler", job))
+    named += e["summary"].get<std::string>() + "\n  late_on " + e["evidence"]["late_on"].dump() + "\n";
+  EXPECT_TRUE(ever.empty()) << named;
   EXPECT_TRUE(events_of(agent, "straggler", job).empty());
   EXPECT_TRUE(events_of(agent, "hang", job).empty()) << events_of(agent, "hang", job).dump();
   // It did run: the agent saw its communicators (world, tp, dp, pp) and steps.
@@ -154,7 +157,7 @@ TEST(LayoutDetection, APipelineHangNamesTheRankThatNeverSent) {
   EXPECT_TRUE(truth_has_fault(dir / "truth", hung, "hang"));
   // Every hang event names the rank that hung (a collective it never issued,
   // or a send it never made), never another.
-  for (const auto& e : events_of(agent, "hang", job)) EXPECT_EQ(e["rank"], hung) << e.dump();
+  for (const auto& e : events_of(agent, "hang", job)) EXPECT_EQ(e["rank"], hung) << e["summary"] << "\n" << e["evidence"]["cause"];
   const std::string cause = hang["evidence"]["cause"];
   EXPECT_TRUE(cause == "missing_rank" || cause == "peer_never_sent") << hang.dump();
 }

@@ -115,7 +115,10 @@ TEST(CallFeed, SplitChildrenAreNamedAlikeOnEveryMemberAndCountedApart) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->members.size(), 2u);
   EXPECT_EQ(c->newest_seq, 3u);
-  EXPECT_EQ(c->members.at(10).comm_rank, -1);  // a split's rank follows keys the agent may not all see
+  // A split child's ranks follow (key, parent rank) among the members this
+  // node sees (right where the child lives here, as TP groups do).
+  EXPECT_EQ(c->members.at(10).comm_rank, 0);
+  EXPECT_EQ(c->members.at(12).comm_rank, 1);
   EXPECT_EQ(f.view(f.names.name_of(10, 0xa2))->newest_seq, 1u);
   const CommView* w = f.view(world);
   ASSERT_NE(w, nullptr);

@@ -73,6 +73,9 @@ void CallFeed::on_nccl_child(const argus_nccl_child_event& e) {
   const bool named = e.comm != 0 ? names_.on_init(pid, e.comm, name) : true;
   if (e.comm == 0) names_.on_pending_child(pid, e.newcomm_ptr, name);  // NCCL writes it later
   if (named) tracker_.add_member(name, pid, info.nranks, info.rank);
+  if (named && !shrink)
+    for (const auto& p : registry_.comm_inits(pid))
+      if (p.comm_id == parent && made(p.result) && p.rank >= 0) tracker_.add_split_member(name, pid, e.key, p.rank);
   info.result = e.result;
   info.api = e.api;
   info.comm = e.comm;
@@ -150,7 +153,7 @@ void CallFeed::on_collective(const argus_nccl_coll_event& e) {
                  "{}, {:+} on its own count",
                  pid, key, label_of(a->how), a->shift);
   }
-  tracker_.on_arrival(key, pid, a->seq, a->ts_ns);
+  tracker_.on_arrival(key, pid, a->seq, a->ts_ns, e.op, e.bytes);
 }
 
 void CallFeed::on_call_done(const argus_call_done_event& e) {

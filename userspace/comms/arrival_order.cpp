@@ -63,6 +63,7 @@ void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& a
     // Until the step is known an operation cannot be put in its step, and the
     // operations of one step are not independent evidence: none is kept.
     if (step <= 0) continue;
+    if (offset > 0.5 * step) last_pause_ns_[{comm, pids[i]}] = first;
     auto& bins = bins_[{comm, pids[i]}];
     // A new step's bin once 80% of a step has passed since the open one began
     // (the operations of a step are not independent evidence).
@@ -82,10 +83,11 @@ void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& a
   }
 }
 
-CommLateness ArrivalOrder::stats(const std::string& comm, const std::deque<Bin>& all, double step_s,
-                                 uint64_t now_ns) const {
+CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, double step_s, uint64_t now_ns) const {
   CommLateness out;
-  out.comm = comm;
+  out.comm = key.first;
+  if (auto p = last_pause_ns_.find(key); p != last_pause_ns_.end() && now_ns >= p->second)
+    out.since_pause_s = static_cast<double>(now_ns - p->second) / 1e9;
   // The steps compared: the window's, or the last max_bins steps where steps
   // are long (a minute-long step gives no evidence in a 10-s window).
   const auto window = static_cast<uint64_t>(std::max(opts_.window_seconds, step_s * (static_cast<double>(opts_.max_bins) + 5)) * 1e9);
@@ -117,6 +119,7 @@ CommLateness ArrivalOrder::stats(const std::string& comm, const std::deque<Bin>&
   out.early_share = static_cast<double>(early) / n;
   if (late > 0) out.late_sync_excess = sync_sum / static_cast<double>(late);
   out.median_offset_s = median(offsets);
+  out.max_offset_s = *std::max_element(offsets.begin(), offsets.end());
   std::vector<double> dev;
   for (double x : offsets) dev.push_back(std::fabs(x - out.median_offset_s));
   // Standard error of a median: 1.2533 sigma / sqrt(n), sigma from the MAD; at
@@ -144,7 +147,7 @@ std::vector<CommLateness> ArrivalOrder::of(int pid, double step_s, uint64_t now_
   std::vector<CommLateness> out;
   for (const auto& [key, bins] : bins_)
     if (key.second == pid) {
-      CommLateness c = stats(key.first, bins, step_s, now_ns);
+      CommLateness c = stats(key, bins, step_s, now_ns);
       if (c.bins > 0) out.push_back(std::move(c));
     }
   return out;
@@ -152,6 +155,7 @@ std::vector<CommLateness> ArrivalOrder::of(int pid, double step_s, uint64_t now_
 
 void ArrivalOrder::forget(int pid) {
   std::erase_if(bins_, [pid](const auto& kv) { return kv.first.second == pid; });
+  std::erase_if(last_pause_ns_, [pid](const auto& kv) { return kv.first.second == pid; });
 }
 
 void ArrivalOrder::trim(uint64_t now_ns) {
@@ -164,6 +168,7 @@ void ArrivalOrder::trim(uint64_t now_ns) {
     while (!d.empty() && d.front().start_ns < cutoff) d.pop_front();
     it = d.empty() ? bins_.erase(it) : std::next(it);
   }
+  std::erase_if(last_pause_ns_, [&](const auto& kv) { return kv.second < cutoff; });
 }
 
 }  // namespace argus

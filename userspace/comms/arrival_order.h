@@ -61,10 +61,11 @@ class ArrivalOrder {
     int ops = 1;  // operations in this step
   };
   using Key = std::pair<std::string, int>;  // (comm, pid)
-  CommLateness stats(const std::string& comm, const std::deque<Bin>& bins, double step_s, uint64_t now_ns) const;
+  CommLateness stats(const Key& key, const std::deque<Bin>& bins, double step_s, uint64_t now_ns) const;
 
   ArrivalOrderOptions opts_;
   std::map<Key, std::deque<Bin>> bins_;
+  std::map<Key, uint64_t> last_pause_ns_;  // when it was last behind by over half a step (kept past its bins)
 };
 
 // P(X >= k) for X ~ Binomial(n, 1/2): how unlikely k late steps of n are by chance.

@@ -69,6 +69,18 @@ void CollectiveTracker::add_member(const std::string& comm, int pid, int nranks,
   if (comm_rank >= 0) m.comm_rank = comm_rank;
 }
 
+void CollectiveTracker::add_split_member(const std::string& comm, int pid, int key, int parent_rank) {
+  Comm* cp = find_or_add(comm);
+  if (!cp) return;
+  auto& order = split_order_[comm];
+  order[pid] = {key, parent_rank};
+  cp->view.members[pid].pid = pid;
+  std::vector<std::pair<std::pair<int, int>, int>> ranked;
+  for (const auto& [p, k] : order) ranked.push_back({k, p});
+  std::sort(ranked.begin(), ranked.end());
+  for (size_t i = 0; i < ranked.size(); ++i) cp->view.members[ranked[i].second].comm_rank = static_cast<int>(i);
+}
+
 void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int peer, uint64_t ts_ns) {
   Comm* cp = find_or_add(comm);
   if (!cp || peer < 0) return;
@@ -185,6 +197,8 @@ void CollectiveTracker::forget(int pid) {
   order_.forget(pid);
   patterns_.erase(pid);
   heard_.erase(pid);
+  for (auto& [comm, order] : split_order_) order.erase(pid);
+  std::erase_if(split_order_, [](const auto& kv) { return kv.second.empty(); });
   arrivals_.erase(pid);
   syncs_.erase(pid);
   last_stats_.erase(pid);

@@ -38,6 +38,11 @@ class CollectiveTracker final : public PidScoped {
   // comm_rank: its rank in it, -1 when unknown, e.g. a split child whose order
   // the agent cannot see).
   void add_member(const std::string& comm, int pid, int nranks, int comm_rank = -1);
+  // A member of a split child (ncclCommSplit): its key and its rank in the
+  // parent. NCCL orders the child's ranks by (key, parent rank); the members
+  // this node sees are ranked so, which is right where the child lives on this
+  // node (tensor and expert groups usually do), for pairing its sends and receives.
+  void add_split_member(const std::string& comm, int pid, int key, int parent_rank);
   // A point-to-point operation entered (ncclSend or ncclRecv, alone or inside a
   // group): `peer` is the other side's rank in `comm`. The n-th send from A to B
   // is matched with B's n-th receive from A.
@@ -109,6 +114,7 @@ class CollectiveTracker final : public PidScoped {
   P2pTracker p2p_;
   ArrivalOrder order_;
   std::set<int> heard_;
+  std::map<std::string, std::map<int, std::pair<int, int>>> split_order_;  // comm -> pid -> (key, parent rank)
   std::map<int, StepPattern> patterns_;     // per pid: its calls' pattern (the step)
   std::map<std::string, uint32_t> comm_index_;  // communicator -> index in call signatures
   std::map<std::string, Comm> comms_;

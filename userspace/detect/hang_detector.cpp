@@ -217,6 +217,21 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
     for (const auto& [pid, m] : c.members)
       if (m.pending) waits_on_missing.insert(pid);
   }
+  // ... or a send or receive still unmatched (a pipeline peer that never came:
+  // the point-to-point hang below says so).
+  for (const auto& w : p2p) waits_on_missing.insert(w.waiter_pid);
+  // And whoever shares a communicator with such a process waits on it too (a
+  // data-parallel all-reduce gated by a tensor-parallel peer whose GPU waits
+  // for a pipeline receive): the wait spreads along the communicators.
+  for (bool grew = !waits_on_missing.empty(); grew;) {
+    grew = false;
+    for (const auto& c : comms) {
+      const bool touched = std::any_of(c.members.begin(), c.members.end(),
+                                       [&](const auto& kv) { return waits_on_missing.count(kv.first) != 0; });
+      if (!touched) continue;
+      for (const auto& [pid, m] : c.members) grew = waits_on_missing.insert(pid).second || grew;
+    }
+  }
   for (const auto& c : comms) {
     CommHealth h;
     h.comm = c.comm;

@@ -88,6 +88,18 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
 
 double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
+bool is_p2p(const CommLateness& c) { return c.comm.size() > 4 && c.comm.compare(c.comm.size() - 4, 4, "/p2p") == 0; }
+
+// Whether two ranks meet on a collective communicator (replicas of one
+// pipeline stage: its tensor- and data-parallel peers).
+bool shares_a_collective(const RankSignal& a, const RankSignal& b) {
+  for (const auto& x : a.lag.comms)
+    if (!is_p2p(x))
+      for (const auto& y : b.lag.comms)
+        if (y.comm == x.comm) return true;
+  return false;
+}
+
 // An event of this detector about rank r of `job`.
 DetectedEvent event_about(EventKind kind, const std::string& job, const RankSignal& r, double now_unix) {
   DetectedEvent ev;
@@ -260,6 +272,37 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
       judge_arrivals(*r, v);
     }
+    // Point-to-point lateness against the rank's replicas: a pipeline makes
+    // one side of each exchange wait by its schedule (the receiver posts first,
+    // the last stage computes the loss), the same on every replica of a stage.
+    // Only the part a rank does not share with its replicas (the peers on its
+    // data- and tensor-parallel communicators: the same stage) is its own; at
+    // least half of its lateness there must be.
+    for (const auto* r : members) {
+      Verdict& v = verdicts[r->pid];
+      std::erase_if(v.late_on, [&](const CommLateness* c) {
+        if (!is_p2p(*c)) return false;
+        std::vector<double> replicas;
+        for (const auto* q : members) {
+          if (q->pid == r->pid || !shares_a_collective(*r, *q)) continue;
+          const CommLateness* like = nullptr;
+          for (const auto& x : q->lag.comms)
+            if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c->ops_per_step) < std::fabs(like->ops_per_step - c->ops_per_step)))
+              like = &x;
+          if (like) replicas.push_back(like->median_offset_s);
+        }
+        if (replicas.empty()) return false;  // no replica here: the pipeline's own shape cannot be told apart
+        return c->median_offset_s - median_of(replicas) < 0.5 * c->median_offset_s;
+      });
+      if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {
+        v.decisive = nullptr;
+        for (const auto* c : v.late_on)
+          if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
+      }
+      v.late = !v.late_on.empty();
+      if (!v.late) v.victim = false;
+    }
+
     // Imbalance by design (the last pipeline stage computes the loss): a rank
     // late only on its point-to-point pairs, by a small share of the step,
     // whose every peer on its collective communicators (its data- and
@@ -334,14 +377,36 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       // wait for it. A rank whose GPU is late because it idles on pipeline
       // receives is a bubble (the bubble detector's), not a slow GPU or stream.
       const bool in_bubble = r->gpu_valid && r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
+      // (A rank away for a while, a checkpoint or an evaluation of its own, has
+      // everyone's NCCL kernels waiting for it too: a pause, not a slow GPU.)
+      const bool paused = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
+        return c.since_pause_s >= 0 && c.since_pause_s < opts_.pause_memory_seconds;
+      });
       const bool gpu_slow =
-          (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble) || late_gpu_slow.count(r->pid);
-      const bool culprit = v.late && !v.victim;
+          (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble && (v.late || !paused)) ||
+          late_gpu_slow.count(r->pid);
+      // A late rank is the culprit when something of its own explains the lag:
+      // it waits less than its peers (its host computes longer; or no host
+      // synchronizes in the window, so no waits to compare), its synchronize
+      // calls before its arrival (its GPU), its GC, or what its host's kernel
+      // layer shows. One whose lateness nothing of its own explains (it sat in
+      // a synchronize gated by another group's collective, and so started its
+      // step late) waits for someone: a victim.
+      const bool waits_visible = wait_median >= opts_.min_wait_gap;
+      const bool waits_less = !waits_visible || total_wait(*r) <= v.wait_threshold;
       // Sync: it spent its lag in its own synchronize calls, more than its peers
       // spent before their arrivals (every rank synchronizes; only the excess
       // explains a lag).
-      const bool sync_explains = culprit && r->lag.late_sync_share >= opts_.min_sync_share && !in_bubble;
-      const bool gc_explains = culprit && gc_explains_lag(*r, members, v);
+      const bool candidate = v.late && !v.victim;
+      const bool sync_explains = candidate && r->lag.late_sync_share >= opts_.min_sync_share && !in_bubble;
+      const bool gc_explains = candidate && gc_explains_lag(*r, members, v);
+      if (candidate) {
+        Verdict probe = v;
+        const StragglerReason host = host_reason(*r, members, gc_explains, probe);
+        const bool host_cause = host != StragglerReason::kCompute && host != StragglerReason::kHost;
+        if (!(waits_less || sync_explains || gc_explains || host_cause)) v.victim = true;
+      }
+      const bool culprit = candidate && !v.victim;
       if (culprit) {
         // What on its host explains the lag comes first (runnable-but-waiting
         // time is CPU contention even where it lands inside a synchronize);

@@ -54,6 +54,11 @@ struct StragglerOptions {
   // A pipeline stage late by less than this share of the step on every replica
   // is the pipeline's shape (the loss stage), not a straggler.
   double max_imbalance_step_share = 0.10;
+  // A rank whose host is on time may not have been behind by over half a step
+  // (a pause of its own: a checkpoint, an evaluation) within this many
+  // seconds: else its short NCCL kernels are its peers waiting out its pause
+  // (the GPU records of it may come late), not a slow GPU.
+  double pause_memory_seconds = 30;
   double min_sync_share = 0.5;  // lag spent in its own synchronize calls above its peers': "sync"
   double min_wait_gap = 0.03;   // evidence only: how much less than the median it waits
   double mad_k = 4.0;          // GPU side: more than k robust deviations below the median

@@ -24,6 +24,8 @@ struct CommLateness {
   double ops_per_step = 1;  // its operations here in a step (median over the steps compared)
   double late_share = 0, early_share = 0;  // of those steps: behind its peers, ahead of them
   double median_offset_s = 0;  // its typical offset per step
+  double max_offset_s = 0;     // its largest offset in a step (a pause: a checkpoint, an evaluation)
+  double since_pause_s = -1;   // since it was last behind by over half a step (-1: never seen)
   double t_score = 0;          // median offset over its robust standard error (+ late, - early)
   double p_late = 1, p_early = 1;  // sign tests: chance of being late (early) this often, healthy
   double late_sync_excess = 0;  // late steps: share of the span before its arrival spent in its own
