@@ -225,9 +225,10 @@ void CollectiveTracker::update(uint64_t now_ns) {
   last_stats_ = std::move(stats);
 }
 
-// The ranks that share a communicator share a step: the median of their own
-// estimates. The straggler's own estimate is the one most likely off (its
-// step boundary hides no wait, so its calls look evenly spaced).
+// The ranks that share a communicator share a step. An estimate is off by
+// reading a part of a step as one: the straggler's calls look evenly spaced
+// (its step boundary hides no wait), and with blocking calls its peers' arrivals
+// come in two bursts a step (before and after their wait for it).
 double CollectiveTracker::consensus_step(int pid, const std::map<int, double>& own) const {
   std::set<int> peers{pid};
   for (const auto& [name, c] : comms_)
@@ -237,8 +238,10 @@ double CollectiveTracker::consensus_step(int pid, const std::map<int, double>& o
   for (int q : peers)
     if (auto it = own.find(q); it != own.end() && it->second > 0) steps.push_back(it->second);
   if (steps.empty()) return 0;
-  std::sort(steps.begin(), steps.end());
-  return steps[(steps.size() - 1) / 2];  // the lower median: a real step, not an average of two
+  // The longest: a wrong estimate is a part of a step (calls evenly spaced, or
+  // a wait inside a blocking call splitting a step's calls in two bursts),
+  // never more than one; a step read too long only merges steps.
+  return *std::max_element(steps.begin(), steps.end());
 }
 
 RankLagStats CollectiveTracker::last_lag_stats(int pid) const {

@@ -382,9 +382,14 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       const bool paused = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
         return c.since_pause_s >= 0 && c.since_pause_s < opts_.pause_memory_seconds;
       });
-      const bool gpu_slow =
-          (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble && (v.late || !paused)) ||
-          late_gpu_slow.count(r->pid);
+      // (And a rank behind its peers, if not yet surely, is a late host whose
+      // NCCL kernels are the shortest because everyone waits for it.)
+      const bool host_behind = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
+        return c.late_share >= 0.5 && c.median_offset_s >= std::max(opts_.min_lag_s, v.lag_margin_s / std::max(1.0, c.ops_per_step));
+      });
+      const bool gpu_slow = (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble &&
+                             (v.late || (!paused && !host_behind))) ||
+                            late_gpu_slow.count(r->pid);
       // A late rank is the culprit when something of its own explains the lag:
       // it waits less than its peers (its host computes longer; or no host
       // synchronizes in the window, so no waits to compare), its synchronize
@@ -404,7 +409,9 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         Verdict probe = v;
         const StragglerReason host = host_reason(*r, members, gc_explains, probe);
         const bool host_cause = host != StragglerReason::kCompute && host != StragglerReason::kHost;
-        if (!(waits_less || sync_explains || gc_explains || host_cause)) v.victim = true;
+        // (Its NCCL kernels running least among the late ranks is its GPU's own too.)
+        const bool gpu_explains = late_gpu_slow.count(r->pid) != 0;
+        if (!(waits_less || sync_explains || gc_explains || host_cause || gpu_explains)) v.victim = true;
       }
       const bool culprit = candidate && !v.victim;
       if (culprit) {
@@ -415,7 +422,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         // late rank: a late host's NCCL kernels are the shortest too.
         v.reason = host_reason(*r, members, gc_explains, v);
         const bool host_unexplained = v.reason == StragglerReason::kCompute || v.reason == StragglerReason::kHost;
-        if (host_unexplained && sync_explains) {
+        if (host_unexplained && (sync_explains || late_gpu_slow.count(r->pid))) {
           v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
           v.decided_by = HostTest::kNone;
         }
