@@ -20,7 +20,10 @@ were all the injected one), recall (faulty runs whose rank was named in time),
 reason accuracy (named stragglers with a reason of the fault's kind), and the
 false positives; writes OUT_DIR/layouts.json.
 """
-import argparse, json, os, random, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, random, subprocess, sys, tempfile, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import stop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(os.environ.get("BUILD_DIR", os.path.join(ROOT, "build")), "bin")
@@ -85,11 +88,7 @@ def run_one(port, i, rng, step_ms, timeout_s):
                 deadline = min(deadline, time.time() + 3)  # a few seconds more: anyone else named?
             time.sleep(0.1)
     finally:
-        sim.send_signal(signal.SIGTERM)
-        try:
-            sim.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        stop(sim, timeout=20)
     injected = None
     if truth_kind:
         try:
@@ -114,11 +113,7 @@ def false_positive_run(port, seconds, step_ms):
         time.sleep(seconds)
         events = get(port, f"/api/v1/events?since={start}")["events"]
     finally:
-        sim.send_signal(signal.SIGTERM)
-        try:
-            sim.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            sim.kill()
+        stop(sim, timeout=20)
     bad = [e for e in events if e["kind"] in ("straggler", "hang") and e.get("job_id") == job]
     return {"seconds": seconds, "false_positives": len(bad), "events": [e["summary"] for e in bad]}
 
@@ -156,11 +151,7 @@ def main():
                   f"reason {r['reason']}", flush=True)
         fp = false_positive_run(a.port, a.fp_seconds, a.step_ms) if a.fp_seconds > 0 else None
     finally:
-        agent.send_signal(signal.SIGTERM)
-        try:
-            agent.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            agent.kill()
+        stop(agent, timeout=60)
     faulty = [r for r in runs if r["kind"] != "none"]
     lat = [r["latency"] for r in faulty if r["latency"] is not None]
     named_runs = [r for r in runs if r["named"]]
