@@ -29,7 +29,19 @@ std::vector<DetectedEvent> BubbleDetector::evaluate(const std::vector<RankSignal
     for (const auto* r : members) {
       judged.insert(r->pid);
       Track& t = tracks_[r->pid];
-      const bool vs_peers = members.size() >= 2 && r->bubble_ratio > peer_limit;
+      // A stage's idle before its receives spreads to the stages after it (they
+      // wait for its sends): their bubbles rise too, the job's spread widens and
+      // the outlier test above can miss the cause. The cause is the stage that
+      // stands clear above all the rest: its ranks (within a tolerance of one
+      // another) above the next group down by twice the excess.
+      double next_down = -1;
+      for (const auto* q : members)
+        if (q->bubble_ratio < r->bubble_ratio - opts_.same_stage_tolerance) next_down = std::max(next_down, q->bubble_ratio);
+      bool top = true;
+      for (const auto* q : members) top = top && q->bubble_ratio <= r->bubble_ratio + opts_.same_stage_tolerance;
+      const bool stands_clear = top && next_down >= 0 && r->bubble_ratio - next_down >= 2 * opts_.min_excess &&
+                                r->bubble_ratio >= med + opts_.min_excess;
+      const bool vs_peers = members.size() >= 2 && (r->bubble_ratio > peer_limit || stands_clear);
       const bool baseline_ready = t.evaluations >= opts_.baseline_evaluations;
       const bool vs_past = baseline_ready && r->bubble_ratio >= t.baseline + opts_.min_excess &&
                            r->bubble_ratio >= opts_.past_factor * t.baseline;

@@ -15,6 +15,7 @@ namespace argus {
 struct BubbleOptions {
   double min_excess = 0.10;  // bubble ratio at least this much above the job's median (or own past)
   double mad_k = 2.0;        // ... and more than k robust deviations above the median
+  double same_stage_tolerance = 0.05;  // ranks this close in bubble ratio are one stage (see evaluate)
   double past_factor = 2.0;  // own past: at least this many times its baseline
   int baseline_evaluations = 5;  // evaluations before the own baseline counts
   double baseline_alpha = 0.2;   // EWMA weight of a new evaluation in the baseline
