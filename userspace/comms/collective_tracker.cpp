@@ -88,6 +88,11 @@ void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int 
   m.pid = pid;
   m.exited = false;
   note_call(comm, pid, send ? kSendOp : kRecvOp, 0, ts_ns);
+  // Only a peer on this node can be matched: the other side of a send to a
+  // rank elsewhere is never seen here (it would wait forever, a false hang).
+  const bool peer_here = std::any_of(cp->view.members.begin(), cp->view.members.end(),
+                                     [&](const auto& kv) { return kv.first != pid && kv.second.comm_rank == peer; });
+  if (!peer_here) return;
   if (const P2pMatch* match = p2p_.on_op(comm, pid, m.comm_rank, send, peer, ts_ns);
       match && match->sender_pid != match->receiver_pid)
     order(comm + "/p2p", {{match->sender_pid, match->send_ns}, {match->receiver_pid, match->recv_ns}});

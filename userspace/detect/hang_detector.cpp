@@ -455,6 +455,7 @@ std::vector<DetectedEvent> HangDetector::evaluate_p2p(const std::vector<CommView
         for (const auto& [pid, m] : c.members)
           if (m.comm_rank == w.peer_rank) peer_pid = pid;
       }
+    if (peer_pid == 0) continue;  // its other side is on another node: not seen here, not judged here
     const std::string key = w.comm + ":" + std::to_string(w.waiter_pid) + (w.waiter_sends ? ">" : "<") +
                             std::to_string(w.peer_rank);
     still.insert(key);
