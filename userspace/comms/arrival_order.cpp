@@ -3,23 +3,26 @@
 #include <algorithm>
 #include <cmath>
 
+#include "userspace/common/median.h"
+
 namespace argus {
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// The median of every value but the one at `skip` (its peers').
-double median_without(const std::vector<double>& v, size_t skip) {
-  std::vector<double> rest;
-  rest.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    if (i != skip) rest.push_back(v[i]);
-  return median(std::move(rest));
+// Each value's peers' median: the median of every value but that one. One
+// sort for all (an operation of a 64-rank group asks 64 times): in the sorted
+// list, dropping one occurrence of x shifts the elements after it down by one.
+std::vector<double> peers_medians(const std::vector<double>& v) {
+  std::vector<double> sorted = v;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t m = v.size() - 1;  // values left
+  std::vector<double> out;
+  out.reserve(v.size());
+  for (double x : v) {
+    const auto k = static_cast<size_t>(std::lower_bound(sorted.begin(), sorted.end(), x) - sorted.begin());
+    auto at = [&](size_t i) { return sorted[i < k ? i : i + 1]; };
+    out.push_back(m % 2 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2);
+  }
+  return out;
 }
 
 // Recent steps tried by the sign test: a straggler that just turned slow shows
@@ -55,9 +58,10 @@ void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& a
   }
   uint64_t first = UINT64_MAX;
   for (const auto& [pid, ts] : arrivals) first = std::min(first, ts);
+  const std::vector<double> peers_at = peers_medians(at), peers_sync = peers_medians(sync);
   for (size_t i = 0; i < pids.size(); ++i) {
-    const double offset = at[i] - median_without(at, i);
-    const double excess = sync[i] - median_without(sync, i);
+    const double offset = at[i] - peers_at[i];
+    const double excess = sync[i] - peers_sync[i];
     auto st = step_s.find(pids[i]);
     const double step = st == step_s.end() ? 0.0 : st->second;
     // Until the step is known an operation cannot be put in its step, and the
@@ -100,7 +104,7 @@ CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, dou
   out.peers = bins.back()->peers;
   std::vector<double> ops;
   for (const auto* b : bins) ops.push_back(b->ops);
-  out.ops_per_step = std::max(1.0, median(ops));
+  out.ops_per_step = std::max(1.0, median_of(ops));
   const double tie = std::max(opts_.tie_floor_s, opts_.tie_step_share * step_s);
   std::vector<double> offsets;
   size_t late = 0, early = 0;
@@ -118,14 +122,14 @@ CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, dou
   out.late_share = static_cast<double>(late) / n;
   out.early_share = static_cast<double>(early) / n;
   if (late > 0) out.late_sync_excess = sync_sum / static_cast<double>(late);
-  out.median_offset_s = median(offsets);
+  out.median_offset_s = median_of(offsets);
   out.max_offset_s = *std::max_element(offsets.begin(), offsets.end());
   std::vector<double> dev;
   for (double x : offsets) dev.push_back(std::fabs(x - out.median_offset_s));
   // Standard error of a median: 1.2533 sigma / sqrt(n), sigma from the MAD; at
   // least the tie band (a rank that is late by exactly the same every step has
   // no spread, and is as sure as it gets).
-  const double sigma = std::max(1.4826 * median(dev), tie);
+  const double sigma = std::max(1.4826 * median_of(dev), tie);
   out.t_score = out.median_offset_s / (1.2533 * sigma / std::sqrt(n));
   // Sign tests over the recent steps: late (early) at k of the last w steps.
   const size_t tries = std::size(kSignWindows);

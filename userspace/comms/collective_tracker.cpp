@@ -2,16 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+
+#include "userspace/common/median.h"
 
 namespace argus {
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // Sequence numbers may wrap: compare by signed distance.
 bool seq_before(uint64_t a, uint64_t b) { return static_cast<int64_t>(a - b) < 0; }
@@ -25,8 +21,8 @@ CollectiveTracker::CollectiveTracker(TrackerOptions opts)
 
 void CollectiveTracker::note_call(const std::string& comm, int pid, uint32_t op, uint64_t bytes, uint64_t ts_ns) {
   heard_.insert(pid);
-  auto [it, added] = comm_index_.try_emplace(comm, static_cast<uint32_t>(comm_index_.size()));
-  patterns_[pid].on_call(call_signature(it->second, op, bytes), ts_ns);
+  // The communicator by a hash of its name: no table that outlives the ranks.
+  patterns_[pid].on_call(call_signature(static_cast<uint32_t>(std::hash<std::string>{}(comm)), op, bytes), ts_ns);
 }
 
 // The step each member is in, for grouping its operations by step.
@@ -83,7 +79,7 @@ void CollectiveTracker::add_split_member(const std::string& comm, int pid, int k
 
 void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int peer, uint64_t ts_ns) {
   Comm* cp = find_or_add(comm);
-  if (!cp || peer < 0) return;
+  if (!cp) return;
   CommMember& m = cp->view.members[pid];
   m.pid = pid;
   m.exited = false;
@@ -92,7 +88,10 @@ void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int 
   // rank elsewhere is never seen here (it would wait forever, a false hang).
   const bool peer_here = std::any_of(cp->view.members.begin(), cp->view.members.end(),
                                      [&](const auto& kv) { return kv.first != pid && kv.second.comm_rank == peer; });
-  if (!peer_here) return;
+  if (peer < 0 || !peer_here || m.comm_rank < 0) {
+    count_into(opts_.caps, AgentCount::kP2pUnpaired);
+    return;
+  }
   if (const P2pMatch* match = p2p_.on_op(comm, pid, m.comm_rank, send, peer, ts_ns);
       match && match->sender_pid != match->receiver_pid)
     order(comm + "/p2p", {{match->sender_pid, match->send_ns}, {match->receiver_pid, match->recv_ns}});
@@ -398,7 +397,7 @@ double step_period_seconds(const std::deque<uint64_t>& arrivals_ns, size_t* burs
   std::vector<double> periods;
   for (size_t i = 1; i < burst_starts.size(); ++i)
     periods.push_back(static_cast<double>(burst_starts[i] - burst_starts[i - 1]) / 1e9);
-  return median(periods);
+  return median_of(periods);
 }
 
 }  // namespace argus

@@ -116,7 +116,6 @@ class CollectiveTracker final : public PidScoped {
   std::set<int> heard_;
   std::map<std::string, std::map<int, std::pair<int, int>>> split_order_;  // comm -> pid -> (key, parent rank)
   std::map<int, StepPattern> patterns_;     // per pid: its calls' pattern (the step)
-  std::map<std::string, uint32_t> comm_index_;  // communicator -> index in call signatures
   std::map<std::string, Comm> comms_;
   std::map<int, std::deque<LagSample>> lags_;
   std::map<int, std::deque<uint64_t>> arrivals_;  // per pid: all arrival times in the window (step period)

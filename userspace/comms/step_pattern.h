@@ -38,10 +38,10 @@ class StepPattern {
   std::deque<std::pair<uint64_t, uint64_t>> calls_;  // (signature, ts), oldest first
 };
 
-// The signature of a call: which communicator (an index the caller keeps),
+// The signature of a call: which communicator (a hash of its name),
 // which operation, and for a collective its bytes (0 for point-to-point).
-constexpr uint64_t call_signature(uint32_t comm_index, uint32_t op, uint64_t bytes) {
-  return (bytes * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(comm_index) << 8 | (op & 0xff));
+constexpr uint64_t call_signature(uint32_t comm_hash, uint32_t op, uint64_t bytes) {
+  return (bytes * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(comm_hash) << 8 | (op & 0xff));
 }
 
 }  // namespace argus

@@ -6,14 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "userspace/common/median.h"
+
 namespace argus::detect {
 
-inline double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using argus::median_of;  // userspace/common/median.h
 
 // One number with a printf format ("%.0f"), for summaries.
 inline std::string fmt(const char* f, double v) {
