@@ -89,6 +89,7 @@ void append_agent_metrics(const AgentSnapshot& a, std::vector<MetricFamily>& out
   out.push_back(
       count_family(AgentMetric::kCollectivesUnnumbered, static_cast<double>(c.get(AgentCount::kCollectivesUnnumbered))));
   out.push_back(count_family(AgentMetric::kCommsUnseen, static_cast<double>(c.get(AgentCount::kCommsUnseen))));
+  out.push_back(count_family(AgentMetric::kP2pUnpaired, static_cast<double>(c.get(AgentCount::kP2pUnpaired))));
   out.push_back(kernel_probe_family(a));
   auto links = agent_family(AgentMetric::kUprobeLinksInfo);
   add_sample(links, {{"kind", a.uprobe_links}}, 1);

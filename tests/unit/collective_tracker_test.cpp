@@ -133,3 +133,31 @@ TEST(Detectors, CommunicatorsAndSamplesAreCapped) {
 
 }  // namespace
 }  // namespace argus
+
+namespace argus {
+namespace {
+
+// A send whose receiver is on another node (or whose ranks are not known
+// here) is never paired: counted on argus_agent_p2p_unpaired_total, and never
+// left waiting for a receive this node cannot see.
+TEST(Detectors, SendsToAnotherNodeAreCountedUnpairedNotLeftPending) {
+  AgentCounters counters;
+  CollectiveTracker t(TrackerOptions{.window_seconds = 10, .caps = &counters});
+  t.add_member("pp", 1, 4, 0);  // ranks 1 and 3 of "pp" are on another node
+  t.add_member("pp", 2, 4, 2);
+  t.on_p2p("pp", 1, true, 1, 1000);   // to rank 1: elsewhere
+  t.on_p2p("pp", 2, false, 3, 2000);  // from rank 3: elsewhere
+  t.add_member("x", 5, 2);            // its rank unknown
+  t.add_member("x", 6, 2, 1);
+  t.on_p2p("x", 5, true, 1, 3000);
+  EXPECT_EQ(counters.get(AgentCount::kP2pUnpaired), 3u);
+  EXPECT_TRUE(t.p2p().pending().empty());
+  t.on_p2p("pp", 1, true, 2, 4000);  // to rank 2: here, and it waits for the receive
+  EXPECT_EQ(t.p2p().pending().size(), 1u);
+  t.on_p2p("pp", 2, false, 0, 5000);
+  EXPECT_TRUE(t.p2p().pending().empty());
+  EXPECT_EQ(counters.get(AgentCount::kP2pUnpaired), 3u);
+}
+
+}  // namespace
+}  // namespace argus

@@ -247,6 +247,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_agent_collective_numbering_total", "counter"},
       {"argus_agent_collectives_unnumbered_total", "counter"},
       {"argus_agent_comms_unseen_total", "counter"},
+      {"argus_agent_p2p_unpaired_total", "counter"},
       {"argus_python_gc_collections_total", "counter"},
       {"argus_python_gc_seconds_total", "counter"},
       {"argus_python_gc_pause_seconds", "histogram"},
@@ -576,7 +577,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 75u);  // + collective numbering (2), unseen comms, probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 76u);  // + collective numbering (2), unseen comms, unpaired p2p, probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_uprobe_links_info{kind=\"perf\"} 1"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));

@@ -11,10 +11,7 @@ void P2pTracker::push(std::deque<Side>& q, Side s) {
 }
 
 const P2pMatch* P2pTracker::on_op(const std::string& comm, int pid, int rank, bool send, int peer, uint64_t ts_ns) {
-  if (rank < 0 || peer < 0) {
-    ++unattributed_;
-    return nullptr;
-  }
+  if (rank < 0 || peer < 0) return nullptr;
   pids_[{comm, rank}] = pid;
   const Key key = send ? Key{comm, rank, peer} : Key{comm, peer, rank};
   Pair& p = pairs_[key];

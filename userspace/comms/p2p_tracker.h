@@ -51,8 +51,8 @@ struct P2pOptions {
 class P2pTracker {
  public:
   explicit P2pTracker(P2pOptions opts = {}) : opts_(opts) {}
-  // `rank` is `pid`'s rank in `comm` (-1: unknown, then the operation cannot be
-  // paired and is counted as unattributed). `peer` is the other side's rank.
+  // `rank` is `pid`'s rank in `comm`, `peer` the other side's; both known (the
+  // caller counts what it cannot pair).
   // Returns the match this operation completed, if it did (valid until the next call).
   const P2pMatch* on_op(const std::string& comm, int pid, int rank, bool send, int peer, uint64_t ts_ns);
   // The pid of rank `rank` of `comm`, once it posted a point-to-point operation.
@@ -63,7 +63,6 @@ class P2pTracker {
   std::vector<P2pPending> pending() const;
   void forget(int pid);
   void trim(uint64_t now_ns);
-  uint64_t unattributed() const { return unattributed_; }
 
  private:
   struct Side {
@@ -80,7 +79,6 @@ class P2pTracker {
   std::map<Key, Pair> pairs_;
   std::map<std::pair<std::string, int>, int> pids_;  // (comm, rank) -> pid
   std::deque<P2pMatch> matches_;
-  uint64_t unattributed_ = 0;
 };
 
 }  // namespace argus

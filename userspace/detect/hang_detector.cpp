@@ -464,8 +464,7 @@ std::vector<DetectedEvent> HangDetector::evaluate_p2p(const std::vector<CommView
     const RankInfoForHang& me = waiter->second;
     auto peer = ranks.find(peer_pid);
     nlohmann::json peer_json = {{"comm_rank", w.peer_rank}, {"here", peer != ranks.end()}};
-    std::string peer_phrase = "rank " + std::to_string(w.peer_rank) + " of communicator " + w.comm +
-                              (peer == ranks.end() ? " (on another node)" : "");
+    std::string peer_phrase = "rank " + std::to_string(w.peer_rank) + " of communicator " + w.comm;
     if (peer != ranks.end()) {
       peer_json["rank"] = peer->second.rank;
       peer_json["pid"] = peer_pid;

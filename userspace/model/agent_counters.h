@@ -24,9 +24,10 @@ enum class AgentCount : uint8_t {
   kTcpUnattributed,        // TCP retransmits of sockets no rank was found to own
   kCollectivesUnnumbered,  // late-attached ranks' calls held back and never numbered
   kCommsUnseen,            // communicator handles whose making the agent missed, named by first use
+  kP2pUnpaired,            // sends and receives not paired here: a side's rank unknown, or the peer elsewhere
 };
 template <>
-inline constexpr unsigned kVocabSize<AgentCount> = 5;
+inline constexpr unsigned kVocabSize<AgentCount> = 6;
 
 // A plain copy of every count, for snapshots.
 class AgentCounterValues {

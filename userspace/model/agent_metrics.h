@@ -39,6 +39,7 @@ enum class AgentMetric : uint8_t {
   kCollectiveNumbering,
   kCollectivesUnnumbered,
   kCommsUnseen,
+  kP2pUnpaired,
   kKernelProbeUp,
   kUprobeLinksInfo,
   kTcpRetransmitsUnattributed,
@@ -118,6 +119,9 @@ inline constexpr AgentMetricSpec kAgentMetrics[] = {
     {AgentMetric::kCommsUnseen, "argus_agent_comms_unseen_total", MetricKind::kCounter, "",
      "Communicator handles whose making (init, split, shrink) the agent did not see, named per process in the "
      "order of their first use (job:<job>/c<n>)."},
+    {AgentMetric::kP2pUnpaired, "argus_agent_p2p_unpaired_total", MetricKind::kCounter, "",
+     "Point-to-point sends and receives the tracker could not pair with their other side: the peer is on another "
+     "node, or a side's rank in the communicator is unknown here (calls and bytes are still counted)."},
     {AgentMetric::kKernelProbeUp, "argus_agent_kernel_probe_up", MetricKind::kGauge, "probe,flavour",
      "Kernel tracepoint probes: 1 attached (flavour tp_btf or raw_tp), 0 off by a flag (flavour=off) or refused "
      "by the kernel (flavour=failed): that layer is blind."},
