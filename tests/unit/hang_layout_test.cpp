@@ -42,34 +42,27 @@ struct TpDpHang {
     }
     for (int s = 0; s < 50; ++s) step(-1);
   }
-  void issue(const std::string& comm, const std::vector<int>& ranks) {
+  // Every rank but `stopped` waits in its step-end synchronize since `since`.
+  std::vector<InflightWait> syncing_all_but(int stopped, uint64_t since) const {
+    std::vector<InflightWait> out;
+    for (int r = 0; r < 8; ++r)
+      if (r != stopped) out.push_back({pid(r), "", true, "cuStreamSynchronize", since});
+    return out;
+  }
+  // The next collective of `comm`, issued by its members but `stopped` (whose
+  // count then stays behind).
+  void issue(const std::string& comm, std::vector<int> members, int stopped) {
     const uint64_t n = ++seq[comm];
-    for (int r : ranks) t.on_arrival(comm, pid(r), n, now + static_cast<uint64_t>(r) * 1000);
+    for (int r : members)
+      if (r != stopped) t.on_arrival(comm, pid(r), n, now + static_cast<uint64_t>(r) * 1000);
   }
   void step(int stopped) {
     for (int l = 0; l < 8; ++l) {
       now += 10 * kMs;
-      for (int g = 0; g < 4; ++g) {
-        std::vector<int> members;
-        for (int r : {2 * g, 2 * g + 1})
-          if (r != stopped) members.push_back(r);
-        // The group's collective counter moves only once both issued it.
-        const std::string c = "tp" + std::to_string(g);
-        const uint64_t n = seq[c] + 1;
-        for (int r : members) t.on_arrival(c, pid(r), n, now + static_cast<uint64_t>(r) * 1000);
-        seq[c] = n;
-      }
+      for (int g = 0; g < 4; ++g) issue("tp" + std::to_string(g), {2 * g, 2 * g + 1}, stopped);
     }
     now += 10 * kMs;
-    for (int d = 0; d < 2; ++d) {
-      std::vector<int> members;
-      for (int r = d; r < 8; r += 2)
-        if (r != stopped) members.push_back(r);
-      const std::string c = "dp" + std::to_string(d);
-      const uint64_t n = seq[c] + 1;
-      for (int r : members) t.on_arrival(c, pid(r), n, now + static_cast<uint64_t>(r) * 1000);
-      seq[c] = n;
-    }
+    for (int d = 0; d < 2; ++d) issue("dp" + std::to_string(d), {d, d + 2, d + 4, d + 6}, stopped);
     now += 10 * kMs;
   }
 };
@@ -78,9 +71,7 @@ TEST(HangLayouts, ASynchronizeIsChargedToWhatItsProcessHasPending) {
   TpDpHang job;
   job.step(3);
   const uint64_t stop = job.now;
-  std::vector<InflightWait> inflight;
-  for (int r = 0; r < 8; ++r)
-    if (r != 3) inflight.push_back({job.pid(r), "", true, "cuStreamSynchronize", stop});
+  const auto inflight = job.syncing_all_but(3, stop);
   HangDetector h;
   const auto ev = h.evaluate(job.t.comms(), inflight, job.facts, stop + 11'000 * kMs, 0);
   // tp1 (ranks 2, 3) and dp1 (ranks 1, 3, 5, 7) wait for rank 3; tp0, tp2, tp3
@@ -95,9 +86,7 @@ TEST(HangLayouts, AMissingRankThatIsBusyIsSaidToBeWithItsCpuAndIo) {
   TpDpHang job;
   job.step(3);
   const uint64_t stop = job.now;
-  std::vector<InflightWait> inflight;
-  for (int r = 0; r < 8; ++r)
-    if (r != 3) inflight.push_back({job.pid(r), "", true, "cuStreamSynchronize", stop});
+  const auto inflight = job.syncing_all_but(3, stop);
   job.facts[job.pid(3)].offcpu_valid = true;
   job.facts[job.pid(3)].oncpu_share = 0.15;
   job.facts[job.pid(3)].io_share = 0.70;  // writing a checkpoint
