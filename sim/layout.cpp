@@ -159,10 +159,11 @@ NcclCall pp_activation_call(bool send, int peer)
 	return {send ? Op::Send : Op::Recv, std::size_t{1} << 16, kNcclFloat16, kNcclSum, 0, peer, true};
 }
 
-NcclCall dp_all_reduce_call(std::int64_t step)
+NcclCall dp_all_reduce_call()
 {
-	return {Op::AllReduce, (std::size_t{1} << 20) * static_cast<std::size_t>(4 + step % 4), kNcclFloat32,
-		kNcclSum};
+	// The gradient buffer is the model's: the same size every step (DDP's
+	// buckets are fixed after the first iteration, Megatron's buffer at start).
+	return {Op::AllReduce, std::size_t{1} << 22, kNcclFloat32, kNcclSum};
 }
 
 int framework_units(const Layout &l)

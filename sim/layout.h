@@ -99,7 +99,7 @@ int moe_tokens(std::int64_t step, int micro, int layer, int src, int dst);
 
 NcclCall tp_all_reduce_call();                       // bfloat16 count 1<<18, sum
 NcclCall pp_activation_call(bool send, int peer);    // float16 count 1<<16
-NcclCall dp_all_reduce_call(std::int64_t step);      // float32 count (1<<20) * (4 + s%4)
+NcclCall dp_all_reduce_call();                      // float32 count 1<<22, every step
 // Host compute units of a step: 3 per layer and micro-batch (forward 1, backward
 // 2) plus 1 per layer for the optimizer; the last stage's loss adds 1/4 per
 // micro-batch on top (by design: it is not a straggler).

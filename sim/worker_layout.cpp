@@ -159,7 +159,7 @@ StepResult Rank::dp_all_reduce(std::int64_t s)
 		return StepResult::Ok;
 	const int n = cfg_.buckets > 0 ? cfg_.buckets : 1;
 	for (int b = 0; b < n; b++) {
-		const NcclCall c = cfg_.buckets > 0 ? step_bucket_call(b) : dp_all_reduce_call(s);
+		const NcclCall c = cfg_.buckets > 0 ? step_bucket_call(b) : dp_all_reduce_call();
 		if (nccl(c.op, c.bytes(), call_nccl(c, nccl_stream_, dp)) != 0)
 			return StepResult::NcclFailed;
 	}

@@ -53,7 +53,7 @@
 //                  new every step; dispatch sends t(me, j), receives t(j, me);
 //                  combine the reverse
 //   PP send/recv   float16 count 1<<16, per schedule_1f1b's exchanges (pp > 1)
-//   DP all_reduce  float32 count (1<<20)*(4 + s%4), or --buckets N of
+//   DP all_reduce  float32 count 1<<22 (the same every step), or --buckets N of
 //                  step_bucket_call(b)                   1 or N (dp > 1)
 // A unit = step_ms / (3*K*L + L) x straggler factor x jitter; a kernel runs
 // kGpuBusyShare of its chunk's nominal host time (layout.h framework_kernel_us)

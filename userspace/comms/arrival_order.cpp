@@ -45,7 +45,8 @@ double sign_test_tail(size_t k, size_t n) {
 }
 
 void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& arrivals,
-                       const std::map<int, double>& pre_sync, const std::map<int, double>& step_s) {
+                       const std::map<int, double>& pre_sync, const std::map<int, double>& step_s,
+                       StepStatistic stat) {
   if (arrivals.size() < 2) return;  // a lone rank lags nobody
   std::vector<int> pids;
   std::vector<double> at, sync;
@@ -70,19 +71,29 @@ void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& a
     if (offset > 0.5 * step) last_pause_ns_[{comm, pids[i]}] = first;
     auto& bins = bins_[{comm, pids[i]}];
     // A new step's bin once 80% of a step has passed since the open one began
-    // (the operations of a step are not independent evidence).
-    const bool same_step = !bins.empty() && first >= bins.back().start_ns &&
-                           static_cast<double>(first - bins.back().start_ns) < 0.8 * step * 1e9;
+    // (the operations of a step are not independent evidence). Operations
+    // complete out of order (a pipeline's exchange is matched when its second
+    // side posts): one that began a little before the open bin is of its step.
+    const double apart_ns = bins.empty() ? 0 : std::fabs(static_cast<double>(first) - static_cast<double>(bins.back().start_ns));
+    const bool same_step = !bins.empty() && apart_ns < 0.8 * step * 1e9;
+    if (same_step) bins.back().start_ns = std::min(bins.back().start_ns, first);
     if (!same_step) {
-      bins.push_back({first, offset, excess, static_cast<int>(pids.size()) - 1, 1});
+      bins.push_back({first, offset, excess, offset, excess, static_cast<int>(pids.size()) - 1, 1});
       while (bins.size() > opts_.max_bins) bins.pop_front();
       continue;
     }
-    ++bins.back().ops;
-    if (std::fabs(offset) > std::fabs(bins.back().offset_s)) {
-      bins.back().offset_s = offset;
-      bins.back().sync_excess = excess;
-      bins.back().peers = static_cast<int>(pids.size()) - 1;
+    Bin& bin = bins.back();
+    ++bin.ops;
+    bin.offset_sum_s += offset;
+    bin.sync_sum += excess;
+    if (stat == StepStatistic::kMean) {
+      bin.offset_s = bin.offset_sum_s / bin.ops;
+      bin.sync_excess = bin.sync_sum / bin.ops;
+      bin.peers = std::max(bin.peers, static_cast<int>(pids.size()) - 1);
+    } else if (std::fabs(offset) > std::fabs(bin.offset_s)) {
+      bin.offset_s = offset;
+      bin.sync_excess = excess;
+      bin.peers = static_cast<int>(pids.size()) - 1;
     }
   }
 }

@@ -9,7 +9,8 @@
 // member's offset from the median of its peers (leave-one-out: in a 2-rank
 // group, the other one; half a node slow is still behind the median peer);
 // per step, the largest of a member's offsets (the operations of one step are
-// not independent: a late host is late at all of them); and over the recent
+// not independent: a late host is late at all of them; for point-to-point
+// pairs their mean, see StepStatistic); and over the recent
 // steps a sign test (late at how many, against chance) and a robust t score
 // (median offset over its standard error). Lateness that moves between ranks
 // from step to step passes neither.
@@ -27,6 +28,16 @@
 #include "userspace/model/signals.h"
 
 namespace argus {
+
+// What stands for a step of a member's offsets on one communicator.
+enum class StepStatistic {
+  kLargest,  // the largest (signed): a late host is late at every collective of its step
+  // The mean: a pipeline's sends and receives wait by its schedule, one side
+  // at one exchange, the other at the next; which exchange is the largest
+  // flips with jitter, their sum over a step does not (and is what a stage's
+  // replicas share).
+  kMean,
+};
 
 struct ArrivalOrderOptions {
   size_t max_bins = 40;  // steps kept per (communicator, rank)
@@ -46,7 +57,8 @@ class ArrivalOrder {
   // synchronize calls (pid -> 0..1; absent: none). `step_s` says how long a step
   // of each pid is (0: unknown, and its offsets are not kept).
   void add(const std::string& comm, const std::map<int, uint64_t>& arrivals,
-           const std::map<int, double>& pre_sync, const std::map<int, double>& step_s);
+           const std::map<int, double>& pre_sync, const std::map<int, double>& step_s,
+           StepStatistic stat = StepStatistic::kLargest);
   // The rank's lateness on each of its communicators, as of now_ns.
   std::vector<CommLateness> of(int pid, double step_s, uint64_t now_ns) const;
   void forget(int pid);
@@ -55,8 +67,10 @@ class ArrivalOrder {
  private:
   struct Bin {
     uint64_t start_ns = 0;
-    double offset_s = 0;       // the member's largest offset in this step (signed)
+    double offset_s = 0;       // the member's offset in this step (signed; the StepStatistic)
     double sync_excess = 0;    // with that offset: its pre-arrival sync share above its peers'
+    double offset_sum_s = 0;   // of every operation of the step (kMean)
+    double sync_sum = 0;
     int peers = 0;
     int ops = 1;  // operations in this step
   };

@@ -22,11 +22,12 @@ CollectiveTracker::CollectiveTracker(TrackerOptions opts)
 void CollectiveTracker::note_call(const std::string& comm, int pid, uint32_t op, uint64_t bytes, uint64_t ts_ns) {
   heard_.insert(pid);
   // The communicator by a hash of its name: no table that outlives the ranks.
-  patterns_[pid].on_call(call_signature(static_cast<uint32_t>(std::hash<std::string>{}(comm)), op, bytes), ts_ns);
+  patterns_[pid].on_call(call_signature(static_cast<uint32_t>(std::hash<std::string>{}(comm)), op, bytes), ts_ns,
+                         op != kSyncOp);
 }
 
 // The step each member is in, for grouping its operations by step.
-void CollectiveTracker::order(const std::string& comm, const std::map<int, uint64_t>& arrivals) {
+void CollectiveTracker::order(const std::string& comm, const std::map<int, uint64_t>& arrivals, StepStatistic stat) {
   if (arrivals.size() < 2) return;
   uint64_t first = UINT64_MAX, last = 0;
   for (const auto& [pid, ts] : arrivals) {
@@ -41,7 +42,7 @@ void CollectiveTracker::order(const std::string& comm, const std::map<int, uint6
     if (span > 0) pre_sync[pid] = sync_share(pid, ts > span ? ts - span : 0, ts);
     steps[pid] = last_lag_stats(pid).step_seconds;
   }
-  order_.add(comm, arrivals, pre_sync, steps);
+  order_.add(comm, arrivals, pre_sync, steps, stat);
 }
 
 CollectiveTracker::Comm* CollectiveTracker::find_or_add(const std::string& comm) {
@@ -94,7 +95,8 @@ void CollectiveTracker::on_p2p(const std::string& comm, int pid, bool send, int 
   }
   if (const P2pMatch* match = p2p_.on_op(comm, pid, m.comm_rank, send, peer, ts_ns);
       match && match->sender_pid != match->receiver_pid)
-    order(comm + "/p2p", {{match->sender_pid, match->send_ns}, {match->receiver_pid, match->recv_ns}});
+    order(p2p_name(comm), {{match->sender_pid, match->send_ns}, {match->receiver_pid, match->recv_ns}},
+          StepStatistic::kMean);
   trim(ts_ns);
 }
 
@@ -155,7 +157,7 @@ void CollectiveTracker::complete(Comm& c, uint64_t, OpenSeq& s) {
     lags.push_back({first, static_cast<double>(ts - first) / 1e9});
     for (; lags.size() > opts_.max_samples; lags.pop_front()) count_into(opts_.caps, Cap::kCollectiveSamples);
   }
-  order(c.view.comm, s.arrivals);
+  order(c.view.comm, s.arrivals, StepStatistic::kLargest);
 }
 
 double CollectiveTracker::sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const {

@@ -105,7 +105,7 @@ class CollectiveTracker final : public PidScoped {
   void trim(uint64_t now_ns);
   double sync_share(int pid, uint64_t from_ns, uint64_t to_ns) const;
   void note_call(const std::string& comm, int pid, uint32_t op, uint64_t bytes, uint64_t ts_ns);
-  void order(const std::string& comm, const std::map<int, uint64_t>& arrivals);
+  void order(const std::string& comm, const std::map<int, uint64_t>& arrivals, StepStatistic stat);
   double step_of(int pid, uint64_t now_ns) const;
   double consensus_step(int pid, const std::map<int, double>& own) const;
   RankLagStats lag_stats_at(int pid, uint64_t now_ns, double step_s) const;

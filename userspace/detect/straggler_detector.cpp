@@ -88,8 +88,6 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
 
 double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
-bool is_p2p(const CommLateness& c) { return c.comm.size() > 4 && c.comm.compare(c.comm.size() - 4, 4, "/p2p") == 0; }
-
 // Whether two ranks meet on a collective communicator (replicas of one
 // pipeline stage: its tensor- and data-parallel peers).
 bool shares_a_collective(const RankSignal& a, const RankSignal& b) {
@@ -309,9 +307,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     // tensor-parallel replicas) is late the same way, is the pipeline's shape,
     // not a sick worker. A stage that is much slower is named, rank by rank.
     auto p2p_only = [](const Verdict& v) {
-      return v.late && std::all_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) {
-               return c->comm.size() > 4 && c->comm.compare(c->comm.size() - 4, 4, "/p2p") == 0;
-             });
+      return v.late && std::all_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
     };
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
@@ -319,7 +315,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         continue;
       bool replicas_alike = false;
       for (const auto& c : r->lag.comms) {
-        if (c.comm.size() > 4 && c.comm.compare(c.comm.size() - 4, 4, "/p2p") == 0) continue;
+        if (is_p2p(c)) continue;
         for (const auto* q : members) {
           if (q->pid == r->pid) continue;
           const bool shares = std::any_of(q->lag.comms.begin(), q->lag.comms.end(), [&](const CommLateness& x) { return x.comm == c.comm; });

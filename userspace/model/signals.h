@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,8 @@ namespace argus {
 // there, over its recent steps (comms/arrival_order.h). Offsets are from the
 // median of its peers: + behind them, - ahead of them (it waits for them).
 struct CommLateness {
-  std::string comm;  // "<comm>" for collectives, "<comm>/p2p" for matched sends and receives
+  // "<comm>" for collectives, "<comm>/p2p" (p2p_name) for matched sends and receives
+  std::string comm;
   int peers = 0;     // the peers it was compared with (at its newest step)
   size_t bins = 0;   // steps compared
   double ops_per_step = 1;  // its operations here in a step (median over the steps compared)
@@ -31,6 +33,11 @@ struct CommLateness {
   double late_sync_excess = 0;  // late steps: share of the span before its arrival spent in its own
                                 // synchronize calls, above its peers' share before theirs (mean)
 };
+
+// The name a communicator's matched sends and receives are judged under.
+inline constexpr std::string_view kP2pSuffix = "/p2p";
+inline std::string p2p_name(const std::string& comm) { return comm + std::string(kP2pSuffix); }
+inline bool is_p2p(const CommLateness& c) { return c.comm.ends_with(kP2pSuffix); }
 
 // A rank's arrivals at the collectives of its communicators, over the window.
 struct RankLagStats {
