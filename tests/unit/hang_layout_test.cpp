@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,48 @@ TEST(HangLayouts, ASynchronizeIsChargedToWhatItsProcessHasPending) {
   for (const auto& e : ev) hung[e.evidence.at("comm")] = e.rank;
   EXPECT_EQ(hung, (std::map<std::string, int>{{"tp1", 3}, {"dp1", 3}}));
   for (const auto& e : ev) EXPECT_EQ(e.evidence.at("cause"), "missing_rank") << e.summary;
+}
+
+// Rank 3 stops; rank 2, its tensor-parallel peer, sits in its synchronize
+// (its GPU waits in tp1's all-reduce) and so never issues dp0's next
+// all-reduce, which ranks 0, 4 and 6 did. dp0 waits for rank 2, which waits
+// for rank 3: one chain, named by its root. Only tp1 and dp1 report, naming
+// rank 3; rank 2 is in their ranks' states, not an event of its own.
+TEST(HangLayouts, AChainOfWaitsIsNamedByItsRoot) {
+  TpDpHang job;
+  job.step(3);
+  job.now += 10 * kMs;
+  job.issue("dp0", {0, 4, 6}, -1);  // the next step's first DP all-reduce, without rank 2
+  const uint64_t stop = job.now;
+  const auto inflight = job.syncing_all_but(3, stop);
+  HangDetector h;
+  const auto ev = h.evaluate(job.t.comms(), inflight, job.facts, stop + 11'000 * kMs, 0);
+  std::map<std::string, int> hung;
+  for (const auto& e : ev) hung[e.evidence.at("comm")] = e.rank;
+  EXPECT_EQ(hung, (std::map<std::string, int>{{"tp1", 3}, {"dp1", 3}}));
+  // Rank 0's pipeline send to rank 2, never received (rank 2 sits in its
+  // synchronize): a link too, no event of its own.
+  job.t.add_member("pp", job.pid(0), 2, 0);
+  job.t.add_member("pp", job.pid(2), 2, 1);
+  const std::vector<P2pPending> send{{"pp", job.pid(0), true, 1, stop, 1}};
+  HangDetector hp;
+  for (const auto& e : hp.evaluate(job.t.comms(), inflight, job.facts, stop + 11'000 * kMs, 0, send))
+    EXPECT_EQ(e.rank, 3) << e.summary;
+
+  // With no free root (rank 3 blocked in a call of its own too: a GPU hung
+  // inside a kernel), every communicator says what it sees: dp0 names rank 2.
+  auto all_blocked = inflight;
+  all_blocked.push_back({job.pid(3), "", true, "cuStreamSynchronize", stop});
+  HangDetector h2;
+  std::set<std::string> comms;
+  for (const auto& e : h2.evaluate(job.t.comms(), all_blocked, job.facts, stop + 11'000 * kMs, 0))
+    comms.insert(e.evidence.at("comm"));
+  EXPECT_TRUE(comms.count("dp0")) << ::testing::PrintToString(comms);
+  HangDetector hp2;
+  bool p2p_named = false;
+  for (const auto& e : hp2.evaluate(job.t.comms(), all_blocked, job.facts, stop + 11'000 * kMs, 0, send))
+    p2p_named = p2p_named || (e.evidence.at("cause") == "peer_never_sent" && e.rank == 2);
+  EXPECT_TRUE(p2p_named);
 }
 
 TEST(HangLayouts, AMissingRankThatIsBusyIsSaidToBeWithItsCpuAndIo) {

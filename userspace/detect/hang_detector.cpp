@@ -232,6 +232,13 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       for (const auto& [pid, m] : c.members) grew = waits_on_missing.insert(pid).second || grew;
     }
   }
+  struct HungComm {
+    const CommView* comm;
+    CommHealth health;
+    std::map<int, const InflightWait*> blocked;
+    double limit;
+  };
+  std::vector<HungComm> hung;
   for (const auto& c : comms) {
     CommHealth h;
     h.comm = c.comm;
@@ -303,23 +310,48 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
       h.missing_pids = behind;
       h.missing_pids.insert(h.missing_pids.end(), died_in.begin(), died_in.end());
       h.none_missing = h.missing_pids.empty();
-      std::set<int> missing(h.missing_pids.begin(), h.missing_pids.end());
-      // One event when the hang is found, and one each time who is missing changes.
-      const bool was_hung = reported_.count(c.comm) != 0;
-      if (!was_hung || reported_[c.comm] != missing) {
-        events.push_back(hang_event(c, h, limit, blocked, inflight, ranks, now_ns, now_unix));
-        reported_[c.comm] = missing;
-      }
+      hung.push_back({&c, h, std::move(blocked), limit});
     } else {
       reported_.erase(c.comm);
     }
     if (auto before = health_.find(c.comm); before != health_.end()) remember_recovery(before->second, h);
     next[c.comm] = std::move(h);
   }
+  // A chain of waits has one root. A rank missing here that is itself blocked
+  // in a call while it waits on a missing rank elsewhere (its tensor-parallel
+  // all-reduce waits for the rank that hung) is a link of the chain: the
+  // root's events name it, with the state of every rank. Where no missing rank
+  // of the job is free of such a wait (a cycle, a GPU hung inside a call),
+  // every communicator says what it sees.
+  std::set<int> links;
+  for (int pid : waits_on_missing)
+    if (auto it = ranks.find(pid); it != ranks.end() && !it->second.exited && call_of(pid, inflight) != nullptr)
+      links.insert(pid);
+  auto held = [&](int pid) { return links.count(pid) != 0; };
+  std::set<std::string> jobs_with_root;
+  for (const auto& hc : hung)
+    if (std::any_of(hc.health.missing_pids.begin(), hc.health.missing_pids.end(), [&](int pid) { return !held(pid); }))
+      jobs_with_root.insert(hc.health.job_id);
+  for (const auto& hc : hung) {
+    const auto& missing_pids = hc.health.missing_pids;
+    if (!missing_pids.empty() && jobs_with_root.count(hc.health.job_id) &&
+        std::all_of(missing_pids.begin(), missing_pids.end(), held)) {
+      reported_.erase(hc.comm->comm);
+      continue;
+    }
+    // One event when the hang is found, and one each time who is missing changes.
+    const std::set<int> missing(missing_pids.begin(), missing_pids.end());
+    auto was = reported_.find(hc.comm->comm);
+    if (was == reported_.end() || was->second != missing) {
+      events.push_back(hang_event(*hc.comm, hc.health, hc.limit, hc.blocked, inflight, ranks, now_ns, now_unix));
+      reported_[hc.comm->comm] = missing;
+    }
+  }
   // A communicator the tracker forgot (its ranks are gone) is forgotten here too.
   std::erase_if(reported_, [&](const auto& kv) { return !next.count(kv.first); });
   health_ = std::move(next);
-  for (auto& ev : evaluate_p2p(comms, p2p, ranks, inflight, now_ns, now_unix)) events.push_back(std::move(ev));
+  for (auto& ev : evaluate_p2p(comms, p2p, ranks, inflight, now_ns, now_unix, links, jobs_with_root))
+    events.push_back(std::move(ev));
   for (auto& ev : evaluate_unheard(ranks, inflight, now_ns, now_unix)) events.push_back(std::move(ev));
   return events;
 }
@@ -438,30 +470,48 @@ std::vector<DetectedEvent> HangDetector::evaluate_p2p(const std::vector<CommView
                                                       const std::vector<P2pPending>& p2p,
                                                       const std::map<int, RankInfoForHang>& ranks,
                                                       const std::vector<InflightWait>& inflight, uint64_t now_ns,
-                                                      double now_unix) {
-  std::vector<DetectedEvent> events;
-  std::set<std::string> still;
+                                                      double now_unix, const std::set<int>& links,
+                                                      std::set<std::string> jobs_with_root) {
+  // The operations waited on past the limit, with the pid of their other side
+  // when it is on this node (by its rank in the communicator).
+  struct Overdue {
+    const P2pPending* wait;
+    const RankInfoForHang* waiter;
+    double waited;
+    int peer_pid = 0;
+    int comm_ranks = 0;
+  };
+  std::vector<Overdue> overdue;
   for (const auto& w : p2p) {
     auto waiter = ranks.find(w.waiter_pid);
     if (waiter == ranks.end() || waiter->second.exited || now_ns <= w.since_ns) continue;
-    const double waited = static_cast<double>(now_ns - w.since_ns) / 1e9;
-    if (waited < limit_for(waiter->second.job_id, waiter->second.step_seconds)) continue;
-    // The other side, by its rank in the communicator, when it is on this node.
-    int peer_pid = 0;
-    int comm_ranks = 0;
+    Overdue o{&w, &waiter->second, static_cast<double>(now_ns - w.since_ns) / 1e9};
+    if (o.waited < limit_for(waiter->second.job_id, waiter->second.step_seconds)) continue;
     for (const auto& c : comms)
       if (c.comm == w.comm) {
-        comm_ranks = c.nranks;
+        o.comm_ranks = c.nranks;
         for (const auto& [pid, m] : c.members)
-          if (m.comm_rank == w.peer_rank) peer_pid = pid;
+          if (m.comm_rank == w.peer_rank) o.peer_pid = pid;
       }
-    if (peer_pid == 0) continue;  // its other side is on another node: not seen here, not judged here
+    if (o.peer_pid == 0) continue;  // its other side is on another node: not seen here, not judged here
+    if (!links.count(o.peer_pid)) jobs_with_root.insert(o.waiter->job_id);
+    overdue.push_back(o);
+  }
+  std::vector<DetectedEvent> events;
+  std::set<std::string> still;
+  for (const auto& o : overdue) {
+    const P2pPending& w = *o.wait;
+    const double waited = o.waited;
+    const int peer_pid = o.peer_pid, comm_ranks = o.comm_ranks;
+    // A peer that is a link of a chain whose root is named elsewhere (it sits
+    // in its synchronize while its GPU waits for the rank that hung).
+    if (links.count(peer_pid) && jobs_with_root.count(o.waiter->job_id)) continue;
     const std::string key = w.comm + ":" + std::to_string(w.waiter_pid) + (w.waiter_sends ? ">" : "<") +
                             std::to_string(w.peer_rank);
     still.insert(key);
     if (p2p_reported_.count(key)) continue;
     p2p_reported_.insert(key);
-    const RankInfoForHang& me = waiter->second;
+    const RankInfoForHang& me = *o.waiter;
     auto peer = ranks.find(peer_pid);
     nlohmann::json peer_json = {{"comm_rank", w.peer_rank}, {"here", peer != ranks.end()}};
     std::string peer_phrase = "rank " + std::to_string(w.peer_rank) + " of communicator " + w.comm;

@@ -58,7 +58,8 @@ class HangDetector {
                                               double now_unix);
   std::vector<DetectedEvent> evaluate_p2p(const std::vector<CommView>& comms, const std::vector<P2pPending>& p2p,
                                           const std::map<int, RankInfoForHang>& ranks,
-                                          const std::vector<InflightWait>& inflight, uint64_t now_ns, double now_unix);
+                                          const std::vector<InflightWait>& inflight, uint64_t now_ns, double now_unix,
+                                          const std::set<int>& links, std::set<std::string> jobs_with_root);
 
   HangOptions opts_;
   std::map<std::string, CommHealth> health_;
