@@ -100,6 +100,8 @@ TEST(HangLayouts, AChainOfWaitsIsNamedByItsRoot) {
   std::map<std::string, int> hung;
   for (const auto& e : ev) hung[e.evidence.at("comm")] = e.rank;
   EXPECT_EQ(hung, (std::map<std::string, int>{{"tp1", 3}, {"dp1", 3}}));
+  EXPECT_TRUE(h.missing(job.pid(3)));
+  EXPECT_FALSE(h.missing(job.pid(2)));  // a link: argus_hang_missing_rank stays 0
   // Rank 0's pipeline send to rank 2, never received (rank 2 sits in its
   // synchronize): a link too, no event of its own.
   job.t.add_member("pp", job.pid(0), 2, 0);

@@ -332,6 +332,9 @@ std::vector<DetectedEvent> HangDetector::evaluate(const std::vector<CommView>& c
   for (const auto& hc : hung)
     if (std::any_of(hc.health.missing_pids.begin(), hc.health.missing_pids.end(), [&](int pid) { return !held(pid); }))
       jobs_with_root.insert(hc.health.job_id);
+  chain_links_.clear();
+  for (int pid : links)
+    if (auto it = ranks.find(pid); it != ranks.end() && jobs_with_root.count(it->second.job_id)) chain_links_.insert(pid);
   for (const auto& hc : hung) {
     const auto& missing_pids = hc.health.missing_pids;
     if (!missing_pids.empty() && jobs_with_root.count(hc.health.job_id) &&
@@ -454,6 +457,7 @@ void HangDetector::remember_recovery(const CommHealth& before, const CommHealth&
 }
 
 bool HangDetector::missing(int pid) const {
+  if (chain_links_.count(pid)) return false;  // held up by the rank that is: a link of its chain
   for (const auto& [comm, h] : health_)
     if (std::find(h.missing_pids.begin(), h.missing_pids.end(), pid) != h.missing_pids.end()) return true;
   return false;

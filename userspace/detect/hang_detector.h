@@ -67,6 +67,7 @@ class HangDetector {
   std::set<std::string> p2p_reported_;  // pending point-to-point pairs already in an event
   std::set<std::string> unheard_reported_;  // jobs whose hang before the agent is in an event
   std::map<std::string, std::set<int>> reported_;  // comm -> missing pids already in an event
+  std::set<int> chain_links_;  // missing ranks held up by a root named elsewhere (evaluate)
 };
 
 }  // namespace argus
