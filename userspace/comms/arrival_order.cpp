@@ -141,7 +141,8 @@ CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, dou
   // least the tie band (a rank that is late by exactly the same every step has
   // no spread, and is as sure as it gets).
   const double sigma = std::max(1.4826 * median_of(dev), tie);
-  out.t_score = out.median_offset_s / (1.2533 * sigma / std::sqrt(n));
+  out.offset_se_s = 1.2533 * sigma / std::sqrt(n);
+  out.t_score = out.median_offset_s / out.offset_se_s;
   // Sign tests over the recent steps: late (early) at k of the last w steps.
   const size_t tries = std::size(kSignWindows);
   for (size_t w : kSignWindows) {

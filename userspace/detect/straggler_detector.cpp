@@ -272,25 +272,32 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     }
     // Point-to-point lateness against the rank's replicas: a pipeline makes
     // one side of each exchange wait by its schedule (the receiver posts first,
-    // the last stage computes the loss), the same on every replica of a stage.
-    // Only the part a rank does not share with its replicas (the peers on its
-    // data- and tensor-parallel communicators: the same stage) is its own; at
-    // least half of its lateness there must be.
+    // the last stage computes the loss), the same on every replica of a stage,
+    // and at nearly every step (the sign test alone says nothing there). Only
+    // the part a rank does not share with its replicas (the peers on its data-
+    // and tensor-parallel communicators: the same stage) is its own: at least
+    // half of its lateness, and surely so (over the standard error of the
+    // difference, as sure as lateness must be: the replicas' medians spread
+    // with jitter too).
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
       std::erase_if(v.late_on, [&](const CommLateness* c) {
         if (!is_p2p(*c)) return false;
-        std::vector<double> replicas;
+        std::vector<double> replicas, replica_se;
         for (const auto* q : members) {
           if (q->pid == r->pid || !shares_a_collective(*r, *q)) continue;
           const CommLateness* like = nullptr;
           for (const auto& x : q->lag.comms)
             if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c->ops_per_step) < std::fabs(like->ops_per_step - c->ops_per_step)))
               like = &x;
-          if (like) replicas.push_back(like->median_offset_s);
+          if (!like) continue;
+          replicas.push_back(like->median_offset_s);
+          replica_se.push_back(like->offset_se_s);
         }
         if (replicas.empty()) return false;  // no replica here: the pipeline's own shape cannot be told apart
-        return c->median_offset_s - median_of(replicas) < 0.5 * c->median_offset_s;
+        const double own = c->median_offset_s - median_of(replicas);
+        const double se = std::hypot(c->offset_se_s, median_of(replica_se));
+        return own < 0.5 * c->median_offset_s || own < opts_.min_t_score * se;
       });
       if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {
         v.decisive = nullptr;

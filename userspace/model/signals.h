@@ -29,6 +29,7 @@ struct CommLateness {
   double max_offset_s = 0;     // its largest offset in a step (a pause: a checkpoint, an evaluation)
   double since_pause_s = -1;   // since it was last behind by over half a step (-1: never seen)
   double t_score = 0;          // median offset over its robust standard error (+ late, - early)
+  double offset_se_s = 0;      // that standard error
   double p_late = 1, p_early = 1;  // sign tests: chance of being late (early) this often, healthy
   double late_sync_excess = 0;  // late steps: share of the span before its arrival spent in its own
                                 // synchronize calls, above its peers' share before theirs (mean)
