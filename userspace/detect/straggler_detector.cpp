@@ -295,7 +295,12 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
           replica_se.push_back(like->offset_se_s);
         }
         if (replicas.empty()) return false;  // no replica here: the pipeline's own shape cannot be told apart
-        const double own = c->median_offset_s - median_of(replicas);
+        // With replicas, the rank's collectives compare it with them (its
+        // data-parallel all-reduce, its tensor-parallel peers'): a pair's
+        // offsets, shaped by the schedule, only add false alarms (10 minutes of
+        // a healthy TP2xPP2xDP2 job named a pair's side 17 times even at 4
+        // standard errors). They count only when far above every replica's.
+        const double own = c->median_offset_s - *std::max_element(replicas.begin(), replicas.end());
         const double se = std::hypot(c->offset_se_s, median_of(replica_se));
         return own < 0.5 * c->median_offset_s || own < opts_.min_t_score * se;
       });
