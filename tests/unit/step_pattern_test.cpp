@@ -44,6 +44,14 @@ double micro_batched_step(Stream& s, int accum, int layers) {
   return ms;
 }
 
+// The period found is `calls` long and spans the step, within 10%.
+void expect_step(const Stream& s, size_t calls, double step_ms, int accum) {
+  size_t found = 0;
+  const double step = s.pattern.step_seconds(&found);
+  EXPECT_EQ(found, calls) << "accum " << accum;
+  EXPECT_NEAR(step, step_ms / 1e3, 0.1 * step_ms / 1e3) << "accum " << accum;
+}
+
 TEST(StepPattern, MicroBatchesThatLookAlikeAreNotTheStep) {
   // Two micro-batches of 34 calls and 2 step-end calls: the half step matches
   // 97% of the calls, the step all of them.
@@ -51,10 +59,7 @@ TEST(StepPattern, MicroBatchesThatLookAlikeAreNotTheStep) {
     Stream s;
     double step_ms = 0;
     for (int i = 0; i < 40; ++i) step_ms = micro_batched_step(s, accum, 16);
-    size_t calls = 0;
-    const double step = s.pattern.step_seconds(&calls);
-    EXPECT_EQ(calls, static_cast<size_t>(accum * 34 + 2)) << "accum " << accum;
-    EXPECT_NEAR(step, step_ms / 1e3, 0.1 * step_ms / 1e3) << "accum " << accum;
+    expect_step(s, static_cast<size_t>(accum * 34 + 2), step_ms, accum);
   }
 }
 
@@ -96,10 +101,7 @@ TEST(StepPattern, SynchronizesEveryTenthStepKeepTheStep) {
         s.call(kSync, kStreamSync + 2, 0, 1);
       }
     }
-    size_t calls = 0;
-    const double step = s.pattern.step_seconds(&calls);
-    EXPECT_EQ(calls, static_cast<size_t>(accum * 10 + 2)) << "accum " << accum;
-    EXPECT_NEAR(step, step_ms / 1e3, 0.1 * step_ms / 1e3) << "accum " << accum;
+    expect_step(s, static_cast<size_t>(accum * 10 + 2), step_ms, accum);
   }
 }
 

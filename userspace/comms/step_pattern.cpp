@@ -4,6 +4,7 @@
 #include <vector>
 
 namespace argus {
+namespace {
 
 // A period's verdict on the recent calls: the spans it is judged on, back to
 // back, the newest ending with the last call. A call inserted now and then (a
@@ -90,19 +91,18 @@ class PeriodCheck {
   size_t p_, span_, spans_ = 0;
 };
 
-namespace {
-
 // Forgiving slips lets a period a few calls short pass where most calls are
 // one repeated collective (a tensor-parallel all-reduce per layer): of the
 // periods from the smallest that repeats to a few calls longer, the one that
 // matches exactly most often.
 size_t exact_period_near(const std::deque<StepPattern::Call>& calls, size_t p) {
-  size_t best = p, best_exact = PeriodCheck(calls, p).exact_matches();
+  const PeriodCheck shortest(calls, p);
+  size_t best = p, best_exact = shortest.exact_matches();
   for (size_t q = p + 1; q <= std::min(StepPattern::kMaxPeriod, p + 2 * PeriodCheck::kMaxSlip); ++q) {
     const PeriodCheck check(calls, q);
     if (check.spans() == 0) break;
-    // Compared over the same calls: the newest span of the longest tried.
-    const size_t exact = check.exact_matches() * PeriodCheck(calls, p).span() / check.span();
+    // Per as many calls as the shortest's span (a longer period's span is longer).
+    const size_t exact = check.exact_matches() * shortest.span() / check.span();
     if (exact > best_exact && check.repeats()) {
       best = q;
       best_exact = exact;

@@ -270,15 +270,17 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
       judge_arrivals(*r, v);
     }
-    // Point-to-point lateness against the rank's replicas: a pipeline makes
-    // one side of each exchange wait by its schedule (the receiver posts first,
-    // the last stage computes the loss), the same on every replica of a stage,
-    // and at nearly every step (the sign test alone says nothing there). Only
-    // the part a rank does not share with its replicas (the peers on its data-
-    // and tensor-parallel communicators: the same stage) is its own: at least
-    // half of its lateness, and surely so (over the standard error of the
-    // difference, as sure as lateness must be: the replicas' medians spread
-    // with jitter too).
+    // Point-to-point lateness against the rank's replicas (the peers on its
+    // data- and tensor-parallel communicators: the same stage): a pipeline
+    // makes one side of each exchange wait by its schedule (the receiver posts
+    // first, the last stage computes the loss), the same on every replica and
+    // at nearly every step, so the sign test alone says nothing there. Only
+    // what stands above every replica's offset is the rank's own: at least half
+    // of its lateness, and surely so (min_t_score standard errors of the
+    // difference: the replicas' medians spread with jitter too). With
+    // replicas, its collectives compare it with them anyway (the DP
+    // all-reduce, its TP peers'); a 10-minute healthy TP2xPP2xDP2 run named a
+    // pair's side 17 times against the replicas' median.
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
       std::erase_if(v.late_on, [&](const CommLateness* c) {
@@ -295,11 +297,6 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
           replica_se.push_back(like->offset_se_s);
         }
         if (replicas.empty()) return false;  // no replica here: the pipeline's own shape cannot be told apart
-        // With replicas, the rank's collectives compare it with them (its
-        // data-parallel all-reduce, its tensor-parallel peers'): a pair's
-        // offsets, shaped by the schedule, only add false alarms (10 minutes of
-        // a healthy TP2xPP2xDP2 job named a pair's side 17 times even at 4
-        // standard errors). They count only when far above every replica's.
         const double own = c->median_offset_s - *std::max_element(replicas.begin(), replicas.end());
         const double se = std::hypot(c->offset_se_s, median_of(replica_se));
         return own < 0.5 * c->median_offset_s || own < opts_.min_t_score * se;
