@@ -2,6 +2,7 @@
 // pipeline's point-to-point pairs whose waits swap sides by schedule.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 
 #include "userspace/comms/arrival_order.h"
@@ -12,10 +13,11 @@ namespace {
 constexpr int kSender = 100, kReceiver = 200;
 constexpr double kStep = 0.1;
 
-const CommLateness* on(const std::vector<CommLateness>& v, const std::string& comm) {
+// The statistic of one communicator, by value: of() returns a temporary.
+std::optional<CommLateness> on(const std::vector<CommLateness>& v, const std::string& comm) {
   for (const auto& c : v)
-    if (c.comm == comm) return &c;
-  return nullptr;
+    if (c.comm == comm) return c;
+  return std::nullopt;
 }
 
 // One step of a 2-stage pipeline pair: the forward exchange waits for the
@@ -43,11 +45,11 @@ TEST(ArrivalOrder, APipelinePairsScheduleIsNobodysLatenessWithTheMean) {
   // The forward wait (30 ms) is the largest of every step: read alone, the
   // sender is behind at every step. Its three backward waits (3 x 10 ms) are
   // the receiver's: over the step, nobody's.
-  const auto* l = on(largest.of(kSender, kStep, t), "pp/p2p");
-  ASSERT_NE(l, nullptr);
+  const auto l = on(largest.of(kSender, kStep, t), "pp/p2p");
+  ASSERT_TRUE(l);
   EXPECT_GT(l->median_offset_s, 0.025);
-  const auto* m = on(mean.of(kSender, kStep, t), "pp/p2p");
-  ASSERT_NE(m, nullptr);
+  const auto m = on(mean.of(kSender, kStep, t), "pp/p2p");
+  ASSERT_TRUE(m);
   EXPECT_NEAR(m->median_offset_s, 0, 0.003);
   EXPECT_EQ(m->bins, 40u);
   EXPECT_EQ(m->ops_per_step, 4);
@@ -60,12 +62,12 @@ TEST(ArrivalOrder, ASlowSenderIsLateOnItsPairWithTheMean) {
   // receiver's backward sends no longer wait on the receiver side.
   for (int s = 0; s < 40; ++s, t += static_cast<uint64_t>(kStep * 1e9))
     pipeline_step(order, t, 0.070 + 0.001 * (s % 3), -0.002, StepStatistic::kMean);
-  const auto* c = on(order.of(kSender, kStep, t), "pp/p2p");
-  ASSERT_NE(c, nullptr);
+  const auto c = on(order.of(kSender, kStep, t), "pp/p2p");
+  ASSERT_TRUE(c);
   EXPECT_GT(c->median_offset_s, 0.015);
   EXPECT_LT(c->p_late, 1e-4);
-  const auto* r = on(order.of(kReceiver, kStep, t), "pp/p2p");
-  ASSERT_NE(r, nullptr);
+  const auto r = on(order.of(kReceiver, kStep, t), "pp/p2p");
+  ASSERT_TRUE(r);
   EXPECT_LT(r->median_offset_s, -0.015);
 }
 
