@@ -2,6 +2,7 @@
 """Stragglers and hangs over the layouts people train (make bench, part p).
 
   sudo bench/layout_detection.py OUT_DIR [--runs 50] [--fp-seconds 600] [--seed N]
+      [--layouts L,..] [--kinds host,gpu_sync,hang,none] [--modes async,blocking]
 
 Randomized runs: each picks a layout (DP 8; TP 2 x DP 4; PP 2 x DP 4 with 4
 micro-batches; TP 2 x PP 2 x DP 2 with 2; EP 4 x DP 8 with MoE all-to-alls), an
@@ -57,10 +58,15 @@ def percentile(v, p):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
-def run_one(port, i, rng, step_ms, timeout_s):
-    layout = rng.choice(sorted(LAYOUTS))
-    kind = rng.choice(["host", "host", "gpu_sync", "hang", "none"])
-    mode = rng.choice(["async", "async", "blocking"])
+def pick(rng, choices, only):
+    """A random choice, among `only` where given (a rerun of one kind of case)."""
+    return rng.choice([c for c in choices if c in only] if only else choices)
+
+
+def run_one(port, i, rng, step_ms, timeout_s, only):
+    layout = pick(rng, sorted(LAYOUTS), only["layouts"])
+    kind = pick(rng, ["host", "host", "gpu_sync", "hang", "none"], only["kinds"])
+    mode = pick(rng, ["async", "async", "blocking"], only["modes"])
     jitter = rng.choice([0, 5, 10, 20])
     rank = rng.randrange(8)
     factor = rng.uniform(1.6, 3.0) if kind == "host" else rng.uniform(2.0, 3.0)
@@ -127,7 +133,11 @@ def main():
     ap.add_argument("--timeout", type=int, default=45)
     ap.add_argument("--port", type=int, default=9763)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--layouts", default="", help="comma list: draw only these layouts")
+    ap.add_argument("--kinds", default="", help="comma list of faults to draw: host, gpu_sync, hang, none")
+    ap.add_argument("--modes", default="", help="comma list of NCCL modes to draw: async, blocking")
     a = ap.parse_args()
+    only = {k: [x for x in getattr(a, k).split(",") if x] for k in ("layouts", "kinds", "modes")}
     if os.geteuid() != 0:
         sys.exit("layout_detection: needs root (the agent loads eBPF)")
     os.makedirs(a.out, exist_ok=True)
@@ -144,7 +154,7 @@ def main():
                 time.sleep(0.2)
         runs = []
         for i in range(a.runs):
-            r = run_one(a.port, i, rng, a.step_ms, a.timeout)
+            r = run_one(a.port, i, rng, a.step_ms, a.timeout, only)
             runs.append(r)
             print(f"run {i}: {r['layout']} {r['mode']} jitter {r['jitter']}% {r['kind']} rank {r['rank']}: "
                   f"{'%.1f s' % r['latency'] if r['latency'] is not None else '-'} named {r['named']} "

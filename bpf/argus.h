@@ -80,6 +80,7 @@ enum argus_stat_kind {
 	ARGUS_STAT_BLOCK_IO = 14,     /* sub = enum argus_block_op: count = requests completed, sum = ns issue->complete */
 	ARGUS_STAT_BLOCK_IO_HIST = 15, /* sub = log2 bucket of one request's latency, code = enum argus_block_op */
 	ARGUS_STAT_NCCL_GROUP = 16,   /* sub 0: count = outermost ncclGroupEnd calls, sum = operations grouped in them */
+	ARGUS_STAT_NCCL_GROUP_WAIT = 17, /* sub 0: count = outermost ncclGroupEnd calls timed (with operations), sum = ns inside */
 };
 
 /* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's
@@ -166,6 +167,10 @@ enum argus_nccl_init_api {
 	ARGUS_NCCL_COMM_INIT_ALL = 5, /* one process, one communicator per device */
 	ARGUS_NCCL_INIT_API_MAX = 6,
 };
+
+/* ncclGroupEnd's errors (ARGUS_STAT_NCCL_ERROR's sub, past the init APIs):
+ * where grouped operations fail, and where asynchronous errors surface. */
+#define ARGUS_NCCL_ERR_GROUP_END ((int)ARGUS_OP_MAX + (int)ARGUS_NCCL_INIT_API_MAX)
 
 /* ncclInProgress: a non-blocking communicator's init (or split) goes on after
  * the call returns; not a failure. */
@@ -304,6 +309,7 @@ struct argus_group_state {
 	__u32 depth;  /* ncclGroupStart calls not yet ended */
 	__u32 ops;    /* collectives and p2p calls recorded in the open group */
 	__u64 number; /* the thread's outermost groups so far: the open one's number */
+	__u64 comm;   /* the communicator of the open group's first operation: its wait is named by it */
 };
 
 struct argus_nccl_init_event {
@@ -410,7 +416,7 @@ ARGUS_ASSERT_SIZE(argus_exit_event, 64);
 ARGUS_ASSERT_SIZE(argus_tgid_seen_event, 32);
 ARGUS_ASSERT_SIZE(argus_nccl_coll_event, 64);
 ARGUS_ASSERT_SIZE(argus_seq_key, 16);
-ARGUS_ASSERT_SIZE(argus_group_state, 16);
+ARGUS_ASSERT_SIZE(argus_group_state, 24);
 ARGUS_ASSERT_SIZE(argus_nccl_child_event, 80 + 4 * ARGUS_NCCL_EXCLUDE_MAX);
 ARGUS_ASSERT_SIZE(argus_nccl_init_all_event, 32 + 8 * ARGUS_NCCL_INIT_ALL_MAX);
 ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);

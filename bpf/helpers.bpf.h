@@ -175,18 +175,26 @@ static __always_inline void argus_inflight_begin(__u32 cls, struct argus_infligh
 		argus_count_error(ARGUS_ERR_INFLIGHT_FULL);
 }
 
-/* The return half: copies the thread's call of class cls into *out and frees
- * the slot. False when there is none (the call was not traced, or began
- * before the probes did); then a tracked tgid counts an unmatched return. */
-static __always_inline bool argus_inflight_end(__u32 cls, __u64 pid_tgid, struct argus_inflight *out)
+/* Copies the thread's open call of class cls into *out and frees the slot;
+ * false when it has none. */
+static __always_inline bool argus_inflight_take(__u32 cls, __u64 pid_tgid, struct argus_inflight *out)
 {
 	struct argus_inflight_key key = { .pid_tgid = pid_tgid, .cls = cls };
 	struct argus_inflight *slot = bpf_map_lookup_elem(&inflight, &key);
-	if (slot && slot->start_ns) {
-		*out = *slot;
-		slot->start_ns = 0;
+	if (!slot || !slot->start_ns)
+		return false;
+	*out = *slot;
+	slot->start_ns = 0;
+	return true;
+}
+
+/* The return half: argus_inflight_take, where a return without its entry
+ * (the call was not traced, or began before the probes did) is counted for a
+ * tracked tgid. */
+static __always_inline bool argus_inflight_end(__u32 cls, __u64 pid_tgid, struct argus_inflight *out)
+{
+	if (argus_inflight_take(cls, pid_tgid, out))
 		return true;
-	}
 	if (argus_tgid_traced(pid_tgid >> 32))
 		argus_count_error(ARGUS_ERR_RETURN_UNMATCHED);
 	return false;

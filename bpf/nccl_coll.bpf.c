@@ -28,12 +28,14 @@ static __always_inline __u64 nccl_datatype_size(__s32 dt)
 }
 
 /* The number of the thread's open NCCL group (0 outside one), counting the
- * call as one of its operations. */
-static __always_inline __u64 group_of_call(__u64 pid_tgid)
+ * call as one of its operations; the first names the group's wait. */
+static __always_inline __u64 group_of_call(__u64 pid_tgid, __u64 comm)
 {
 	struct argus_group_state *g = bpf_map_lookup_elem(&nccl_group, &pid_tgid);
 	if (!g || g->depth == 0)
 		return 0;
+	if (g->ops == 0)
+		g->comm = comm;
 	g->ops += 1; /* the thread's own slot: no other writer */
 	return g->number;
 }
@@ -59,7 +61,7 @@ int BPF_KPROBE(argus_nccl_coll_enter)
 	/* p2p has no common numbering: the tracker pairs the n-th send A->B with B's
 	 * n-th receive from A. */
 	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : argus_next_count(tgid, ARGUS_SEQ_COLL, comm);
-	__u64 group = group_of_call(pid_tgid);
+	__u64 group = group_of_call(pid_tgid, comm);
 
 	/* One clock read: the event's time is the call's start. */
 	__u64 now = bpf_ktime_get_ns();

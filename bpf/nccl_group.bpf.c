@@ -3,9 +3,16 @@
  * inside carries (nccl_coll.bpf.c): NCCL only records those calls and launches
  * them together at the outermost ncclGroupEnd, so a grouped exchange (a
  * pipeline stage's sends and receives, an all-to-all made of them) is one
- * operation. Entry probes only, no event: a map update each, and the ended
- * groups counted (ARGUS_STAT_NCCL_GROUP). NCCL's own internal grouping (init,
- * split) calls its internal functions, not these exported ones. */
+ * operation. No event: a map update each, and the ended groups counted
+ * (ARGUS_STAT_NCCL_GROUP). NCCL's own internal grouping (init, split) calls
+ * its internal functions, not these exported ones.
+ *
+ * The outermost ncclGroupEnd of a group with operations is timed like a
+ * collective (its return: argus_nccl_group_exit in timed_exit.bpf.c): that is
+ * where a grouped exchange can hold the host. NCCL connects a point-to-point
+ * pair there the first time it is used, so a receive whose sender never comes
+ * waits in it; a blocking backend waits there for every grouped operation.
+ * A rank held there is in a call, as one held in a collective is. */
 #include "helpers.bpf.h"
 
 SEC("uprobe")
@@ -16,7 +23,7 @@ int BPF_KPROBE(argus_nccl_group_start)
 		return 0;
 	struct argus_group_state *g = bpf_map_lookup_elem(&nccl_group, &pid_tgid);
 	if (!g) {
-		struct argus_group_state first = { .depth = 1, .ops = 0, .number = 1 };
+		struct argus_group_state first = { .depth = 1, .ops = 0, .number = 1, .comm = 0 };
 		if (bpf_map_update_elem(&nccl_group, &pid_tgid, &first, BPF_ANY))
 			argus_count_error(ARGUS_ERR_INFLIGHT_FULL);
 		return 0;
@@ -41,7 +48,14 @@ int BPF_KPROBE(argus_nccl_group_end)
 	if (!g || g->depth == 0)
 		return 0;
 	g->depth -= 1;
-	if (g->depth == 0)
-		argus_stat_add(tgid, ARGUS_STAT_NCCL_GROUP, 0, 0, 1, g->ops);
+	if (g->depth != 0)
+		return 0;
+	argus_stat_add(tgid, ARGUS_STAT_NCCL_GROUP, 0, 0, 1, g->ops);
+	if (g->ops == 0)
+		return 0; /* an empty group launches nothing: not timed */
+	struct argus_inflight st = {
+		.start_ns = bpf_ktime_get_ns(), .ptr = g->comm, .id = 0, .kind = ARGUS_STAT_NCCL_GROUP_WAIT,
+	};
+	argus_inflight_begin(ARGUS_CLS_NCCL, &st);
 	return 0;
 }

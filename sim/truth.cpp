@@ -32,7 +32,9 @@ nlohmann::json Truth::to_json() const
 		ops[op] = {{"calls", c.calls}, {"bytes", c.bytes}};
 	j["nccl"] = ops;
 	j["nccl_errors"] = nccl_errors.empty() ? nlohmann::json::object() : nlohmann::json(nccl_errors);
-	j["nccl_group"] = {{"start", group_start}, {"end", group_end}};
+	j["nccl_group"] = {{"start", group_start},
+			   {"end", group_end},
+			   {"end_seconds", static_cast<double>(group_end_ns) / 1e9}};
 	j["nccl_init"] = nccl_init;
 	j["nccl_split"] = nccl_split;
 	if (!layout.is_null())

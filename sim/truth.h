@@ -41,6 +41,7 @@ struct Truth {
 	std::map<std::string, std::map<std::string, std::uint64_t>> nccl_errors; // op -> ncclResult name
 	std::uint64_t group_start = 0;
 	std::uint64_t group_end = 0;
+	std::uint64_t group_end_ns = 0; // time inside ncclGroupEnd, around the call
 	std::uint64_t nccl_init = 0;   // ncclCommInitRank calls (the world, DP and PP groups)
 	std::uint64_t nccl_split = 0;  // ncclCommSplit calls (TP and EP groups)
 

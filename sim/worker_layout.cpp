@@ -22,12 +22,16 @@ StepResult Rank::before_first_nccl(std::int64_t s)
 	return StepResult::Ok;
 }
 
-// ncclGroupStart (start) or ncclGroupEnd, counted; false on an error.
+// ncclGroupStart (start) or ncclGroupEnd, counted, and the time the end held
+// this thread; false on an error.
 bool Rank::group_call(bool start)
 {
 	const char *api = start ? "ncclGroupStart" : "ncclGroupEnd";
 	(start ? truth_.group_start : truth_.group_end)++;
+	const long long t0 = now_ns();
 	ncclResult_t r = start ? nc_.ncclGroupStart() : nc_.ncclGroupEnd();
+	if (!start)
+		truth_.group_end_ns += static_cast<std::uint64_t>(now_ns() - t0);
 	if (r != 0) {
 		truth_.nccl_errors[api][nccl_result_name(r)]++;
 		note_nccl_error(api, r);

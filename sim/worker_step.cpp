@@ -199,27 +199,15 @@ StepResult Rank::step(std::int64_t s)
 	bool in_group = false;
 	for (const NcclCall &c : step_nccl_calls(s, rank_, world_)) {
 		if (c.grouped && !in_group) {
-			truth_.group_start++;
-			ncclResult_t r = nc_.ncclGroupStart();
-			if (r != 0) {
-				truth_.nccl_errors["ncclGroupStart"][nccl_result_name(r)]++;
-				note_nccl_error("ncclGroupStart", r);
+			if (!group_call(true))
 				return StepResult::NcclFailed;
-			}
 			in_group = true;
 		}
 		if (nccl(c.op, c.bytes(), call_nccl(c, nccl_stream_)) != 0)
 			return StepResult::NcclFailed;
 	}
-	if (in_group) {
-		truth_.group_end++;
-		ncclResult_t r = nc_.ncclGroupEnd();
-		if (r != 0) {
-			truth_.nccl_errors["ncclGroupEnd"][nccl_result_name(r)]++;
-			note_nccl_error("ncclGroupEnd", r);
-			return StepResult::NcclFailed;
-		}
-	}
+	if (in_group && !group_call(false))
+		return StepResult::NcclFailed;
 
 	return step_end(s);
 }

@@ -133,27 +133,38 @@ TEST(LayoutDetection, HealthyJobsWithJitterPausesAndACheckpointNameNobody) {
 }
 
 // A pipeline rank that hangs before its step's first NCCL call: its
-// neighbour's receive never gets its send. The hang names it.
-TEST(LayoutDetection, APipelineHangNamesTheRankThatNeverSent) {
+// neighbour's receive never gets its send. The hang names it, in either mode:
+// with a blocking backend the ranks it holds up sit in their ncclGroupEnd
+// (the exchange's wait), links of its chain, not hangs of their own.
+void expect_a_pipeline_hang_named(const std::string& mode) {
   ARGUS_REQUIRE_ROOT();
-  const auto dir = make_temp_dir("layout-pp-hang");
+  const auto dir = make_temp_dir("layout-pp-hang-" + mode);
   Agent agent(dir, {"--window", "5"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const int hung = random_rank(8);
-  const std::string job = "pp-hang-" + std::to_string(hung);
+  SCOPED_TRACE("hung rank " + std::to_string(hung));
+  const std::string job = "pp-hang-" + mode + "-" + std::to_string(hung);
   Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms", "200", "--job-id", job,
-             "--quiet", "--out", (dir / "truth").string(), "--tp", "2", "--pp", "2", "--accum", "4", "--hang",
-             std::to_string(hung) + ":40"},
+             "--quiet", "--out", (dir / "truth").string(), "--tp", "2", "--pp", "2", "--accum", "4", "--nccl-mode",
+             mode, "--hang", std::to_string(hung) + ":40"},
             dir / "sim.log");
   json hang;
+  std::set<int> missing;  // ranks ever flagged hang_missing
+  auto watch = [&] {
+    const auto now = flagged_now(agent, job, "hang_missing");
+    missing.insert(now.begin(), now.end());
+  };
   ASSERT_TRUE(eventually(
       [&] {
+        watch();
         const auto evs = events_of(agent, "hang", job);
         if (!evs.empty()) hang = evs[0];
         return !evs.empty();
       },
       60s))
       << agent.log();
+  for (int i = 0; i < 10; ++i, std::this_thread::sleep_for(300ms)) watch();  // and a few passes more
+  EXPECT_EQ(missing, std::set<int>{hung});
   EXPECT_TRUE(truth_has_fault(dir / "truth", hung, "hang"));
   // Every hang event names the rank that hung (a collective it never issued,
   // or a send it never made): the ranks it holds up are links of its chain,
@@ -161,6 +172,12 @@ TEST(LayoutDetection, APipelineHangNamesTheRankThatNeverSent) {
   for (const auto& e : events_of(agent, "hang", job)) EXPECT_EQ(e["rank"], hung) << e["summary"];
   const std::string cause = hang["evidence"]["cause"];
   EXPECT_TRUE(cause == "missing_rank" || cause == "peer_never_sent") << hang.dump();
+}
+
+TEST(LayoutDetection, APipelineHangNamesTheRankThatNeverSent) { expect_a_pipeline_hang_named("async"); }
+
+TEST(LayoutDetection, APipelineHangNamesTheRankThatNeverSentWithABlockingBackend) {
+  expect_a_pipeline_hang_named("blocking");
 }
 
 }  // namespace

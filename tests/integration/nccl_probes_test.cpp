@@ -95,11 +95,44 @@ TEST(NcclProbes, SendRecvCarryTheirPeerAndTheGroupTheyWereMadeIn) {
     ASSERT_TRUE(g);
     EXPECT_EQ(g->count, ended);
     EXPECT_EQ(g->sum, want.size());  // operations recorded inside them
+    const auto timed = p.stat(pid, ARGUS_STAT_NCCL_GROUP_WAIT, 0);  // each end, outermost with operations
+    ASSERT_TRUE(timed);
+    EXPECT_EQ(timed->count, ended);
     // A send is still counted as op="send".
     const auto sends = p.stat(pid, ARGUS_STAT_NCCL_CALLS, ARGUS_OP_SEND);
     ASSERT_TRUE(sends);
     EXPECT_EQ(sends->count, t.at("nccl").at("send").at("calls").get<uint64_t>());
   }
+}
+
+// A blocking backend waits for a grouped exchange in its ncclGroupEnd: every
+// outermost end with operations is timed, and the time the probes give is the
+// time the job itself measured around those calls, less the probes' own cost.
+TEST(NcclProbes, TheOutermostGroupEndIsTimedWhereTheExchangeWaits) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("nccl-group-wait");
+  Probed p(dir);
+  ASSERT_TRUE(p.loader);
+  const auto truth = p.run(dir, "group-wait-job", 2, {"--pp", "2", "--accum", "2", "--nccl-mode", "blocking"});
+  ASSERT_EQ(truth.size(), 2u) << read_text(dir / "sim.log");
+  for (const auto& [rank, t] : truth) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const int pid = t.at("pid").get<int>();
+    const uint64_t ended = t.at("nccl_group").at("end").get<uint64_t>();
+    const double held_s = t.at("nccl_group").at("end_seconds").get<double>();
+    ASSERT_GT(ended, 0u);
+    ASSERT_GT(held_s, 0.0);
+    const auto w = p.stat(pid, ARGUS_STAT_NCCL_GROUP_WAIT, 0);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->count, ended);  // every group here has operations, none nests
+    const double probed_s = static_cast<double>(w->sum) / 1e9;
+    EXPECT_LE(probed_s, held_s);        // inside the call, within the job's clock reads around it
+    EXPECT_GE(probed_s, 0.5 * held_s);  // less only the probes' entry and return
+  }
+  // No ncclGroupEnd return went unmatched (the ends are timed from their entry).
+  const auto errors = p.loader->read_errors();
+  const auto unmatched = errors.find(ARGUS_ERR_RETURN_UNMATCHED);
+  EXPECT_EQ(unmatched == errors.end() ? 0u : unmatched->second, 0u);
 }
 
 // TP 2 x DP 2: the TP groups are split from the world, color = r / 2, key = r.

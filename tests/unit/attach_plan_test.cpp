@@ -43,13 +43,13 @@ void expect_nccl_plan(const std::string& path) {
   for (const auto& s : plan) EXPECT_TRUE(seen.insert({s.file_offset, s.program}).second) << s.symbol;
 
   // 11 collective/p2p entry points x (entry + return); the inits and the
-  // children (split, shrink) the library exports x 2; ncclGroupStart and
-  // ncclGroupEnd, entry only.
+  // children (split, shrink) the library exports x 2; ncclGroupStart, entry
+  // only, and ncclGroupEnd, entry and return.
   size_t made = 0;
   for (const char* f : {"CommInitRank", "CommInitRankConfig", "CommInitRankScalable", "CommInitAll", "CommSplit",
                         "CommShrink"})
     made += t.find(std::string("nccl") + f) != nullptr || t.find(std::string("pnccl") + f) != nullptr;
-  EXPECT_EQ(plan.size(), 11u * 2 + made * 2 + 2);
+  EXPECT_EQ(plan.size(), 11u * 2 + made * 2 + 3);
   const auto* gs = find_spec(plan, "ncclGroupStart", ProbeProgram::NcclGroupStart);
   const auto* ge = find_spec(plan, "ncclGroupEnd", ProbeProgram::NcclGroupEnd);
   ASSERT_NE(gs, nullptr);
@@ -57,6 +57,10 @@ void expect_nccl_plan(const std::string& path) {
   EXPECT_FALSE(gs->retprobe);
   EXPECT_FALSE(ge->retprobe);
   EXPECT_EQ(ge->file_offset, t.find("pncclGroupEnd")->file_offset);
+  const auto* gx = find_spec(plan, "ncclGroupEnd", ProbeProgram::NcclGroupExit);
+  ASSERT_NE(gx, nullptr);
+  EXPECT_TRUE(gx->retprobe);
+  EXPECT_EQ(gx->file_offset, ge->file_offset);
 
   const auto* reduce = find_spec(plan, "ncclReduce", ProbeProgram::NcclCollEnter);
   ASSERT_NE(reduce, nullptr);
@@ -97,7 +101,7 @@ TEST(AttachPlan, RealNccl228CollectivesChildrenAndInitAll) {
   if (!std::filesystem::exists(kRealNccl)) GTEST_SKIP() << kRealNccl << " not installed";
   const auto t = load(kRealNccl);
   const auto plan = plan_probes(t, LibraryKind::Nccl, ProbeSet::Default);
-  EXPECT_EQ(plan.size(), 11u * 2 + 6u * 2 + 2);  // 2.28.9 exports every one of them
+  EXPECT_EQ(plan.size(), 11u * 2 + 6u * 2 + 3);  // 2.28.9 exports every one of them; ncclGroupEnd: entry and return
   struct Coll {
     const char* sym;
     uint32_t op, count, dtype, comm;

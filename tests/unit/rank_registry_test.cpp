@@ -285,6 +285,35 @@ TEST(RankRegistry, ReusedPidStartsAFreshRecord) {
   EXPECT_TRUE(snap[0].nccl.empty());
 }
 
+// A grouped exchange (a pipeline's sends and receives) waits in its
+// ncclGroupEnd: that time is collective wait, and ncclGroupEnd's errors are
+// its own.
+TEST(RankRegistry, GroupEndTimeIsCollectiveWait) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.track(1, 1, "a", env_identity("j", 0), {});
+  uint64_t groups = 0, wait = 0;
+  for (int i = 0; i <= 20; ++i) {
+    reg.apply_totals(1, {{1, ARGUS_STAT_NCCL_CALLS, ARGUS_OP_SEND, 0, 2 * groups, 64 * groups},
+                         {1, ARGUS_STAT_NCCL_WAIT, ARGUS_OP_SEND, 0, 2 * groups, 2000 * groups},
+                         {1, ARGUS_STAT_NCCL_GROUP, 0, 0, groups, 2 * groups},
+                         {1, ARGUS_STAT_NCCL_GROUP_WAIT, 0, 0, groups, wait},
+                         {1, ARGUS_STAT_NCCL_ERROR, ARGUS_NCCL_ERR_GROUP_END, 3, 1, 0}});
+    reg.tick();
+    clock.advance(1);
+    groups += 10;
+    wait += 400'000'000 - 20'000;  // with the sends' 20 x 1 us: 0.4 s a second
+  }
+  const auto s = reg.snapshot()[0];
+  EXPECT_NEAR(s.collective_wait_ratio, 0.4, 1e-9);
+  EXPECT_EQ(s.nccl_groups.ended, 200u);
+  EXPECT_EQ(s.nccl_groups.ops, 400u);
+  EXPECT_EQ(s.nccl_groups.timed, 200u);
+  EXPECT_EQ(s.nccl_groups.wait_ns, 20ull * (400'000'000 - 20'000));
+  EXPECT_FALSE(s.nccl.contains("ncclGroupEnd"));  // not an op: argus_nccl_collectives_total keeps its ops
+  EXPECT_EQ((s.nccl_errors.at({"ncclGroupEnd", "ncclInternalError"})), 1u);
+}
+
 TEST(RankRegistry, WaitRatioOverTheWindow) {
   FakeClock clock;
   RankRegistry reg(clock, {"n", 30, 10, false});

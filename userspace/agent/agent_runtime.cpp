@@ -232,7 +232,7 @@ std::vector<InflightWait> AgentRuntime::blocked_calls() const {
       continue;
     }
     if (auto name = names_.name_of(pid, call.comm); !name.empty())
-      out.push_back({pid, name, false, nccl_op_label(call.op), call.start_ns});
+      out.push_back({pid, name, false, nccl_call_label(call.kind, call.op), call.start_ns});
   }
   // Calls that began before the agent's probes, seen on the ranks' stacks.
   for (auto& w : stuck_calls_.waits()) out.push_back(std::move(w));

@@ -160,7 +160,7 @@ void CallFeed::on_call_done(const argus_call_done_event& e) {
   const int pid = static_cast<int>(e.hdr.tgid);
   const bool collective = e.cls == ARGUS_CLS_NCCL;
   const std::string comm = collective ? names_.name_of(pid, e.ptr) : std::string();
-  timeline_.on_call(pid, collective, collective ? nccl_op_label(e.id) : cuda_api_label(e.id), comm, e.start_ns,
+  timeline_.on_call(pid, collective, collective ? nccl_call_label(e.kind, e.id) : cuda_api_label(e.id), comm, e.start_ns,
                     e.hdr.ts_ns, e.ret);
   if (!collective && e.kind == ARGUS_STAT_CUDA_SYNC) tracker_.on_sync(pid, e.start_ns, e.hdr.ts_ns);
 }

@@ -176,12 +176,15 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
     plan.add(*sym, ProbeProgram::NcclChildEnter, false, ARGUS_COOKIE(child.id, 0, 0, 0, 0));
     plan.add(*sym, ProbeProgram::NcclChildExit, true, ARGUS_COOKIE(child.id, 0, 0, 0, 0));
   }
-  // Group boundaries, entry only (no event: a map update each): a trap per
-  // grouped batch, against two per operation inside it, for knowing which
-  // operations NCCL launched together (a pipeline stage's sends and receives).
+  // Group boundaries (no event: a map update each), for knowing which
+  // operations NCCL launched together (a pipeline stage's sends and receives),
+  // and ncclGroupEnd's return: the outermost end is where a grouped exchange
+  // holds the host (a first connection, a blocking backend), timed as a call.
   if (const auto* start = nccl_symbol(symbols, "GroupStart"); start && nccl_symbol(symbols, "GroupEnd")) {
+    const auto* end = nccl_symbol(symbols, "GroupEnd");
     plan.add(*start, ProbeProgram::NcclGroupStart, false, 0);
-    plan.add(*nccl_symbol(symbols, "GroupEnd"), ProbeProgram::NcclGroupEnd, false, 0);
+    plan.add(*end, ProbeProgram::NcclGroupEnd, false, 0);
+    plan.add(*end, ProbeProgram::NcclGroupExit, true, 0);
   }
 }
 
@@ -236,6 +239,7 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::NcclChildExit: return "argus_nccl_child_exit";
     case ProbeProgram::NcclGroupStart: return "argus_nccl_group_start";
     case ProbeProgram::NcclGroupEnd: return "argus_nccl_group_end";
+    case ProbeProgram::NcclGroupExit: return "argus_nccl_group_exit";
     case ProbeProgram::CudaSyncEnter: return "argus_cuda_sync_enter";
     case ProbeProgram::CudaCount: return "argus_cuda_count";
     case ProbeProgram::CudaRet: return "argus_cuda_ret";

@@ -29,7 +29,8 @@ enum class ProbeProgram {
   NcclChildEnter, // argus_nccl_child_enter: ncclCommSplit / ncclCommShrink
   NcclChildExit,  // argus_nccl_child_exit (uretprobe): the child's handle and its number
   NcclGroupStart, // argus_nccl_group_start: the thread's group depth and number
-  NcclGroupEnd,   // argus_nccl_group_end: ... and the ended group counted
+  NcclGroupEnd,   // argus_nccl_group_end: ... and the ended group counted, the outermost timed
+  NcclGroupExit,  // argus_nccl_group_exit (uretprobe): the outermost end's time and errors
   CudaSyncEnter,  // argus_cuda_sync_enter
   CudaCount,      // argus_cuda_count (deep): counts a launch, keeps its entry time
   CudaRet,        // argus_cuda_ret (uretprobe)

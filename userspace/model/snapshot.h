@@ -24,6 +24,15 @@ struct OpCounters {
   uint64_t wait_ns = 0;  // time inside the call (entry to return)
 };
 
+// The rank's NCCL groups: ended (outermost), the operations grouped in them,
+// and the time its host spent in their ncclGroupEnd (the ends with operations).
+struct GroupCounters {
+  uint64_t ended = 0;
+  uint64_t ops = 0;
+  uint64_t timed = 0;
+  uint64_t wait_ns = 0;
+};
+
 struct SyncCounters {
   uint64_t calls = 0;
   uint64_t wait_ns = 0;
@@ -182,6 +191,7 @@ struct RankSnapshot : RankDetection {
   double first_seen_unix = 0;
 
   std::map<std::string, OpCounters> nccl;    // op label -> counters
+  GroupCounters nccl_groups;
   std::map<std::string, SyncCounters> sync;  // api label -> counters
   uint64_t kernel_launches = 0;
   bool launches_counted = false;  // true only under --probes deep

@@ -21,6 +21,7 @@ inline bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::NcclChildExit: return skel->progs.argus_nccl_child_exit;
     case ProbeProgram::NcclGroupStart: return skel->progs.argus_nccl_group_start;
     case ProbeProgram::NcclGroupEnd: return skel->progs.argus_nccl_group_end;
+    case ProbeProgram::NcclGroupExit: return skel->progs.argus_nccl_group_exit;
     case ProbeProgram::CudaSyncEnter: return skel->progs.argus_cuda_sync_enter;
     case ProbeProgram::CudaCount: return skel->progs.argus_cuda_count;
     case ProbeProgram::CudaRet: return skel->progs.argus_cuda_ret;

@@ -320,7 +320,8 @@ void RankRegistry::tick() {
     const PythonGcView& gc = e.snap.python_gc;
     Sample smp;
     smp.mono_ns = now;
-    smp.coll_ns = sum_wait_ns(e.snap.nccl);
+    // A grouped exchange waits in its ncclGroupEnd, not in its sends and receives.
+    smp.coll_ns = sum_wait_ns(e.snap.nccl) + e.snap.nccl_groups.wait_ns;
     smp.sync_ns = sum_wait_ns(e.snap.sync);
     smp.gc_ns = gc.ns;
     smp.gc_pauses = gc.timed;

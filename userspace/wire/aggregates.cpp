@@ -14,6 +14,7 @@ AggregateRecord aggregate_of(const StatEntry& s) {
 void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot& s) {
   // BPF keeps totals since the process was first seen: replace, never add.
   s.nccl.clear();
+  s.nccl_groups = GroupCounters{};
   s.sync.clear();
   s.cuda_errors.clear();
   s.nccl_errors.clear();
@@ -36,6 +37,14 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
       }
       case ARGUS_STAT_NCCL_WAIT:
         s.nccl[nccl_op_label(r.sub)].wait_ns += r.sum;
+        break;
+      case ARGUS_STAT_NCCL_GROUP:
+        s.nccl_groups.ended += r.count;
+        s.nccl_groups.ops += r.sum;
+        break;
+      case ARGUS_STAT_NCCL_GROUP_WAIT:
+        s.nccl_groups.timed += r.count;
+        s.nccl_groups.wait_ns += r.sum;
         break;
       case ARGUS_STAT_CUDA_SYNC: {
         auto& c = s.sync[cuda_api_label(r.sub)];
@@ -83,8 +92,7 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
         s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
         break;
       case ARGUS_STAT_NCCL_ERROR: {
-        const std::string api = r.sub >= ARGUS_OP_MAX ? nccl_init_api_label(r.sub - ARGUS_OP_MAX) : nccl_op_label(r.sub);
-        s.nccl_errors[{api, nccl_result_name(r.code)}] += r.count;
+        s.nccl_errors[{nccl_error_api_label(r.sub), nccl_result_name(r.code)}] += r.count;
         break;
       }
       default:

@@ -45,6 +45,15 @@ const char* nccl_init_api_label(uint32_t api) {
   }
 }
 
+const char* nccl_error_api_label(uint32_t sub) {
+  if (sub == ARGUS_NCCL_ERR_GROUP_END) return "ncclGroupEnd";
+  return sub >= ARGUS_OP_MAX ? nccl_init_api_label(sub - ARGUS_OP_MAX) : nccl_op_label(sub);
+}
+
+const char* nccl_call_label(uint32_t kind, uint32_t id) {
+  return kind == ARGUS_STAT_NCCL_GROUP_WAIT ? "ncclGroupEnd" : nccl_op_label(id);
+}
+
 const char* cuda_api_label(uint32_t api) {
   static constexpr std::array<const char*, ARGUS_CU_API_MAX> kLabels{
       "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuLaunchKernel",

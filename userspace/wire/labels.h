@@ -16,6 +16,11 @@ namespace argus {
 // "ncclCommInitRank", ..., "ncclCommSplit", "ncclCommShrink", "ncclCommInitAll".
 const char* nccl_op_label(uint32_t op);
 const char* nccl_init_api_label(uint32_t api);
+// ARGUS_STAT_NCCL_ERROR's sub: an op, an init API, or ncclGroupEnd.
+const char* nccl_error_api_label(uint32_t sub);
+// A timed NCCL call (an in-flight slot, a call_done record) by its stat kind
+// and id: the op of a collective, or "ncclGroupEnd".
+const char* nccl_call_label(uint32_t kind, uint32_t id);
 // CUDA: an api id (enum argus_cu_api) -> "cuStreamSynchronize", ...
 const char* cuda_api_label(uint32_t api);
 // Return codes: "CUDA_ERROR_OUT_OF_MEMORY", "ncclSystemError" (bpf/argus_result_codes.h), or the number.
