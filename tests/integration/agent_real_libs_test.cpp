@@ -46,8 +46,8 @@ TEST(AgentRealLibs, AttachesToRealNcclAndCudaStubInPipLayout) {
   // Two distinct NCCL files (toolkit and wheel copy), each with 11 collective
   // and p2p functions (entry + return), 4 inits (ncclCommInitRank, ...Config,
   // ...Scalable, ncclCommInitAll) and 2 children (ncclCommSplit,
-  // ncclCommShrink), entry + return, and ncclGroupStart/End (entry): 36 probes
-  // each, weak/strong aliases probed once.
+  // ncclCommShrink), entry + return, ncclGroupStart (entry) and ncclGroupEnd
+  // (entry + return): 37 probes each, weak/strong aliases probed once.
   double nccl = -1, cuda = -1, errors = -1;
   json doc;
   for (int i = 0; i < 150; ++i) {
@@ -57,22 +57,22 @@ TEST(AgentRealLibs, AttachesToRealNcclAndCudaStubInPipLayout) {
     errors = sample(m, "argus_agent_probe_attach_errors_total{library=\"nccl\"}");
     auto d = agent.get_json("/api/v1/ranks");
     if (d) doc = *d;
-    if (nccl >= 72 && cuda > 0 && !agent_rank_by_pid(doc, pip.pid()).is_null() &&
+    if (nccl >= 74 && cuda > 0 && !agent_rank_by_pid(doc, pip.pid()).is_null() &&
         !agent_rank_by_pid(doc, direct.pid()).is_null())
       break;
     std::this_thread::sleep_for(200ms);
   }
-  EXPECT_GE(nccl, 72) << agent.log();  // other processes on the machine may map other NCCL files
-  // Each of the two files: exactly 36 probes, none failed.
+  EXPECT_GE(nccl, 74) << agent.log();  // other processes on the machine may map other NCCL files
+  // Each of the two files: exactly 37 probes, none failed.
   const std::string log = agent.log();
   // The maps name a library by its resolved path (/usr/local/cuda is a symlink).
   for (const auto& path : {fs::canonical(kRealNccl).string(), fs::canonical(site / "libnccl.so.2").string()})
   {
     // One uprobe_multi link per program and direction where the kernel has them (6.6+):
     // collective entries, their returns, init entries and returns, child
-    // entries and returns, group starts, group ends.
-    const std::string links = kernel_at_least(6, 6) ? " (8 multi links)" : " (36 perf links)";
-    EXPECT_NE(log.find("attached 36 probes (0 failed) to nccl library " + path + links), std::string::npos)
+    // entries and returns, group starts, group ends and their returns.
+    const std::string links = kernel_at_least(6, 6) ? " (9 multi links)" : " (37 perf links)";
+    EXPECT_NE(log.find("attached 37 probes (0 failed) to nccl library " + path + links), std::string::npos)
         << path << "\n" << log;
   }
   // The stub: 5 synchronize entry points x 2, and the checked allocation/init calls.
