@@ -23,7 +23,7 @@ int BPF_KPROBE(argus_nccl_group_start)
 		return 0;
 	struct argus_group_state *g = bpf_map_lookup_elem(&nccl_group, &pid_tgid);
 	if (!g) {
-		struct argus_group_state first = { .depth = 1, .ops = 0, .number = 1, .comm = 0 };
+		struct argus_group_state first = { .depth = 1, .ops = 0, .number = 1 };
 		if (bpf_map_update_elem(&nccl_group, &pid_tgid, &first, BPF_ANY))
 			argus_count_error(ARGUS_ERR_INFLIGHT_FULL);
 		return 0;

@@ -70,11 +70,6 @@ json rank_json(const RankSnapshot& r) {
   for (const auto& [op, c] : r.nccl) {
     nccl[op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9}};
   }
-  const GroupCounters& g = r.nccl_groups;
-  const json groups = {{"ended", g.ended},
-                       {"operations", g.ops},
-                       {"timed", g.timed},
-                       {"wait_seconds", static_cast<double>(g.wait_ns) / 1e9}};
   json sync = json::object();
   for (const auto& [api, c] : r.sync) {
     sync[api] = {{"calls", c.calls}, {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9}};
@@ -131,7 +126,11 @@ json rank_json(const RankSnapshot& r) {
   }
   j["comm_seq"] = r.comm_seq;
   j["nccl"] = std::move(nccl);
-  j["nccl_groups"] = groups;
+  const GroupCounters& g = r.nccl_groups;
+  j["nccl_groups"] = {{"ended", g.ended},
+                      {"operations", g.ops},
+                      {"timed", g.timed},
+                      {"wait_seconds", static_cast<double>(g.wait_ns) / 1e9}};
   json copies = json::object();
   for (const char* dir : {"htod", "dtoh", "dtod"}) copies[dir] = {{"calls", 0}, {"bytes", 0}};
   for (const auto& [dir, c] : r.memcpy) copies[dir] = {{"calls", c.calls}, {"bytes", c.bytes}};

@@ -36,6 +36,7 @@ Snapshot make_snapshot() {
   a1.identity_source = "env:RANK";
   a1.first_seen_unix = 1700000000.5;
   a1.nccl["all_reduce"] = {10, 4096, 1'500'000'000};
+  a1.nccl_groups = {6, 9, 5, 250'000'000};
   a1.sync["cuStreamSynchronize"] = {5, 250'000'000};
   a1.launches_counted = true;
   a1.kernel_launches = 777;
@@ -101,6 +102,7 @@ TEST(JsonApi, RoundTripsThroughNlohmann) {
   EXPECT_EQ(a1["nccl"]["all_reduce"]["calls"], 10);
   EXPECT_EQ(a1["nccl"]["all_reduce"]["bytes"], 4096);
   EXPECT_DOUBLE_EQ(a1["nccl"]["all_reduce"]["wait_seconds"].get<double>(), 1.5);
+  EXPECT_EQ(a1["nccl_groups"], (json{{"ended", 6}, {"operations", 9}, {"timed", 5}, {"wait_seconds", 0.25}}));
   EXPECT_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["calls"], 5);
   EXPECT_DOUBLE_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["wait_seconds"].get<double>(), 0.25);
   EXPECT_EQ(a1["cuda"]["kernel_launches"], 777);

@@ -180,8 +180,9 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
   // operations NCCL launched together (a pipeline stage's sends and receives),
   // and ncclGroupEnd's return: the outermost end is where a grouped exchange
   // holds the host (a first connection, a blocking backend), timed as a call.
-  if (const auto* start = nccl_symbol(symbols, "GroupStart"); start && nccl_symbol(symbols, "GroupEnd")) {
-    const auto* end = nccl_symbol(symbols, "GroupEnd");
+  const auto* start = nccl_symbol(symbols, "GroupStart");
+  const auto* end = nccl_symbol(symbols, "GroupEnd");
+  if (start && end) {
     plan.add(*start, ProbeProgram::NcclGroupStart, false, 0);
     plan.add(*end, ProbeProgram::NcclGroupEnd, false, 0);
     plan.add(*end, ProbeProgram::NcclGroupExit, true, 0);

@@ -285,20 +285,18 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       Verdict& v = verdicts[r->pid];
       std::erase_if(v.late_on, [&](const CommLateness* c) {
         if (!is_p2p(*c)) return false;
-        std::vector<double> replicas, replica_se;
+        const CommLateness* top = nullptr;  // the replica whose pair stands latest
         for (const auto* q : members) {
           if (q->pid == r->pid || !shares_a_collective(*r, *q)) continue;
           const CommLateness* like = nullptr;
           for (const auto& x : q->lag.comms)
             if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c->ops_per_step) < std::fabs(like->ops_per_step - c->ops_per_step)))
               like = &x;
-          if (!like) continue;
-          replicas.push_back(like->median_offset_s);
-          replica_se.push_back(like->offset_se_s);
+          if (like && (!top || like->median_offset_s > top->median_offset_s)) top = like;
         }
-        if (replicas.empty()) return false;  // no replica here: the pipeline's own shape cannot be told apart
-        const double own = c->median_offset_s - *std::max_element(replicas.begin(), replicas.end());
-        const double se = std::hypot(c->offset_se_s, median_of(replica_se));
+        if (!top) return false;  // no replica here: the pipeline's own shape cannot be told apart
+        const double own = c->median_offset_s - top->median_offset_s;
+        const double se = std::hypot(c->offset_se_s, top->offset_se_s);  // of that difference
         return own < 0.5 * c->median_offset_s || own < opts_.min_t_score * se;
       });
       if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {

@@ -71,10 +71,10 @@ struct StealerEntry {
   argus_stealer_val value;
 };
 
-// A collective call still running (its entry seen, its return not yet).
 // A call that has entered and not returned yet: a collective (kind
-// ARGUS_STAT_NCCL_WAIT, comm = its communicator) or a CUDA synchronize
-// (ARGUS_STAT_CUDA_SYNC, op = the api id).
+// ARGUS_STAT_NCCL_WAIT, comm = its communicator), an outermost ncclGroupEnd
+// (ARGUS_STAT_NCCL_GROUP_WAIT, comm = its group's first communicator) or a
+// CUDA synchronize (ARGUS_STAT_CUDA_SYNC, op = the api id).
 struct InflightCall {
   uint32_t tgid = 0;
   uint32_t tid = 0;
