@@ -88,5 +88,71 @@ TEST(ArrivalOrder, AnOperationThatBeganBeforeTheOpenStepIsOfThatStep) {
   EXPECT_EQ(c[0].ops_per_step, 5);
 }
 
+// A 2-rank group's steps where each offset carries part of the step before's
+// (a rank that ran long finishes its optimizer late and starts the next step
+// late): offset[k] = e[k] + carry * e[k-1], healthy. Counts the steps after
+// which the rank reads surely late (the detector's default tests), and keeps
+// the last statistic.
+struct CorrelatedRun {
+  size_t surely_late = 0;
+  CommLateness last;
+};
+CorrelatedRun run_correlated(ArrivalOrder& order, unsigned seed, int steps, double carry, double shift_from = -1,
+                             double shift_s = 0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> e(0, 0.005);
+  const std::map<int, double> period{{1, kStep}, {2, kStep}};
+  CorrelatedRun out;
+  double prev = e(rng);
+  uint64_t t = 1'000'000'000;
+  for (int s = 0; s < steps; ++s, t += static_cast<uint64_t>(kStep * 1e9)) {
+    const double now = e(rng);
+    const double offset = now + carry * prev + (shift_from >= 0 && s >= shift_from ? shift_s : 0);
+    prev = now;
+    const uint64_t at = t + 10'000'000;  // both well inside the step
+    order.add("tp", {{1, at + static_cast<uint64_t>(std::max(0.0, offset) * 1e9)},
+                     {2, at + static_cast<uint64_t>(std::max(0.0, -offset) * 1e9)}},
+              {}, period);
+    const auto c = on(order.of(1, kStep, t + 20'000'000), "tp");
+    if (!c) continue;
+    out.last = *c;
+    if (c->p_late <= 1e-4 && c->t_score >= 4) ++out.surely_late;
+  }
+  return out;
+}
+
+TEST(ArrivalOrder, StepsThatCarryTheStepBeforeAreFewerIndependentOnes) {
+  // Healthy, with a carry that makes consecutive steps correlate by ~0.5 (the
+  // simulator's TP2xPP2xDP2 job with 30% jitter measured 0.2 to 0.5): counted
+  // as independent steps, chance runs read as a late rank now and then.
+  ArrivalOrderOptions independent;
+  independent.serial_max = 0;
+  size_t naive = 0, corrected = 0;
+  double rho = 0;
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    ArrivalOrder a(independent), b;
+    naive += run_correlated(a, seed, 3000, 0.9).surely_late;
+    const CorrelatedRun r = run_correlated(b, seed, 3000, 0.9);
+    corrected += r.surely_late;
+    rho += r.last.serial_correlation / 4;
+  }
+  EXPECT_GT(naive, 0u);  // the case is a real one
+  EXPECT_EQ(corrected, 0u);
+  EXPECT_NEAR(rho, 0.9 / (1 + 0.81), 0.15);  // MA(1): theta / (1 + theta^2)
+}
+
+TEST(ArrivalOrder, AStragglerAfterCorrelatedStepsIsStillSurelyLate) {
+  // The same healthy job, then rank 1 behind by 15 ms a step (twice the
+  // offsets' spread): the correlation learnt while healthy asks for more
+  // steps, not for a bigger lag, and what it learns after the onset does not
+  // hide it.
+  ArrivalOrder order;
+  const CorrelatedRun r = run_correlated(order, 7, 400 + 60, 0.9, 400, 0.015);
+  EXPECT_GT(r.last.serial_correlation, 0.2);
+  EXPECT_LE(r.last.p_late, 1e-4);
+  EXPECT_GE(r.last.t_score, 4);
+  EXPECT_GT(r.surely_late, 0u);
+}
+
 }  // namespace
 }  // namespace argus

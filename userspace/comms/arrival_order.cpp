@@ -29,7 +29,7 @@ std::vector<double> peers_medians(const std::vector<double>& v) {
 // in the shortest; one that has been slow all along in the longest. The chance
 // is multiplied by how many were tried (Bonferroni), so trying several costs
 // nothing in false alarms.
-constexpr size_t kSignWindows[] = {16, 24, 40};
+constexpr size_t kSignWindows[] = {16, 24, 32, 40};
 
 }  // namespace
 
@@ -78,6 +78,7 @@ void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& a
     const bool same_step = !bins.empty() && apart_ns < 0.8 * step * 1e9;
     if (same_step) bins.back().start_ns = std::min(bins.back().start_ns, first);
     if (!same_step) {
+      learn_serial({comm, pids[i]}, bins, step);  // its last step is complete
       bins.push_back({first, offset, excess, offset, excess, static_cast<int>(pids.size()) - 1, 1});
       while (bins.size() > opts_.max_bins) bins.pop_front();
       continue;
@@ -96,6 +97,54 @@ void ArrivalOrder::add(const std::string& comm, const std::map<int, uint64_t>& a
       bin.peers = static_cast<int>(pids.size()) - 1;
     }
   }
+}
+
+double independent_share(double rho) {
+  rho = std::clamp(rho, 0.0, 0.99);
+  return (1 - rho) / (1 + rho);
+}
+
+// Learns from the member's newest complete step how its offsets follow one
+// another, when that step and the few before it say nothing of lateness: a
+// straggler's steps, all on one side, would read as correlation (a level
+// shift), and a pause (a checkpoint) as an outlier.
+void ArrivalOrder::learn_serial(const Key& key, const std::deque<Bin>& bins, double step_s) {
+  constexpr size_t kMinSteps = 8;   // a median and a spread to stand on
+  constexpr double kOutlier = 3;    // robust deviations: a pause, or a rank turning late
+  Serial& s = serial_[key];
+  if (bins.size() < kMinSteps) return;
+  std::vector<double> offsets;
+  for (const auto& b : bins) offsets.push_back(b.offset_s);
+  const double med = median_of(offsets);
+  std::vector<double> dev;
+  for (double x : offsets) dev.push_back(std::fabs(x - med));
+  const double tie = std::max(opts_.tie_floor_s, opts_.tie_step_share * step_s);
+  const double sigma = std::max(1.4826 * median_of(dev), tie);
+  const double r = (bins.back().offset_s - med) / sigma;
+  // On one side at each of its last steps: late or early now, not evidence of
+  // how healthy steps follow one another.
+  size_t late = 0, early = 0;
+  for (size_t i = bins.size() - kMinSteps; i < bins.size(); ++i) {
+    if (bins[i].offset_s > tie) ++late;
+    if (bins[i].offset_s < -tie) ++early;
+  }
+  if (std::fabs(r) > kOutlier || late == kMinSteps || early == kMinSteps) {
+    s.has_prev = false;
+    return;
+  }
+  if (s.has_prev) {
+    s.products = opts_.serial_decay * s.products + r * s.prev;
+    s.squares = opts_.serial_decay * s.squares + 0.5 * (r * r + s.prev * s.prev);
+    s.pairs = opts_.serial_decay * s.pairs + 1;
+  }
+  s.prev = r;
+  s.has_prev = true;
+}
+
+double ArrivalOrder::serial_correlation(const Key& key) const {
+  auto it = serial_.find(key);
+  if (it == serial_.end() || it->second.pairs < opts_.serial_min_pairs || it->second.squares <= 0) return 0;
+  return std::clamp(it->second.products / it->second.squares, 0.0, opts_.serial_max);
 }
 
 CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, double step_s, uint64_t now_ns) const {
@@ -141,8 +190,15 @@ CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, dou
   // least the tie band (a rank that is late by exactly the same every step has
   // no spread, and is as sure as it gets).
   const double sigma = std::max(1.4826 * median_of(dev), tie);
-  out.offset_se_s = 1.2533 * sigma / std::sqrt(n);
+  // Correlated steps are fewer independent ones: for the median's standard
+  // error, as the offsets' correlation says; for the sign tests, as that of
+  // their signs does (2/pi asin(rho), for normal offsets).
+  out.serial_correlation = serial_correlation(key);
+  const double share = independent_share(out.serial_correlation);
+  const double sign_share = independent_share(2 / M_PI * std::asin(out.serial_correlation));
+  out.offset_se_s = 1.2533 * sigma / std::sqrt(n * share);
   out.t_score = out.median_offset_s / out.offset_se_s;
+  auto independent = [&](size_t count) { return static_cast<size_t>(std::lround(static_cast<double>(count) * sign_share)); };
   // Sign tests over the recent steps: late (early) at k of the last w steps.
   const size_t tries = std::size(kSignWindows);
   for (size_t w : kSignWindows) {
@@ -152,8 +208,9 @@ CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, dou
       if (bins[i]->offset_s > tie) ++k_late;
       if (bins[i]->offset_s < -tie) ++k_early;
     }
-    out.p_late = std::min(out.p_late, std::min(1.0, sign_test_tail(k_late, m) * static_cast<double>(tries)));
-    out.p_early = std::min(out.p_early, std::min(1.0, sign_test_tail(k_early, m) * static_cast<double>(tries)));
+    const size_t m_ind = std::max<size_t>(1, independent(m));
+    out.p_late = std::min(out.p_late, std::min(1.0, sign_test_tail(std::min(m_ind, independent(k_late)), m_ind) * static_cast<double>(tries)));
+    out.p_early = std::min(out.p_early, std::min(1.0, sign_test_tail(std::min(m_ind, independent(k_early)), m_ind) * static_cast<double>(tries)));
     if (m == bins.size()) break;  // the longer windows are this one
   }
   return out;
@@ -171,6 +228,7 @@ std::vector<CommLateness> ArrivalOrder::of(int pid, double step_s, uint64_t now_
 
 void ArrivalOrder::forget(int pid) {
   std::erase_if(bins_, [pid](const auto& kv) { return kv.first.second == pid; });
+  std::erase_if(serial_, [pid](const auto& kv) { return kv.first.second == pid; });
   std::erase_if(last_pause_ns_, [pid](const auto& kv) { return kv.first.second == pid; });
 }
 
@@ -182,6 +240,7 @@ void ArrivalOrder::trim(uint64_t now_ns) {
   for (auto it = bins_.begin(); it != bins_.end();) {
     auto& d = it->second;
     while (!d.empty() && d.front().start_ns < cutoff) d.pop_front();
+    if (d.empty()) serial_.erase(it->first);
     it = d.empty() ? bins_.erase(it) : std::next(it);
   }
   std::erase_if(last_pause_ns_, [&](const auto& kv) { return kv.second < cutoff; });

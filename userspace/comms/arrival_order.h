@@ -46,6 +46,19 @@ struct ArrivalOrderOptions {
   // larger of the floor and a share of the step (steps from 2 ms to a minute).
   double tie_floor_s = 20e-6;
   double tie_step_share = 0.005;
+  // Consecutive steps are not independent: a rank whose host ran long finishes
+  // its optimizer late and starts the next step late (nothing synchronizes the
+  // ranks between), and a step whose operations span more than a bin shares
+  // its jitter between two. The tests count the steps as the fewer
+  // independent ones this correlation leaves (serial_correlation), learnt
+  // with this decay per step from the steps where the rank was neither late
+  // nor early, ...
+  double serial_decay = 0.99;
+  // ... once this many pairs of steps were seen, ...
+  double serial_min_pairs = 10;
+  // ... and at most this much (the evidence a straggler needs grows as
+  // (1 + rho) / (1 - rho): 0.8 asks nine times as many steps).
+  double serial_max = 0.8;
 };
 
 class ArrivalOrder {
@@ -75,14 +88,30 @@ class ArrivalOrder {
     int ops = 1;  // operations in this step
   };
   using Key = std::pair<std::string, int>;  // (comm, pid)
+  // The lag-1 correlation of a member's step offsets, learnt from its steps
+  // on time (standardized residuals around the median of its kept steps,
+  // exponentially weighted).
+  struct Serial {
+    double products = 0;  // sum of r[t] * r[t-1]
+    double squares = 0;   // sum of r[t]^2
+    double pairs = 0;     // weight of the pairs summed
+    double prev = 0;      // the last step's residual ...
+    bool has_prev = false;  // ... when it was on time (else the chain restarts)
+  };
   CommLateness stats(const Key& key, const std::deque<Bin>& bins, double step_s, uint64_t now_ns) const;
+  void learn_serial(const Key& key, const std::deque<Bin>& bins, double step_s);
+  double serial_correlation(const Key& key) const;
 
   ArrivalOrderOptions opts_;
   std::map<Key, std::deque<Bin>> bins_;
+  std::map<Key, Serial> serial_;
   std::map<Key, uint64_t> last_pause_ns_;  // when it was last behind by over half a step (kept past its bins)
 };
 
 // P(X >= k) for X ~ Binomial(n, 1/2): how unlikely k late steps of n are by chance.
 double sign_test_tail(size_t k, size_t n);
+// The share of n steps with lag-1 correlation rho that counts as independent
+// (the variance of their mean grows by (1 + rho) / (1 - rho)).
+double independent_share(double rho);
 
 }  // namespace argus

@@ -540,7 +540,8 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                        {"late_share", c->late_share},
                        {"median_offset_seconds", c->median_offset_s},
                        {"t_score", c->t_score},
-                       {"chance", c->p_late}});
+                       {"chance", c->p_late},
+                       {"serial_correlation", c->serial_correlation}});
   ev.evidence = {{"source", label_of(v.reason)},
                  {"reason", label_of(v.reason)},
                  {"pid", r.pid},

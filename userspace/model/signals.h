@@ -31,6 +31,7 @@ struct CommLateness {
   double t_score = 0;          // median offset over its robust standard error (+ late, - early)
   double offset_se_s = 0;      // that standard error
   double p_late = 1, p_early = 1;  // sign tests: chance of being late (early) this often, healthy
+  double serial_correlation = 0;   // of its step offsets when on time: the tests count fewer independent steps
   double late_sync_excess = 0;  // late steps: share of the span before its arrival spent in its own
                                 // synchronize calls, above its peers' share before theirs (mean)
 };
