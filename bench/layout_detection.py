@@ -3,6 +3,7 @@
 
   sudo bench/layout_detection.py OUT_DIR [--runs 50] [--fp-seconds 600] [--seed N]
       [--layouts L,..] [--kinds host,gpu_sync,hang,none] [--modes async,blocking]
+      [--fp-layouts L,..]
 
 Randomized runs: each picks a layout (DP 8; TP 2 x DP 4; PP 2 x DP 4 with 4
 micro-batches; TP 2 x PP 2 x DP 2 with 2; EP 4 x DP 8 with MoE all-to-alls), an
@@ -11,10 +12,11 @@ loss.item(), a hang, or none), on a random rank, as the simulator injects it
 and records it in its truth file. One agent watches every run. Per run: the
 latency from the injection the rank recorded to the first moment
 /api/v1/ranks names it (straggler flag, or hang_missing), whether anyone else
-was named, and the reason. Then the false-positive run: a healthy TP 2 x PP 2 x
-DP 2 job with 30% jitter, an evaluation pause every 100 steps and a 4-s
-checkpoint on rank 0 every 150 steps, for --fp-seconds: every straggler or
-hang event of it is a false positive.
+was named, and the reason. Then the false-positive runs: for each of --fp-layouts
+(every layout above unless told), a healthy job with
+30% jitter, an evaluation pause every 100 steps and a 4-s checkpoint on rank 0
+every 150 steps, for --fp-seconds: every straggler or hang event of it is a
+false positive.
 
 Prints: detection latency P50/P90, precision (named runs whose named ranks
 were all the injected one), recall (faulty runs whose rank was named in time),
@@ -108,11 +110,11 @@ def run_one(port, i, rng, step_ms, timeout_s, only):
             "right_reason": (reason in reasons) if reasons and reason else None}
 
 
-def false_positive_run(port, seconds, step_ms):
-    job = "fp-layout"
+def false_positive_run(port, seconds, step_ms, layout):
+    job = f"fp-{layout}"
     start = time.time()
     sim = subprocess.Popen([os.path.join(BIN, "argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", str(step_ms),
-                            "--init-ms", "200", "--job-id", job, "--quiet", "--tp", "2", "--pp", "2", "--accum", "2",
+                            "--init-ms", "200", "--job-id", job, "--quiet", *LAYOUTS[layout],
                             "--jitter", "30", "--eval-every", "100:1500", "--checkpoint", "0:150:4000"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -121,7 +123,7 @@ def false_positive_run(port, seconds, step_ms):
     finally:
         stop(sim, timeout=20)
     bad = [e for e in events if e["kind"] in ("straggler", "hang") and e.get("job_id") == job]
-    return {"seconds": seconds, "false_positives": len(bad), "events": [e["summary"] for e in bad]}
+    return {"layout": layout, "seconds": seconds, "false_positives": len(bad), "events": [e["summary"] for e in bad]}
 
 
 def main():
@@ -136,6 +138,8 @@ def main():
     ap.add_argument("--layouts", default="", help="comma list: draw only these layouts")
     ap.add_argument("--kinds", default="", help="comma list of faults to draw: host, gpu_sync, hang, none")
     ap.add_argument("--modes", default="", help="comma list of NCCL modes to draw: async, blocking")
+    ap.add_argument("--fp-layouts", default=os.environ.get("ARGUS_BENCH_LAYOUT_FP_LAYOUTS", ",".join(sorted(LAYOUTS))),
+                    help="comma list: a false-positive run of --fp-seconds for each")
     a = ap.parse_args()
     only = {k: [x for x in getattr(a, k).split(",") if x] for k in ("layouts", "kinds", "modes")}
     if os.geteuid() != 0:
@@ -159,7 +163,10 @@ def main():
             print(f"run {i}: {r['layout']} {r['mode']} jitter {r['jitter']}% {r['kind']} rank {r['rank']}: "
                   f"{'%.1f s' % r['latency'] if r['latency'] is not None else '-'} named {r['named']} "
                   f"reason {r['reason']}", flush=True)
-        fp = false_positive_run(a.port, a.fp_seconds, a.step_ms) if a.fp_seconds > 0 else None
+        fp = [false_positive_run(a.port, a.fp_seconds, a.step_ms, l) for l in a.fp_layouts.split(",") if l] \
+            if a.fp_seconds > 0 else []
+        for f in fp:
+            print(f"false-positive run {f['layout']} {f['seconds']} s: {f['false_positives']} events", flush=True)
     finally:
         stop(agent, timeout=60)
     faulty = [r for r in runs if r["kind"] != "none"]
@@ -174,15 +181,15 @@ def main():
         "recall": len(lat) / len(faulty) if faulty else None,
         "reason_accuracy": (sum(1 for r in stragglers if r["right_reason"]) / len(stragglers)) if stragglers else None,
         "healthy_runs_named": sum(1 for r in runs if r["kind"] == "none" and r["named"]),
-        "false_positive_run": fp,
+        "false_positive_runs": fp,
     }
     json.dump({"summary": summary, "runs": runs}, open(os.path.join(a.out, "layouts.json"), "w"), indent=1)
     fmt = lambda x, f="%.2f": (f % x) if x is not None else "n/a"
     line = (f"layouts: {len(runs)} runs (seed {a.seed}, step {a.step_ms} ms): latency P50 {fmt(summary['latency_p50_s'], '%.1f')} s, "
             f"P90 {fmt(summary['latency_p90_s'], '%.1f')} s; precision {fmt(summary['precision'])}, recall {fmt(summary['recall'])}, "
             f"reason accuracy {fmt(summary['reason_accuracy'])}; healthy runs with a rank named: {summary['healthy_runs_named']}")
-    if fp:
-        line += f"; false-positive run {fp['seconds']} s with 30% jitter: {fp['false_positives']} events"
+    for f in fp:
+        line += f"; false-positive run {f['layout']} {f['seconds']} s with 30% jitter: {f['false_positives']} events"
     print(line)
     open(os.path.join(a.out, "layouts.txt"), "w").write(line + "\n")
 

@@ -57,7 +57,7 @@
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
-# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS: see bench/layout_detection.py),
+# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS, ARGUS_BENCH_LAYOUT_FP_LAYOUTS: see bench/layout_detection.py),
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).

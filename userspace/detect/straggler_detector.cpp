@@ -429,13 +429,22 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
           v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
           v.decided_by = HostTest::kNone;
         }
-      } else if (!v.late && gpu_slow) {
-        v.reason = StragglerReason::kGpu;
+      }
+      Track& t = tracks_[r->pid];
+      // On its GPU alone (its host on time): the window's NCCL-kernel share, which
+      // chance moves too (jitter, uneven MoE token counts; a healthy EP 4 job
+      // named a rank once in 3 minutes), and consecutive evaluations share most
+      // of their window. So the share must stay low for a whole window of data
+      // the first evaluation did not see; a slow GPU stays slow.
+      const bool gpu_only = !v.late && gpu_slow;
+      if (!gpu_only) t.gpu_low_since = -1;
+      if (gpu_only) {
+        if (t.gpu_low_since < 0) t.gpu_low_since = now_unix;
+        if (t.st.straggler || now_unix - t.gpu_low_since >= window_seconds_) v.reason = StragglerReason::kGpu;
       }
       if (v.late && r->lag.step_seconds > 0) v.score = r->lag.median_lag_s / r->lag.step_seconds;
       if (gpu_slow && dev.median < 1)
         v.score = std::max(v.score, std::max(0.0, (1.0 - r->gpu_nccl_ratio) / std::max(1e-3, 1.0 - dev.median) - 1.0));
-      Track& t = tracks_[r->pid];
       const bool flagged_now = v.reason != StragglerReason::kNone;
       t.st.score = flagged_now ? v.score : 0;
       if (flagged_now) {

@@ -91,6 +91,7 @@ class StragglerDetector {
  private:
   struct Track {
     int hits = 0, misses = 0;
+    double gpu_low_since = -1;  // when its NCCL-kernel share last turned low, its host on time (-1: not low)
     StragglerState st;
   };
   DetectedEvent straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
