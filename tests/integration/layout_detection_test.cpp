@@ -94,6 +94,11 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"tp2_pp2_accum4_host", {"--tp", "2", "--pp", "2", "--accum", "4"}, {"--straggler", "R:1.8"},
                    "straggler", {"host", "compute"}},
         LayoutCase{"ep4_async_host", {"--ep", "4"}, {"--straggler", "R:1.8"}, "straggler", {"host", "compute"}},
+        // Blocking, with the GPU layer: a stage-0 rank waits for the next stage's
+        // backward by the schedule, as its replicas do (not a victim's wait), and
+        // a slow host's NCCL kernels are the shortest too (its reason stays its host).
+        LayoutCase{"tp2_pp2_blocking_host", {"--tp", "2", "--pp", "2", "--accum", "2", "--nccl-mode", "blocking"},
+                   {"--straggler", "R:1.7"}, "straggler", {"host", "compute"}, true},
         LayoutCase{"tp2_gpu_sync_first", {"--tp", "2", "--sync-before-coll"}, {"--gpu-slow", "R:3"}, "gpu_slow",
                    {"gpu", "sync"}, true}),
     [](const auto& info) { return std::string(info.param.name); });

@@ -281,23 +281,44 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     // replicas, its collectives compare it with them anyway (the DP
     // all-reduce, its TP peers'); a 10-minute healthy TP2xPP2xDP2 run named a
     // pair's side 17 times against the replicas' median.
+    // The same holds for earliness: a stage that waits for the next one's
+    // backward by the schedule is early on its pair on every replica; only
+    // earliness beyond the earliest replica's is a wait of its own (a victim's).
+    // (A slow stage-0 host in a blocking TP2xPP2xDP2 job was early on its pair by
+    // 26 ms against its replica's 34: called a victim, it was never named.)
+    auto replica_pair = [&](const RankSignal& r, const CommLateness& c, bool latest) -> const CommLateness* {
+      const CommLateness* pick = nullptr;
+      for (const auto* q : members) {
+        if (q->pid == r.pid || !shares_a_collective(r, *q)) continue;
+        const CommLateness* like = nullptr;
+        for (const auto& x : q->lag.comms)
+          if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c.ops_per_step) < std::fabs(like->ops_per_step - c.ops_per_step)))
+            like = &x;
+        if (like && (!pick || (latest ? like->median_offset_s > pick->median_offset_s
+                                       : like->median_offset_s < pick->median_offset_s)))
+          pick = like;
+      }
+      return pick;
+    };
+    // Whether c's offset stands beyond the replica's (sign +1: later, -1: earlier)
+    // by half of it and surely.
+    auto beyond = [&](const CommLateness& c, const CommLateness& replica, double sign) {
+      const double own = sign * (c.median_offset_s - replica.median_offset_s);
+      const double se = std::hypot(c.offset_se_s, replica.offset_se_s);  // of that difference
+      return own >= 0.5 * sign * c.median_offset_s && own >= opts_.min_t_score * se;
+    };
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
       std::erase_if(v.late_on, [&](const CommLateness* c) {
         if (!is_p2p(*c)) return false;
-        const CommLateness* top = nullptr;  // the replica whose pair stands latest
-        for (const auto* q : members) {
-          if (q->pid == r->pid || !shares_a_collective(*r, *q)) continue;
-          const CommLateness* like = nullptr;
-          for (const auto& x : q->lag.comms)
-            if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c->ops_per_step) < std::fabs(like->ops_per_step - c->ops_per_step)))
-              like = &x;
-          if (like && (!top || like->median_offset_s > top->median_offset_s)) top = like;
-        }
-        if (!top) return false;  // no replica here: the pipeline's own shape cannot be told apart
-        const double own = c->median_offset_s - top->median_offset_s;
-        const double se = std::hypot(c->offset_se_s, top->offset_se_s);  // of that difference
-        return own < 0.5 * c->median_offset_s || own < opts_.min_t_score * se;
+        const CommLateness* top = replica_pair(*r, *c, true);  // the replica whose pair stands latest
+        // (No replica here: the pipeline's own shape cannot be told apart.)
+        return top && !beyond(*c, *top, +1);
+      });
+      std::erase_if(v.early_on, [&](const CommLateness* c) {
+        if (!is_p2p(*c)) return false;
+        const CommLateness* bottom = replica_pair(*r, *c, false);  // the replica whose pair stands earliest
+        return bottom && !beyond(*c, *bottom, -1);
       });
       if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {
         v.decisive = nullptr;
@@ -305,7 +326,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
           if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
       }
       v.late = !v.late_on.empty();
-      if (!v.late) v.victim = false;
+      v.victim = v.late && !v.early_on.empty();
     }
 
     // Imbalance by design (the last pipeline stage computes the loss): a rank
@@ -425,7 +446,11 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         // late rank: a late host's NCCL kernels are the shortest too.
         v.reason = host_reason(*r, members, gc_explains, v);
         const bool host_unexplained = v.reason == StragglerReason::kCompute || v.reason == StragglerReason::kHost;
-        if (host_unexplained && (sync_explains || late_gpu_slow.count(r->pid))) {
+        // (Its NCCL kernels running least among the late ranks says GPU only
+        // where its host waits as much as its peers': a host that computes
+        // longer waits less, and its kernels are the shortest as well.)
+        const bool host_busy = waits_visible && total_wait(*r) <= v.wait_threshold;
+        if (host_unexplained && (sync_explains || (late_gpu_slow.count(r->pid) && !host_busy))) {
           v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
           v.decided_by = HostTest::kNone;
         }
