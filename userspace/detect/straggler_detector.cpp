@@ -286,6 +286,20 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     // earliness beyond the earliest replica's is a wait of its own (a victim's).
     // (A slow stage-0 host in a blocking TP2xPP2xDP2 job was early on its pair by
     // 26 ms against its replica's 34: called a victim, it was never named.)
+    // Replicas whose own partner is late on a collective wait for a culprit
+    // too (a TP peer's partner is gated by the same slow rank): they say
+    // nothing of the schedule's earliness, and are left out.
+    auto partner_late = [&](const RankSignal& q, const CommLateness& pair) {
+      for (const auto* o : members) {
+        if (o->pid == q.pid) continue;
+        const bool partner = std::any_of(o->lag.comms.begin(), o->lag.comms.end(),
+                                         [&](const CommLateness& x) { return x.comm == pair.comm; });
+        if (!partner) continue;
+        const auto& late_on = verdicts[o->pid].late_on;
+        if (std::any_of(late_on.begin(), late_on.end(), [](const CommLateness* x) { return !is_p2p(*x); })) return true;
+      }
+      return false;
+    };
     auto replica_pair = [&](const RankSignal& r, const CommLateness& c, bool latest) -> const CommLateness* {
       const CommLateness* pick = nullptr;
       for (const auto* q : members) {
@@ -294,18 +308,19 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         for (const auto& x : q->lag.comms)
           if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c.ops_per_step) < std::fabs(like->ops_per_step - c.ops_per_step)))
             like = &x;
+        if (like && !latest && partner_late(*q, *like)) continue;
         if (like && (!pick || (latest ? like->median_offset_s > pick->median_offset_s
                                        : like->median_offset_s < pick->median_offset_s)))
           pick = like;
       }
       return pick;
     };
-    // Whether c's offset stands beyond the replica's (sign +1: later, -1: earlier)
-    // by half of it and surely.
-    auto beyond = [&](const CommLateness& c, const CommLateness& replica, double sign) {
+    // Whether c's offset stands beyond the replica's (sign +1: later, -1:
+    // earlier) by at least `share` of it, and by t standard errors.
+    auto beyond = [&](const CommLateness& c, const CommLateness& replica, double sign, double share, double t) {
       const double own = sign * (c.median_offset_s - replica.median_offset_s);
       const double se = std::hypot(c.offset_se_s, replica.offset_se_s);  // of that difference
-      return own >= 0.5 * sign * c.median_offset_s && own >= opts_.min_t_score * se;
+      return own >= share * sign * c.median_offset_s && own >= t * se && own > 0;
     };
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
@@ -313,12 +328,13 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         if (!is_p2p(*c)) return false;
         const CommLateness* top = replica_pair(*r, *c, true);  // the replica whose pair stands latest
         // (No replica here: the pipeline's own shape cannot be told apart.)
-        return top && !beyond(*c, *top, +1);
+        return top && !beyond(*c, *top, +1, 0.5, opts_.min_t_score);
       });
       std::erase_if(v.early_on, [&](const CommLateness* c) {
         if (!is_p2p(*c)) return false;
         const CommLateness* bottom = replica_pair(*r, *c, false);  // the replica whose pair stands earliest
-        return bottom && !beyond(*c, *bottom, -1);
+        // (A victim's wait need not be most of the schedule's: only sure.)
+        return bottom && !beyond(*c, *bottom, -1, 0, opts_.min_early_t_score);
       });
       if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {
         v.decisive = nullptr;
