@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 
 #include "userspace/common/median.h"
 
@@ -23,6 +24,22 @@ std::vector<double> peers_medians(const std::vector<double>& v) {
     out.push_back(m % 2 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2);
   }
   return out;
+}
+
+// The median of a member's step offsets and their robust spread (sigma from
+// the MAD), at least `floor`: a rank that is late by exactly the same every
+// step has no spread, and is as sure as it gets.
+struct Center {
+  double median = 0, sigma = 0;
+};
+Center robust_center(const std::vector<double>& offsets, double floor) {
+  Center c;
+  c.median = median_of(offsets);
+  std::vector<double> dev;
+  dev.reserve(offsets.size());
+  for (double x : offsets) dev.push_back(std::fabs(x - c.median));
+  c.sigma = std::max(1.4826 * median_of(dev), floor);
+  return c;
 }
 
 // Recent steps tried by the sign test: a straggler that just turned slow shows
@@ -115,12 +132,9 @@ void ArrivalOrder::learn_serial(const Key& key, const std::deque<Bin>& bins, dou
   if (bins.size() < kMinSteps) return;
   std::vector<double> offsets;
   for (const auto& b : bins) offsets.push_back(b.offset_s);
-  const double med = median_of(offsets);
-  std::vector<double> dev;
-  for (double x : offsets) dev.push_back(std::fabs(x - med));
   const double tie = std::max(opts_.tie_floor_s, opts_.tie_step_share * step_s);
-  const double sigma = std::max(1.4826 * median_of(dev), tie);
-  const double r = (bins.back().offset_s - med) / sigma;
+  const Center center = robust_center(offsets, tie);
+  const double r = (bins.back().offset_s - center.median) / center.sigma;
   // On one side at each of its last steps: late or early now, not evidence of
   // how healthy steps follow one another.
   size_t late = 0, early = 0;
@@ -182,20 +196,17 @@ CommLateness ArrivalOrder::stats(const Key& key, const std::deque<Bin>& all, dou
   out.late_share = static_cast<double>(late) / n;
   out.early_share = static_cast<double>(early) / n;
   if (late > 0) out.late_sync_excess = sync_sum / static_cast<double>(late);
-  out.median_offset_s = median_of(offsets);
+  const Center center = robust_center(offsets, tie);
+  out.median_offset_s = center.median;
   out.max_offset_s = *std::max_element(offsets.begin(), offsets.end());
-  std::vector<double> dev;
-  for (double x : offsets) dev.push_back(std::fabs(x - out.median_offset_s));
-  // Standard error of a median: 1.2533 sigma / sqrt(n), sigma from the MAD; at
-  // least the tie band (a rank that is late by exactly the same every step has
-  // no spread, and is as sure as it gets).
-  const double sigma = std::max(1.4826 * median_of(dev), tie);
+  // Standard error of a median: 1.2533 sigma / sqrt(n), sigma at least the tie band.
+  const double sigma = center.sigma;
   // Correlated steps are fewer independent ones: for the median's standard
   // error, as the offsets' correlation says; for the sign tests, as that of
   // their signs does (2/pi asin(rho), for normal offsets).
   out.serial_correlation = serial_correlation(key);
   const double share = independent_share(out.serial_correlation);
-  const double sign_share = independent_share(2 / M_PI * std::asin(out.serial_correlation));
+  const double sign_share = independent_share(2 / std::numbers::pi * std::asin(out.serial_correlation));
   out.offset_se_s = 1.2533 * sigma / std::sqrt(n * share);
   out.t_score = out.median_offset_s / out.offset_se_s;
   auto independent = [&](size_t count) { return static_cast<size_t>(std::lround(static_cast<double>(count) * sign_share)); };

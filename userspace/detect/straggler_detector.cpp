@@ -465,7 +465,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         // (Its NCCL kernels running least among the late ranks says GPU only
         // where its host waits as much as its peers': a host that computes
         // longer waits less, and its kernels are the shortest as well.)
-        const bool host_busy = waits_visible && total_wait(*r) <= v.wait_threshold;
+        const bool host_busy = waits_visible && waits_less;
         if (host_unexplained && (sync_explains || (late_gpu_slow.count(r->pid) && !host_busy))) {
           v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
           v.decided_by = HostTest::kNone;
