@@ -129,12 +129,14 @@ struct CrossNodeRig {
                           "argus:straggler", "argus_straggler", "argus_nccl_last_seq",
                           "instance_job_id:argus_nccl_last_seq:max", "argus_collective_stalled_seconds",
                           "job_id:argus_collective_stalled_seconds:max", "argus:hang_missing_rank",
-                          "argus_hang_missing_rank", "ALERTS"}) {
+                          "argus_hang_missing_rank", "job_id_node:argus_collective_wait_ratio:median",
+                          "job_id_node:argus_collective_wait_ratio:max",
+                          "job_id:argus_collective_wait_ratio:slow_node_threshold", "argus:slow_node", "ALERTS"}) {
       d << q << ":";
       for (const auto& s : prom->query(std::string(q) + sel)) {
         const auto& m = s.at("metric");
         d << " [";
-        for (const char* l : {"instance", "rank", "comm", "alertname", "alertstate"})
+        for (const char* l : {"instance", "node", "rank", "comm", "alertname", "alertstate"})
           if (m.contains(l)) d << l << "=" << m.at(l).get<std::string>() << " ";
         d << s.at("value").at(1).get<std::string>() << "]";
       }
@@ -294,6 +296,102 @@ TEST(CrossNode, PrometheusRulesNameHungRankOnOtherNode) {
   EXPECT_EQ(where, std::set<std::string>{address_of(*rig.node1)}) << rig.diagnostics();
   EXPECT_EQ(rig.prom->rule_health(), "");
 }
+
+// A whole node slow: tensor parallel inside each node (TP 4: ranks 0-3 and
+// 4-7), data parallel across them, and every rank of node-1 slow on its host
+// (1.5x) or on its GPU (2x, NCCL-kernel shares from the sim's GPU records).
+// Half the job is slow, so no rank stands out of the job's spread (the median
+// falls between the halves) and node-1's agent sees only slow ranks: only the
+// node rules can name it. The verdict must name node-1 alone, with the
+// slowness the simulator injected, its alert must fire for it, and the
+// per-rank alert for nobody.
+struct SlowNodeCase {
+  const char* name;
+  const char* flag;        // the sim's fault, given to each rank of node-1
+  const char* factor;
+  const char* truth_kind;  // the fault's kind in the truth
+  const char* verdict;
+  const char* alert;
+  const char* rank_alert;
+  // Whether the slowness reads the injected factor (the host's compute is the
+  // whole of a rank's time outside its waits), or only lies between 1.2 and it
+  // (the GPU's time outside NCCL kernels holds idle gaps the fault does not
+  // lengthen, only its compute kernels).
+  bool reads_factor;
+};
+inline void PrintTo(const SlowNodeCase& c, std::ostream* os) { *os << c.name; }
+
+class CrossNodeSlowNode : public ::testing::TestWithParam<SlowNodeCase> {};
+
+TEST_P(CrossNodeSlowNode, PrometheusRulesNameTheWholeNode) {
+  ARGUS_REQUIRE_ROOT();
+  require_prometheus();
+  if (HasFatalFailure() || IsSkipped()) return;
+  const SlowNodeCase c = GetParam();
+  CrossNodeRig rig;
+  const std::string err = rig.start(std::string("xnode") + c.name);
+  ASSERT_EQ(err, "");
+  ASSERT_EQ(rig.prom->rule_health(), "");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> faults = {"--tp", "4", "--jitter", "10"};
+  for (int r : {4, 5, 6, 7}) faults.insert(faults.end(), {c.flag, std::to_string(r) + ":" + c.factor});
+  rig.start_job(faults);
+  const std::string sel = "{job_id=\"" + rig.job + "\"}";
+  auto alerting = [&](const std::string& alert, const char* label) {
+    return rig.prom->label_values(
+        "ALERTS{alertname=\"" + alert + "\",alertstate=\"firing\",job_id=\"" + rig.job + "\"}", label);
+  };
+
+  std::set<std::string> slow, firing, ever_slow, rank_alerts;
+  double named_at = -1, firing_at = -1;
+  while (seconds_since(t0) < 60 && firing_at < 0) {
+    std::this_thread::sleep_for(1s);
+    ASSERT_TRUE(rig.sim->running()) << read_text(rig.dir / "sim.log");
+    slow = rig.prom->label_values(c.verdict + sel, "node");
+    ever_slow.insert(slow.begin(), slow.end());
+    if (named_at < 0 && slow == std::set<std::string>{"node-1"}) named_at = seconds_since(t0);
+    firing = alerting(c.alert, "node");
+    for (const auto& r : alerting(c.rank_alert, "rank")) rank_alerts.insert(r);
+    if (firing == std::set<std::string>{"node-1"}) firing_at = seconds_since(t0);
+  }
+  const auto value = rig.prom->query(c.verdict + sel);
+  std::printf("[ cross-node %s ] slow node-1 named at %.1f s, %s firing at %.1f s; ever named %s; %s firing for %s\n",
+              c.name, named_at, c.alert, firing_at, set_text(ever_slow).c_str(), c.rank_alert,
+              set_text(rank_alerts).c_str());
+  EXPECT_GE(named_at, 0) << "named " << set_text(slow) << "\n" << rig.diagnostics();
+  EXPECT_GE(firing_at, 0) << "firing for " << set_text(firing) << "\n" << rig.diagnostics();
+  EXPECT_EQ(ever_slow, std::set<std::string>{"node-1"}) << rig.diagnostics();
+  EXPECT_TRUE(rank_alerts.empty()) << c.rank_alert << " for ranks " << set_text(rank_alerts) << "\n"
+                                   << rig.diagnostics();
+  ASSERT_EQ(value.size(), 1u) << rig.diagnostics();
+  const double slowness = std::stod(value[0].at("value").at(1).get<std::string>());
+
+  // The slowness against what the simulator injected (its truth, written as the job stops).
+  rig.sim.reset();
+  const auto truth = read_truth(rig.dir / "truth");
+  std::set<double> factors;
+  for (const auto& [rank, t] : truth)
+    for (const auto& f : t.value("faults", json::array()))
+      if (f.value("kind", "") == c.truth_kind) factors.insert(f.at("factor").get<double>());
+  ASSERT_EQ(factors.size(), 1u) << "the truth's " << c.truth_kind << " factors";
+  std::printf("[ cross-node %s ] node-1 slowness %.3f, injected %.2f\n", c.name, slowness, *factors.begin());
+  if (c.reads_factor) {
+    EXPECT_NEAR(slowness, *factors.begin(), 0.2) << rig.diagnostics();
+  } else {
+    EXPECT_GT(slowness, 1.2) << rig.diagnostics();
+    EXPECT_LE(slowness, *factors.begin()) << rig.diagnostics();
+  }
+  EXPECT_EQ(rig.prom->rule_health(), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Async, CrossNodeSlowNode,
+    ::testing::Values(SlowNodeCase{"host", "--straggler", "1.5", "straggler", "argus:slow_node", "ArgusSlowNode",
+                                   "ArgusStraggler", true},
+                      SlowNodeCase{"gpu", "--gpu-slow", "2", "gpu_slow", "argus:gpu_slow_node", "ArgusGpuSlowNode",
+                                   "ArgusGpuStraggler", false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace argus::itest

@@ -270,6 +270,16 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
       judge_arrivals(*r, v);
     }
+    // A rank whose host waits less than its peers' computes longer itself:
+    // waiting for someone else does not explain its lateness away. (Half a
+    // node slow on its own hosts is late together, and at each tensor-parallel
+    // call its ranks wait for the one of them that is last: each must still be
+    // named; the victim rules below made the others its victims.)
+    const bool waits_visible = wait_median >= opts_.min_wait_gap;
+    auto waits_less_than_peers = [&](const RankSignal& r) {
+      return !waits_visible || total_wait(r) <= verdicts[r.pid].wait_threshold;
+    };
+    auto host_busy = [&](const RankSignal& r) { return waits_visible && waits_less_than_peers(r); };
     // Point-to-point lateness against the rank's replicas (the peers on its
     // data- and tensor-parallel communicators: the same stage): a pipeline
     // makes one side of each exchange wait by its schedule (the receiver posts
@@ -342,7 +352,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
           if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
       }
       v.late = !v.late_on.empty();
-      v.victim = v.late && !v.early_on.empty();
+      v.victim = v.late && !v.early_on.empty() && !host_busy(*r);
     }
 
     // Imbalance by design (the last pipeline stage computes the loss): a rank
@@ -376,7 +386,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
 
     // A rank late on one communicator that is on time on another where a peer
     // is surely late waits for that peer there (its TP peers in a blocking
-    // call, ahead of it or not): a victim, whatever its lag elsewhere.
+    // call, ahead of it or not): a victim, whatever its lag elsewhere, unless
+    // its own host is busy too.
     std::map<std::string, std::set<int>> late_here;
     for (const auto* r : members)
       for (const auto* c : verdicts[r->pid].late_on) late_here[c->comm].insert(r->pid);
@@ -386,8 +397,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       for (const auto& c : r->lag.comms) {
         auto it = late_here.find(c.comm);
         if (it == late_here.end() || it->second.count(r->pid)) continue;
-        v.victim = true;
         v.waits_on.push_back(&c);
+        if (!host_busy(*r)) v.victim = true;
       }
     }
     // With the GPU layer, among the ranks late together the one whose NCCL
@@ -407,7 +418,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     }
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
-      if (v.late && !late_gpu_slow.empty() && !late_gpu_slow.count(r->pid)) v.victim = true;
+      if (v.late && !late_gpu_slow.empty() && !late_gpu_slow.count(r->pid) && !host_busy(*r))
+        v.victim = true;
     }
 
     for (const auto* r : members) {
@@ -437,8 +449,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       // layer shows. One whose lateness nothing of its own explains (it sat in
       // a synchronize gated by another group's collective, and so started its
       // step late) waits for someone: a victim.
-      const bool waits_visible = wait_median >= opts_.min_wait_gap;
-      const bool waits_less = !waits_visible || total_wait(*r) <= v.wait_threshold;
+      const bool waits_less = waits_less_than_peers(*r);
       // Sync: it spent its lag in its own synchronize calls, more than its peers
       // spent before their arrivals (every rank synchronizes; only the excess
       // explains a lag).
@@ -465,8 +476,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         // (Its NCCL kernels running least among the late ranks says GPU only
         // where its host waits as much as its peers': a host that computes
         // longer waits less, and its kernels are the shortest as well.)
-        const bool host_busy = waits_visible && waits_less;
-        if (host_unexplained && (sync_explains || (late_gpu_slow.count(r->pid) && !host_busy))) {
+        if (host_unexplained && (sync_explains || (late_gpu_slow.count(r->pid) && !host_busy(*r)))) {
           v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
           v.decided_by = HostTest::kNone;
         }
