@@ -137,6 +137,51 @@ TEST(LayoutDetection, HealthyJobsWithJitterPausesAndACheckpointNameNobody) {
   EXPECT_EQ(seen, 8);
 }
 
+// A whole pipeline stage slow (TP 2 x PP 2 x DP 2, every host of one stage
+// 1.6x slow): its ranks are late on their pairs alike, as a pipeline's shape
+// makes a stage late on every replica, but by far more, and every host of the
+// stage is the busy one. The stage is named, rank by rank, and nobody else.
+TEST(LayoutDetection, ASlowPipelineStageIsNamedRankByRank) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("layout-slow-stage");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const int stage = random_rank(2);
+  SCOPED_TRACE("slow stage " + std::to_string(stage));
+  const std::string job = "slow-stage-" + std::to_string(stage);
+  std::vector<std::string> argv = {bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60",
+                                   "--init-ms", "200", "--job-id", job, "--out", (dir / "truth").string(),
+                                   "--quiet", "--jitter", "10", "--tp", "2", "--pp", "2", "--accum", "2"};
+  std::set<int> stage_ranks;
+  for (int r = 4 * stage; r < 4 * stage + 4; ++r) {  // stage of r = r / (tp x dp)
+    stage_ranks.insert(r);
+    argv.insert(argv.end(), {"--straggler", std::to_string(r) + ":1.6"});
+  }
+  Child sim(argv, dir / "sim.log");
+  std::set<int> ever, now;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline && now != stage_ranks) {
+    now = flagged_now(agent, job, "straggler");
+    ever.insert(now.begin(), now.end());
+    std::this_thread::sleep_for(200ms);
+  }
+  for (int i = 0; i < 15; ++i) {  // a few seconds more: nobody else is named
+    auto more = flagged_now(agent, job, "straggler");
+    ever.insert(more.begin(), more.end());
+    std::this_thread::sleep_for(200ms);
+  }
+  std::string named;
+  for (int r : ever) named += " " + std::to_string(r);
+  std::printf("[ slow stage %d ] named:%s\n", stage, named.c_str());
+  EXPECT_EQ(now, stage_ranks) << agent.log() << read_text(dir / "sim.log");
+  EXPECT_EQ(ever, stage_ranks);
+  for (int r : stage_ranks) EXPECT_TRUE(truth_has_fault(dir / "truth", r, "straggler")) << r;
+  for (const auto& e : events_of(agent, "straggler", job)) {
+    const std::string reason = e["evidence"]["reason"];
+    EXPECT_TRUE(reason == "host" || reason == "compute") << e["summary"];
+  }
+}
+
 // A pipeline rank that hangs before its step's first NCCL call: its
 // neighbour's receive never gets its send. The hang names it, in either mode:
 // with a blocking backend the ranks it holds up sit in their ncclGroupEnd

@@ -280,6 +280,13 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       return !waits_visible || total_wait(r) <= verdicts[r.pid].wait_threshold;
     };
     auto host_busy = [&](const RankSignal& r) { return waits_visible && waits_less_than_peers(r); };
+    // Its whole stage busy: it and every replica (the ranks it meets on a collective).
+    auto stage_busy = [&](const RankSignal& r) {
+      if (!host_busy(r)) return false;
+      for (const auto* q : members)
+        if (q->pid != r.pid && shares_a_collective(r, *q) && !host_busy(*q)) return false;
+      return true;
+    };
     // Point-to-point lateness against the rank's replicas (the peers on its
     // data- and tensor-parallel communicators: the same stage): a pipeline
     // makes one side of each exchange wait by its schedule (the receiver posts
@@ -338,7 +345,13 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         if (!is_p2p(*c)) return false;
         const CommLateness* top = replica_pair(*r, *c, true);  // the replica whose pair stands latest
         // (No replica here: the pipeline's own shape cannot be told apart.)
-        return top && !beyond(*c, *top, +1, 0.5, opts_.min_t_score);
+        if (!top || beyond(*c, *top, +1, 0.5, opts_.min_t_score)) return false;
+        // A whole stage slow is late alike on every replica too; it is named,
+        // rank by rank, where every host of the stage is busy (each waits
+        // less than the job's ranks) and the pair's offset is a share of the
+        // step. (A pipeline's shape is late on its pairs by up to a third of
+        // the step with micro-batches, while its ranks wait much as the others.)
+        return !(stage_busy(*r) && c->median_offset_s >= opts_.max_imbalance_step_share * r->lag.step_seconds);
       });
       std::erase_if(v.early_on, [&](const CommLateness* c) {
         if (!is_p2p(*c)) return false;
