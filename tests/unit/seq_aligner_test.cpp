@@ -31,9 +31,10 @@ struct Arrival {
 };
 
 // `steps` steps of `step_ns`; each step's calls (signatures from `calls_of`)
-// spaced 100 µs apart near the step's end, every rank `lag_ns` late. Sorted by time.
+// spaced `spacing_ns` apart from 60% of the step, every rank `lag_ns` late. Sorted by time.
 template <class CallsOf>
-std::vector<Arrival> job(const std::vector<Rank>& ranks, int steps, uint64_t step_ns, CallsOf calls_of) {
+std::vector<Arrival> job(const std::vector<Rank>& ranks, int steps, uint64_t step_ns, CallsOf calls_of,
+                         uint64_t spacing_ns = 100'000) {
   std::vector<Arrival> out;
   for (const auto& r : ranks) {
     uint64_t truth = 0;
@@ -42,7 +43,7 @@ std::vector<Arrival> job(const std::vector<Rank>& ranks, int steps, uint64_t ste
       for (size_t i = 0; i < calls.size(); ++i) {
         ++truth;
         if (truth <= r.missed) continue;
-        const uint64_t ts = 1000 * kMs + s * step_ns + step_ns * 6 / 10 + i * 100'000 + r.lag_ns;
+        const uint64_t ts = 1000 * kMs + s * step_ns + step_ns * 6 / 10 + i * spacing_ns + r.lag_ns;
         out.push_back({ts, r.pid, truth, truth - r.missed, calls[i]});
       }
     }
@@ -146,6 +147,25 @@ TEST(SeqAligner, IdenticalStepsAreMatchedByTime) {
   expect_alike(o, ranks, 0);
   EXPECT_EQ(al.shift("job:j", 2), 5);
   EXPECT_EQ(al.shift("job:j", 3), 6);
+}
+
+// DDP with every bucket alike (4 a step, 2 ms apart through the backward of a
+// 20 ms step), ranks up to 8 ms late: the nearest calls in time are other
+// buckets of the same step, but only the right shift keeps each rank's lag
+// the same from call to call (a shift by a bucket or two pairs some calls
+// across the gap between two steps' bursts).
+TEST(SeqAligner, IdenticalBucketsAreNumberedByAConsistentLag) {
+  auto four_alike = [](int) { return std::vector<CallSignature>(4, CallSignature{0, 25u << 20}); };
+  for (uint64_t lag : {3 * kMs, 5 * kMs, 8 * kMs}) {
+    SCOPED_TRACE(lag);
+    SeqAligner al;
+    std::vector<Rank> ranks = {{1, 0, 0, true}, {2, 5, lag}, {3, 6, 0}, {4, 9, lag / 2}};
+    auto o = feed(al, ranks, job(ranks, 300, 20 * kMs, four_alike, 2 * kMs));
+    expect_alike(o, ranks, 0);
+    EXPECT_EQ(al.shift("job:j", 2), 5);
+    EXPECT_EQ(al.shift("job:j", 3), 6);
+    EXPECT_EQ(al.shift("job:j", 4), 9);
+  }
 }
 
 // Ranks whose calls never agree (not one job's communicator, a bad reading):

@@ -67,23 +67,56 @@ const SeqAligner::Member* SeqAligner::reference(const Comm& c, const Member& sel
   return best;
 }
 
-// Median time apart of the probe's calls and the reference's calls `shift`
-// later in its numbering; nullopt when fewer than half have a counterpart or
-// (with `signatures`) any counterpart's signature differs.
-std::optional<uint64_t> SeqAligner::score(const Member& ref, const std::vector<Call>& probe, int64_t shift,
-                                          bool signatures) {
-  std::vector<uint64_t> apart;
+// How the probe's calls line up with the reference's calls `shift` later in
+// its numbering; nullopt when fewer than half have a counterpart or (with
+// `signatures`) any counterpart's signature differs.
+std::optional<SeqAligner::Fit> SeqAligner::score(const Member& ref, const std::vector<Call>& probe, int64_t shift,
+                                                 bool signatures) {
+  std::vector<int64_t> apart;  // signed: probe call minus its counterpart
   for (const Call& p : probe) {
     const uint64_t want = p.seq + static_cast<uint64_t>(shift);
     auto it = std::lower_bound(ref.history.begin(), ref.history.end(), want,
                                [](const Call& h, uint64_t s) { return h.seq < s; });
     if (it == ref.history.end() || it->seq != want) continue;  // before its history, or a lost event
     if (signatures && !(it->sig == p.sig)) return std::nullopt;
-    apart.push_back(it->ts_ns > p.ts_ns ? it->ts_ns - p.ts_ns : p.ts_ns - it->ts_ns);
+    apart.push_back(static_cast<int64_t>(p.ts_ns) - static_cast<int64_t>(it->ts_ns));
   }
-  if (apart.size() * 2 < probe.size()) return std::nullopt;
-  std::nth_element(apart.begin(), apart.begin() + static_cast<long>(apart.size() / 2), apart.end());
-  return apart[apart.size() / 2];
+  if (apart.empty() || apart.size() * 2 < probe.size()) return std::nullopt;
+  auto median_of = [](std::vector<int64_t> v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const int64_t mid = median_of(apart);
+  uint64_t deviation = 0;
+  std::vector<int64_t> magnitude;
+  for (int64_t a : apart) {
+    deviation += static_cast<uint64_t>(a > mid ? a - mid : mid - a);
+    magnitude.push_back(a < 0 ? -a : a);
+  }
+  return Fit{deviation / apart.size(), static_cast<uint64_t>(median_of(magnitude))};
+}
+
+// The shift whose lag is most consistent, then the nearest in time among
+// those about as consistent (within twice the best spread and 1 ms: jitter
+// moves every shift's spread alike; a shift that pairs calls across a step's
+// gap adds a share of that gap).
+std::optional<int64_t> SeqAligner::best_shift(const Member& ref, const std::vector<Call>& probe,
+                                              const std::set<int64_t>& shifts, bool signatures) {
+  constexpr uint64_t kSpreadSlackNs = 1'000'000;
+  std::vector<std::pair<int64_t, Fit>> fits;
+  for (int64_t s : shifts)
+    if (auto f = score(ref, probe, s, signatures)) fits.emplace_back(s, *f);
+  if (fits.empty()) return std::nullopt;
+  uint64_t least = UINT64_MAX;
+  for (const auto& [s, f] : fits) least = std::min(least, f.spread_ns);
+  std::optional<int64_t> best;
+  uint64_t nearest = UINT64_MAX;
+  for (const auto& [s, f] : fits)
+    if (f.spread_ns <= 2 * least + kSpreadSlackNs && f.apart_ns < nearest) {
+      nearest = f.apart_ns;
+      best = s;
+    }
+  return best;
 }
 
 bool SeqAligner::try_match(Comm& c, Member& m, uint64_t now_ns) {
@@ -110,17 +143,8 @@ bool SeqAligner::try_match(Comm& c, Member& m, uint64_t now_ns) {
       for (const Call& h : ref->history)
         if (h.ts_ns + kMaxLagNs >= p->ts_ns && h.ts_ns <= p->ts_ns + kMaxLagNs && (!signatures || h.sig == p->sig))
           shifts.insert(static_cast<int64_t>(h.seq) - static_cast<int64_t>(p->seq));
-    std::optional<uint64_t> best;
-    int64_t best_shift = 0;
-    for (int64_t s : shifts) {
-      const auto sc = score(*ref, m.probe, s, signatures);
-      if (sc && (!best || *sc < *best)) {
-        best = sc;
-        best_shift = s;
-      }
-    }
-    if (best) {
-      settle(m, best_shift, signatures ? Numbering::kMatched : Numbering::kTimeOnly);
+    if (const auto best = best_shift(*ref, m.probe, shifts, signatures)) {
+      settle(m, *best, signatures ? Numbering::kMatched : Numbering::kTimeOnly);
       return true;
     }
   }

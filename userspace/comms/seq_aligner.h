@@ -14,8 +14,11 @@
 // is the same at the same number on every rank. A late rank's first calls are
 // matched against a rank already numbered (anchored by its init, else the first
 // late rank to make kProbeCalls calls): among the shifts under which every
-// signature agrees, the one whose calls are closest in time (a rank lags its
-// peers by less than half a step). Until then its arrivals are held back, not
+// signature agrees, those under which the rank's lag is the most consistent
+// from call to call (a shift by a few calls of identical DDP buckets pairs
+// some calls across the gap between two steps' bursts), and of those the one
+// whose calls are closest in time (a rank lags its peers by less than half a
+// step; entry times alone cannot tell more when every call looks alike). Until then its arrivals are held back, not
 // passed to the detectors; afterwards they pass at once. The shift found for a
 // rank anchored ranks are numbered against is the count of collectives it made
 // before the probes went live.
@@ -26,6 +29,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -107,8 +111,15 @@ class SeqAligner final : public PidScoped {
   void remember(Member& m, const Call& c);
   const Member* reference(const Comm& c, const Member& self) const;
   bool try_match(Comm& c, Member& m, uint64_t now_ns);
-  static std::optional<uint64_t> score(const Member& ref, const std::vector<Call>& probe, int64_t shift,
-                                       bool signatures);
+  // How well a shift lines the probe up with the reference: the spread of the
+  // time apart (a consistent lag has none), then how far apart.
+  struct Fit {
+    uint64_t spread_ns = 0;  // mean absolute deviation of the signed time apart from its median
+    uint64_t apart_ns = 0;   // median absolute time apart
+  };
+  static std::optional<Fit> score(const Member& ref, const std::vector<Call>& probe, int64_t shift, bool signatures);
+  static std::optional<int64_t> best_shift(const Member& ref, const std::vector<Call>& probe,
+                                           const std::set<int64_t>& shifts, bool signatures);
 
   std::map<std::string, Comm> comms_;
   AgentCounters own_counters_;  // where it counts when given no counters

@@ -365,7 +365,12 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
           if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
       }
       v.late = !v.late_on.empty();
-      v.victim = v.late && !v.early_on.empty() && !host_busy(*r);
+      // (A busy host early on a collective is a slow rank among slower ones:
+      // half a node slow waits at each TP call for the last of it. Early on
+      // a pipeline pair, it waits for its partner's send: a victim, busy or not.)
+      const bool early_on_p2p =
+          std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
+      v.victim = v.late && !v.early_on.empty() && (early_on_p2p || !host_busy(*r));
     }
 
     // Imbalance by design (the last pipeline stage computes the loss): a rank
@@ -400,7 +405,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     // A rank late on one communicator that is on time on another where a peer
     // is surely late waits for that peer there (its TP peers in a blocking
     // call, ahead of it or not): a victim, whatever its lag elsewhere, unless
-    // its own host is busy too.
+    // its own host is busy too (on a collective; a pipeline pair's partner
+    // waits for the send whatever its host does).
     std::map<std::string, std::set<int>> late_here;
     for (const auto* r : members)
       for (const auto* c : verdicts[r->pid].late_on) late_here[c->comm].insert(r->pid);
@@ -411,7 +417,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         auto it = late_here.find(c.comm);
         if (it == late_here.end() || it->second.count(r->pid)) continue;
         v.waits_on.push_back(&c);
-        if (!host_busy(*r)) v.victim = true;
+        if (is_p2p(c) || !host_busy(*r)) v.victim = true;
       }
     }
     // With the GPU layer, among the ranks late together the one whose NCCL
