@@ -341,11 +341,24 @@ struct CpuHog {
 // (its hosts burn part of each step on CPU, as a Python rank's dispatch), every
 // thread of rank 2 pinned to one CPU with a CPU hog. The agent names rank 2
 // alone, with reason cpu_contention, and the hog (pid and name) in its evidence.
-TEST(Detection, NoisyNeighbourMakesACpuContentionStragglerNamingTheHog) {
+// A CPU-starved rank (rank 2) in a flat job and in the layouts frameworks
+// use: TP 2 x PP 2 x DP 2 in both NCCL modes (its pipeline partner and TP peer
+// wait for it, through a pair and a group) and EP 4 (MoE all-to-alls).
+struct NoisyCase {
+  const char* name;
+  int ranks;
+  std::vector<std::string> layout;
+};
+inline void PrintTo(const NoisyCase& c, std::ostream* os) { *os << c.name; }
+class NoisyNeighbour : public ::testing::TestWithParam<NoisyCase> {};
+
+TEST_P(NoisyNeighbour, MakesACpuContentionStragglerNamingTheHog) {
+  const NoisyCase c = GetParam();
+  const size_t ranks = static_cast<size_t>(c.ranks);
   ARGUS_REQUIRE_ROOT();
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 CPUs";
   const int cpu = static_cast<int>(std::thread::hardware_concurrency()) - 1;
-  const auto dir = make_temp_dir("noisy");
+  const auto dir = make_temp_dir(std::string("noisy-") + c.name);
   Agent agent(dir, {"--window", "5"});
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   // The reason comes from the kernel layer: its scheduler probe must be up.
@@ -359,19 +372,21 @@ TEST(Detection, NoisyNeighbourMakesACpuContentionStragglerNamingTheHog) {
                         << agent.log();
   const std::string job = "noisy-" + std::to_string(getpid());
   const fs::path truth = dir / "truth";
-  Child sim({bin("argus-sim"), "--ranks", "4", "--steps", "0", "--job-id", job, "--out", truth.string(), "--quiet"},
-            dir / "sim.log");
+  std::vector<std::string> argv = {bin("argus-sim"), "--ranks", std::to_string(c.ranks), "--steps", "0", "--job-id",
+                                   job, "--out", truth.string(), "--quiet"};
+  argv.insert(argv.end(), c.layout.begin(), c.layout.end());
+  Child sim(argv, dir / "sim.log");
   std::vector<int> pids;
-  for (int i = 0; i < 100 && pids.size() != 4; ++i) {
+  for (int i = 0; i < 100 && pids.size() != ranks; ++i) {
     std::this_thread::sleep_for(100ms);
     std::error_code ec;
     if (!fs::exists(truth / "job.json", ec)) continue;
     const json j = json::parse(read_text(truth / "job.json"), nullptr, false);
-    if (!j.is_object() || !j.contains("ranks") || j["ranks"].size() != 4) continue;
+    if (!j.is_object() || !j.contains("ranks") || j["ranks"].size() != ranks) continue;
     pids.clear();
     for (const auto& r : j["ranks"]) pids.push_back(r.value("pid", 0));
   }
-  ASSERT_EQ(pids.size(), 4u) << read_text(dir / "sim.log");
+  ASSERT_EQ(pids.size(), ranks) << read_text(dir / "sim.log");
   const int rank2 = pids[2];
   ASSERT_GT(rank2, 0);
   auto pin_all = [&] { pin_all_threads(rank2, cpu); };
@@ -416,6 +431,14 @@ TEST(Detection, NoisyNeighbourMakesACpuContentionStragglerNamingTheHog) {
   EXPECT_GT(t.value("host_cpu", 0.0), 0.0);
   EXPECT_GT(t.value("host_cpu_seconds", 0.0), 0.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Detection, NoisyNeighbour,
+                         ::testing::Values(NoisyCase{"flat", 4, {}},
+                                           NoisyCase{"tp2_pp2_dp2", 8, {"--tp", "2", "--pp", "2", "--accum", "2"}},
+                                           NoisyCase{"tp2_pp2_dp2_blocking", 8,
+                                                     {"--tp", "2", "--pp", "2", "--accum", "2", "--nccl-mode", "blocking"}},
+                                           NoisyCase{"ep4_dp8", 8, {"--ep", "4"}}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace argus::itest
