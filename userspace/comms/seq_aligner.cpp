@@ -1,7 +1,10 @@
 #include "userspace/comms/seq_aligner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
+
+#include "userspace/common/median.h"
 
 namespace argus {
 
@@ -72,28 +75,26 @@ const SeqAligner::Member* SeqAligner::reference(const Comm& c, const Member& sel
 // `signatures`) any counterpart's signature differs.
 std::optional<SeqAligner::Fit> SeqAligner::score(const Member& ref, const std::vector<Call>& probe, int64_t shift,
                                                  bool signatures) {
-  std::vector<int64_t> apart;  // signed: probe call minus its counterpart
+  // Signed, in ns: probe call minus its counterpart (exact in a double for
+  // anything under 104 days apart).
+  std::vector<double> apart;
   for (const Call& p : probe) {
     const uint64_t want = p.seq + static_cast<uint64_t>(shift);
     auto it = std::lower_bound(ref.history.begin(), ref.history.end(), want,
                                [](const Call& h, uint64_t s) { return h.seq < s; });
     if (it == ref.history.end() || it->seq != want) continue;  // before its history, or a lost event
     if (signatures && !(it->sig == p.sig)) return std::nullopt;
-    apart.push_back(static_cast<int64_t>(p.ts_ns) - static_cast<int64_t>(it->ts_ns));
+    apart.push_back(static_cast<double>(static_cast<int64_t>(p.ts_ns - it->ts_ns)));
   }
   if (apart.empty() || apart.size() * 2 < probe.size()) return std::nullopt;
-  auto median_of = [](std::vector<int64_t> v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  const int64_t mid = median_of(apart);
-  uint64_t deviation = 0;
-  std::vector<int64_t> magnitude;
-  for (int64_t a : apart) {
-    deviation += static_cast<uint64_t>(a > mid ? a - mid : mid - a);
-    magnitude.push_back(a < 0 ? -a : a);
+  const double mid = median_of(apart);
+  double deviation = 0;
+  std::vector<double> magnitude;
+  for (double a : apart) {
+    deviation += std::fabs(a - mid);
+    magnitude.push_back(std::fabs(a));
   }
-  return Fit{deviation / apart.size(), static_cast<uint64_t>(median_of(magnitude))};
+  return Fit{deviation / static_cast<double>(apart.size()), median_of(magnitude)};
 }
 
 // The shift whose lag is most consistent, then the nearest in time among
@@ -102,17 +103,17 @@ std::optional<SeqAligner::Fit> SeqAligner::score(const Member& ref, const std::v
 // gap adds a share of that gap).
 std::optional<int64_t> SeqAligner::best_shift(const Member& ref, const std::vector<Call>& probe,
                                               const std::set<int64_t>& shifts, bool signatures) {
-  constexpr uint64_t kSpreadSlackNs = 1'000'000;
+  constexpr double kSpreadSlackNs = 1e6;
   std::vector<std::pair<int64_t, Fit>> fits;
   for (int64_t s : shifts)
     if (auto f = score(ref, probe, s, signatures)) fits.emplace_back(s, *f);
   if (fits.empty()) return std::nullopt;
-  uint64_t least = UINT64_MAX;
+  double least = fits.front().second.spread_ns;
   for (const auto& [s, f] : fits) least = std::min(least, f.spread_ns);
   std::optional<int64_t> best;
-  uint64_t nearest = UINT64_MAX;
+  double nearest = 0;
   for (const auto& [s, f] : fits)
-    if (f.spread_ns <= 2 * least + kSpreadSlackNs && f.apart_ns < nearest) {
+    if (f.spread_ns <= 2 * least + kSpreadSlackNs && (!best || f.apart_ns < nearest)) {
       nearest = f.apart_ns;
       best = s;
     }

@@ -114,8 +114,8 @@ class SeqAligner final : public PidScoped {
   // How well a shift lines the probe up with the reference: the spread of the
   // time apart (a consistent lag has none), then how far apart.
   struct Fit {
-    uint64_t spread_ns = 0;  // mean absolute deviation of the signed time apart from its median
-    uint64_t apart_ns = 0;   // median absolute time apart
+    double spread_ns = 0;  // mean absolute deviation of the signed time apart from its median
+    double apart_ns = 0;   // median absolute time apart
   };
   static std::optional<Fit> score(const Member& ref, const std::vector<Call>& probe, int64_t shift, bool signatures);
   static std::optional<int64_t> best_shift(const Member& ref, const std::vector<Call>& probe,

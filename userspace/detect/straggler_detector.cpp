@@ -276,10 +276,9 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     // call its ranks wait for the one of them that is last: each must still be
     // named; the victim rules below made the others its victims.)
     const bool waits_visible = wait_median >= opts_.min_wait_gap;
-    auto waits_less_than_peers = [&](const RankSignal& r) {
-      return !waits_visible || total_wait(r) <= verdicts[r.pid].wait_threshold;
+    auto host_busy = [&](const RankSignal& r) {
+      return waits_visible && total_wait(r) <= verdicts[r.pid].wait_threshold;
     };
-    auto host_busy = [&](const RankSignal& r) { return waits_visible && waits_less_than_peers(r); };
     // Its whole stage busy: it and every replica (the ranks it meets on a collective).
     auto stage_busy = [&](const RankSignal& r) {
       if (!host_busy(r)) return false;
@@ -468,7 +467,8 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       // layer shows. One whose lateness nothing of its own explains (it sat in
       // a synchronize gated by another group's collective, and so started its
       // step late) waits for someone: a victim.
-      const bool waits_less = waits_less_than_peers(*r);
+      // (No waits to compare, when no host synchronizes in the window.)
+      const bool waits_less = !waits_visible || host_busy(*r);
       // Sync: it spent its lag in its own synchronize calls, more than its peers
       // spent before their arrivals (every rank synchronizes; only the excess
       // explains a lag).
