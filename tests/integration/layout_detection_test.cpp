@@ -100,8 +100,55 @@ INSTANTIATE_TEST_SUITE_P(
         LayoutCase{"tp2_pp2_blocking_host", {"--tp", "2", "--pp", "2", "--accum", "2", "--nccl-mode", "blocking"},
                    {"--straggler", "R:1.7"}, "straggler", {"host", "compute"}, true},
         LayoutCase{"tp2_gpu_sync_first", {"--tp", "2", "--sync-before-coll"}, {"--gpu-slow", "R:3"}, "gpu_slow",
-                   {"gpu", "sync"}, true}),
+                   {"gpu", "sync"}, true},
+        // Its pipeline partner's synchronize waits on a receive from it, as
+        // long: the GPU layer tells them apart, and neither is named before.
+        LayoutCase{"pp2_accum4_gpu_sync_first", {"--pp", "2", "--accum", "4", "--sync-before-coll"},
+                   {"--gpu-slow", "R:2.5"}, "gpu_slow", {"gpu", "sync"}, true}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The same without the GPU layer: a receive that waits on the GPU for a slow
+// partner's send holds its synchronize as long as the slow GPU holds its own,
+// and the hosts' times cannot always tell the two apart (a slow last stage
+// finishes exactly as late as its partner). The slow rank is named; if its
+// partner is named too, its event says the two are late alike, and nobody
+// else is named.
+TEST(LayoutDetection, PipelinePartnersLateAlikeInTheirSynchronizeAreSaidToBe) {
+  ARGUS_REQUIRE_ROOT();
+  const auto dir = make_temp_dir("layout-pp-gpu-alike");
+  Agent agent(dir, {"--window", "5"});
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const int slow = random_rank(8), partner = (slow + 4) % 8;  // stage of r = r / dp (PP 2 x DP 4)
+  SCOPED_TRACE("GPU-slow rank " + std::to_string(slow));
+  const std::string job = "pp-gpu-alike-" + std::to_string(slow);
+  Child sim({bin("argus-sim"), "--ranks", "8", "--steps", "0", "--step-ms", "60", "--init-ms", "200", "--job-id", job,
+             "--out", (dir / "truth").string(), "--quiet", "--jitter", "10", "--pp", "2", "--accum", "4",
+             "--sync-before-coll", "--gpu-slow", std::to_string(slow) + ":2.5"},
+            dir / "sim.log", {"ARGUS_SIM_GPU_ACTIVITY=0"});
+  std::set<int> ever;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline && !ever.count(slow)) {
+    auto now = flagged_now(agent, job, "straggler");
+    ever.insert(now.begin(), now.end());
+    std::this_thread::sleep_for(200ms);
+  }
+  for (int i = 0; i < 25; ++i) {  // a few seconds more: the partner, or nobody else
+    auto more = flagged_now(agent, job, "straggler");
+    ever.insert(more.begin(), more.end());
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_TRUE(truth_has_fault(dir / "truth", slow, "gpu_slow"));
+  EXPECT_TRUE(ever.count(slow)) << agent.log();
+  std::set<int> allowed = {slow, partner};
+  for (int r : ever) EXPECT_TRUE(allowed.count(r)) << "named " << r;
+  for (const auto& e : events_of(agent, "straggler", job)) {
+    EXPECT_EQ(e["evidence"]["reason"], "sync") << e["summary"];
+    if (e["rank"] != partner) continue;  // the partner is named only with the slow rank as its alike
+    EXPECT_EQ(e["evidence"]["late_alike_ranks"], json::array({slow})) << e.dump();
+    EXPECT_NE(e["summary"].get<std::string>().find("or that of rank " + std::to_string(slow)), std::string::npos)
+        << e["summary"];
+  }
+}
 
 // A healthy job of each shape, 30% jitter, an evaluation pause and a
 // checkpoint on rank 0 shorter than the hang threshold: nobody named, no hang.

@@ -5,6 +5,7 @@
 // injected, alone, with a reason of the right kind; healthy jobs name nobody.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -167,7 +168,39 @@ TEST(LayoutStragglers, TheVictimIsNamedAsWaitingNotAsTheStraggler) {
   bool peer_waits = false;
   for (const auto& w : events[0].evidence.at("waited_for_by")) peer_waits |= w.at("rank") == 4;
   EXPECT_TRUE(peer_waits) << events[0].evidence.dump();
-  EXPECT_NE(events[0].summary.find("wait for it"), std::string::npos) << events[0].summary;
+  EXPECT_NE(events[0].summary.find("rank 4 waits for it"), std::string::npos) << events[0].summary;
+}
+
+// A slow GPU behind a loss.item(), without the GPU layer: its tensor-parallel
+// peers' GPUs wait for it in every TP all-reduce, so their synchronize before
+// the DP all-reduce lasts as long as its own, and they are late on their own DP
+// groups just as it is. The hosts' times cannot tell them apart; it is named,
+// and a peer named with it counts the slow rank among those late alike.
+TEST(LayoutStragglers, ASlowGpusTensorPeersLateAlikeSayItWithoutTheGpuLayer) {
+  for (int tp : {2, 4})
+    for (bool blocking : {false, true}) {
+      SCOPED_TRACE("tp " + std::to_string(tp) + (blocking ? " blocking" : " async"));
+      LayoutReplay job;
+      job.tp = tp;
+      job.blocking = blocking;
+      job.jitter = 0.1;
+      job.gpu[5] = 2.5;
+      job.sync_before_coll = true;
+      job.join();
+      StragglerDetector d(StragglerOptions{}, 10);
+      const auto events = job.run(d, 10);
+      std::set<int> named;
+      for (const auto& ev : events) named.insert(ev.rank);
+      EXPECT_TRUE(named.count(5));
+      for (const auto& ev : events) {
+        EXPECT_EQ(ev.rank / tp, 5 / tp) << ev.summary;  // the slow rank or a TP peer of it
+        EXPECT_EQ(ev.evidence.at("reason"), "sync") << ev.summary;
+        if (ev.rank == 5) continue;
+        const auto alike = ev.evidence.at("late_alike_ranks").get<std::vector<int>>();
+        EXPECT_NE(std::find(alike.begin(), alike.end(), 5), alike.end()) << ev.evidence.dump();
+        EXPECT_NE(ev.summary.find("or that of rank "), std::string::npos) << ev.summary;
+      }
+    }
 }
 
 // Steps from 2 ms to a minute: the margin is a share of the step, not milliseconds.

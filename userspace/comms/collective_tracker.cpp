@@ -299,12 +299,7 @@ RankLagStats CollectiveTracker::lag_stats_at(int pid, uint64_t now_ns, double st
   const CommLateness* worst = nullptr;
   for (const auto& c : out.comms)
     if (!worst || c.p_late < worst->p_late || (c.p_late == worst->p_late && c.t_score > worst->t_score)) worst = &c;
-  if (worst) {
-    out.spread_samples = worst->bins;
-    out.median_lag_s = worst->median_offset_s;
-    out.late_fraction = worst->late_share;
-    out.late_sync_share = worst->late_sync_excess;
-  }
+  if (worst) out.summarize_from(*worst);
   return out;
 }
 

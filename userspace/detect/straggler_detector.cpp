@@ -67,6 +67,12 @@ struct StragglerDetector::Verdict {
   const CommLateness* decisive = nullptr;  // the communicator it is most surely late on
   bool victim = false;                     // late, but ahead somewhere: it waits for someone
   bool imbalance = false;                  // late by the pipeline's design (see evaluate)
+  // Peers late together, each in its own synchronize (settle_sync_partners):
+  // the peer it waits for (0: none) and where, and the one late alike that
+  // nothing tells apart from it (no GPU layer).
+  int waits_for_pid = 0;
+  const CommLateness* waits_for_comm = nullptr;
+  std::map<int, int> alike;  // pid -> rank of each peer late alike
 };
 
 namespace {
@@ -238,11 +244,101 @@ void StragglerDetector::judge_arrivals(const RankSignal& r, Verdict& v) const {
   v.victim = v.late && !v.early_on.empty();
 }
 
-std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& ranks, double now_unix) {
+namespace {
+
+// A communicator a and b share (a's view of it): a point-to-point one first.
+const CommLateness* shared_comm(const RankSignal& a, const RankSignal& b) {
+  const CommLateness* any = nullptr;
+  for (const auto& x : a.lag.comms)
+    for (const auto& y : b.lag.comms)
+      if (y.comm == x.comm) {
+        if (is_p2p(x)) return &x;
+        if (!any) any = &x;
+      }
+  return any;
+}
+
+}  // namespace
+
+// Peers behind on their own collectives, each held in its own synchronize, at
+// least one of them surely late (`behind`: where each is behind), that meet on
+// a communicator where neither is late (a pipeline pair, an MoE exchange, a
+// tensor-parallel group), cannot both be slow GPUs by the host's word: a
+// receive or a collective that waits on the GPU for a slow peer holds that
+// GPU's synchronize as a slow GPU holds its own. Told apart by
+//  - the GPU layer: the one whose NCCL kernels run least computes, the other
+//    waits in its NCCL kernels (a victim);
+//  - their lags: a peer gated by the other finishes at most as late as that
+//    one does (a pipeline's stages before it finish their tail on time after
+//    it, the stages after it wait for its forwards; a TP peer finishes with
+//    it), so the one surely less late waits.
+// Returns the ranks held back: the GPU layer follows both and has not yet told
+// them apart (it takes a window). Without it, each one named says that the
+// other is late alike.
+std::set<int> StragglerDetector::settle_sync_partners(const std::vector<const RankSignal*>& members,
+                                                      const std::map<int, const CommLateness*>& behind,
+                                                      std::map<int, Verdict>& verdicts) const {
+  std::set<int> held;
+  auto waits = [&](const RankSignal& victim, const RankSignal& culprit) {
+    Verdict& v = verdicts[victim.pid];
+    if (!v.late) return;
+    v.victim = true;
+    v.waits_for_pid = culprit.pid;
+    v.waits_for_comm = shared_comm(victim, culprit);
+  };
+  for (const auto* a : members)
+    for (const auto* b : members) {
+      if (a->pid >= b->pid || !behind.count(a->pid) || !behind.count(b->pid)) continue;
+      Verdict &va = verdicts[a->pid], &vb = verdicts[b->pid];
+      if (!(va.late && !va.victim) && !(vb.late && !vb.victim)) continue;  // neither would be named
+      // Through a communicator where neither is late: the gate between them
+      // (two ranks late together on one group may both be slow).
+      const CommLateness* gate = shared_comm(*a, *b);
+      auto late_there = [&](const Verdict& v) {
+        return std::any_of(v.late_on.begin(), v.late_on.end(), [&](const CommLateness* c) { return c->comm == gate->comm; });
+      };
+      if (!gate || late_there(va) || late_there(vb)) continue;
+      const bool gpu_layer = a->gpu_valid && b->gpu_valid;
+      if (gpu_layer && a->gpu_nccl_ratio < b->gpu_nccl_ratio - opts_.min_gpu_gap) {
+        waits(*b, *a);
+        continue;
+      }
+      if (gpu_layer && b->gpu_nccl_ratio < a->gpu_nccl_ratio - opts_.min_gpu_gap) {
+        waits(*a, *b);
+        continue;
+      }
+      const CommLateness &ca = *behind.at(a->pid), &cb = *behind.at(b->pid);
+      const double diff = ca.median_offset_s - cb.median_offset_s;
+      const double se = std::hypot(ca.offset_se_s, cb.offset_se_s);
+      auto surely_later = [&](double d, double lag) {
+        return d >= opts_.min_early_t_score * se && d >= opts_.min_partner_lag_share * lag;
+      };
+      if (surely_later(diff, ca.median_offset_s)) {
+        waits(*b, *a);
+      } else if (surely_later(-diff, cb.median_offset_s)) {
+        waits(*a, *b);
+      } else if (gpu_layer) {
+        held.insert(a->pid);
+        held.insert(b->pid);
+      } else {
+        va.alike[b->pid] = b->rank;
+        vb.alike[a->pid] = a->rank;
+      }
+    }
+  return held;
+}
+
+std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& signals, double now_unix) {
   std::vector<DetectedEvent> events;
+  // A copy: a rank's lag summary is restated from the communicator that
+  // decides it (RankLagStats::summarize_from), its communicators themselves untouched.
+  std::vector<RankSignal> ranks = signals;
+  std::map<int, RankSignal*> by_pid;
   std::map<std::string, std::vector<const RankSignal*>> jobs;
-  for (const auto& r : ranks)
+  for (auto& r : ranks) {
+    by_pid[r.pid] = &r;
     if (!r.job_id.empty() && r.rank >= 0 && r.coverage >= opts_.min_coverage) jobs[r.job_id].push_back(&r);
+  }
 
   std::set<int> judged;
   for (const auto& [job, members] : jobs) {
@@ -363,6 +459,12 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         for (const auto* c : v.late_on)
           if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
       }
+      // Its lag, and the synchronize share of it, are those of where it is
+      // late: the tracker summarized it from its surest communicator, which
+      // may be a pipeline pair the pipeline's shape explains. (A GPU-slow
+      // last stage was summarized from its pair, where no synchronize comes
+      // before an arrival: its DP lag read as unexplained, and it a victim.)
+      if (v.decisive) by_pid.at(r->pid)->lag.summarize_from(*v.decisive);
       v.late = !v.late_on.empty();
       // (A busy host early on a collective is a slow rank among slower ones:
       // half a node slow waits at each TP call for the last of it. Early on
@@ -406,15 +508,25 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     // call, ahead of it or not): a victim, whatever its lag elsewhere, unless
     // its own host is busy too (on a collective; a pipeline pair's partner
     // waits for the send whatever its host does).
+    // (Not where it is itself behind by as much as the least late of them:
+    // surely behind, if not yet by the sign test's count of steps, it waits
+    // for nobody there. A slow GPU's MoE peers were surely late on their data
+    // parallel group, it later still: it was called their victim.)
     std::map<std::string, std::set<int>> late_here;
+    std::map<std::string, double> least_late;  // the smallest offset of a rank surely late there
     for (const auto* r : members)
-      for (const auto* c : verdicts[r->pid].late_on) late_here[c->comm].insert(r->pid);
+      for (const auto* c : verdicts[r->pid].late_on) {
+        late_here[c->comm].insert(r->pid);
+        auto [it, fresh] = least_late.try_emplace(c->comm, c->median_offset_s);
+        if (!fresh) it->second = std::min(it->second, c->median_offset_s);
+      }
     for (const auto* r : members) {
       Verdict& v = verdicts[r->pid];
       if (!v.late) continue;
       for (const auto& c : r->lag.comms) {
         auto it = late_here.find(c.comm);
         if (it == late_here.end() || it->second.count(r->pid)) continue;
+        if (c.t_score >= opts_.min_early_t_score && c.median_offset_s >= least_late.at(c.comm)) continue;
         v.waits_on.push_back(&c);
         if (is_p2p(c) || !host_busy(*r)) v.victim = true;
       }
@@ -439,26 +551,87 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       if (v.late && !late_gpu_slow.empty() && !late_gpu_slow.count(r->pid) && !host_busy(*r))
         v.victim = true;
     }
+    // A rank whose GPU is late because it idles on pipeline receives is in a
+    // bubble (the bubble detector's), not on a slow GPU or stream.
+    auto in_bubble = [&](const RankSignal& r) {
+      return r.gpu_valid && r.bubble_ratio > bubble_median + opts_.min_gpu_gap;
+    };
+    // Sync: it spent its lag in its own synchronize calls, more than its peers
+    // spent before their arrivals (every rank synchronizes; only the excess
+    // explains a lag).
+    auto sync_explains = [&](const RankSignal& r) {
+      return r.lag.late_sync_share >= opts_.min_sync_share && !in_bubble(r);
+    };
+    // Whether a peer is surely early where r is surely late (it waits for r there).
+    auto waited_for = [&](const RankSignal& r) {
+      for (const auto* c : verdicts[r.pid].late_on)
+        for (const auto* q : members)
+          if (q->pid != r.pid)
+            for (const auto* e : verdicts[q->pid].early_on)
+              if (e->comm == c->comm) return true;
+      return false;
+    };
+    // Where each rank is behind its peers on a collective, held in its own
+    // synchronize, its host not busy: surely late there, or surely behind
+    // (t score) without yet the steps the sign test asks.
+    std::map<int, const CommLateness*> behind_in_sync;
+    for (const auto* r : members) {
+      if (host_busy(*r) || in_bubble(*r)) continue;
+      const Verdict& v = verdicts[r->pid];
+      if (v.late && !v.victim && v.decisive && sync_explains(*r)) {
+        behind_in_sync[r->pid] = v.decisive;
+        continue;
+      }
+      for (const auto& c : r->lag.comms)
+        if (!is_p2p(c) && c.late_sync_excess >= opts_.min_sync_share && c.t_score >= opts_.min_early_t_score &&
+            (!behind_in_sync.count(r->pid) || c.median_offset_s > behind_in_sync[r->pid]->median_offset_s))
+          behind_in_sync[r->pid] = &c;
+    }
+    const std::set<int> held = settle_sync_partners(members, behind_in_sync, verdicts);
+    // Found waiting for a peer within a window (settled above, or surely
+    // early on a pair), then late alike with it, or early there less surely
+    // (the tests are strict, and a window's evidence wavers): it still waits.
+    for (const auto* r : members) {
+      Verdict& v = verdicts[r->pid];
+      Track& t = tracks_[r->pid];
+      const bool early_on_p2p =
+          std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
+      const bool still_early_on_p2p = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
+        return is_p2p(c) && c.t_score <= -opts_.min_early_t_score / 2;
+      });
+      const bool recently = now_unix - t.waited_at < window_seconds_;
+      if (v.waits_for_pid || (v.victim && early_on_p2p)) {
+        t.waited_for_pid = v.waits_for_pid;
+        t.waited_at = now_unix;
+      } else if (recently && v.alike.count(t.waited_for_pid)) {
+        v.victim = true;
+        v.waits_for_pid = t.waited_for_pid;
+        v.waits_for_comm = shared_comm(*r, *by_pid.at(t.waited_for_pid));
+        verdicts[t.waited_for_pid].alike.erase(r->pid);
+        v.alike.clear();
+      } else if (recently && v.late && !v.victim && !host_busy(*r) && still_early_on_p2p) {
+        v.victim = true;
+      }
+    }
 
     for (const auto* r : members) {
       judged.insert(r->pid);
       Verdict& v = verdicts[r->pid];
       // GPU (with the GPU layer): its NCCL kernels run least — its peers' kernels
-      // wait for it. A rank whose GPU is late because it idles on pipeline
-      // receives is a bubble (the bubble detector's), not a slow GPU or stream.
-      const bool in_bubble = r->gpu_valid && r->bubble_ratio > bubble_median + opts_.min_gpu_gap;
+      // wait for it (unless it is in a bubble).
       // (A rank away for a while, a checkpoint or an evaluation of its own, has
       // everyone's NCCL kernels waiting for it too: a pause, not a slow GPU.)
       const bool paused = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
         return c.since_pause_s >= 0 && c.since_pause_s < opts_.pause_memory_seconds;
       });
       // (And a rank behind its peers, if not yet surely, is a late host whose
-      // NCCL kernels are the shortest because everyone waits for it.)
+      // NCCL kernels are the shortest because everyone waits for it, unless
+      // its host waits as much as its peers': then its GPU holds it back.)
       const bool host_behind = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
         return c.late_share >= 0.5 && c.median_offset_s >= std::max(opts_.min_lag_s, v.lag_margin_s / std::max(1.0, c.ops_per_step));
       });
-      const bool gpu_slow = (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble &&
-                             (v.late || (!paused && !host_behind))) ||
+      const bool gpu_slow = (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble(*r) &&
+                             (v.late || (!paused && (!host_behind || (waits_visible && !host_busy(*r)))))) ||
                             late_gpu_slow.count(r->pid);
       // A late rank is the culprit when something of its own explains the lag:
       // it waits less than its peers (its host computes longer; or no host
@@ -469,19 +642,32 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       // step late) waits for someone: a victim.
       // (No waits to compare, when no host synchronizes in the window.)
       const bool waits_less = !waits_visible || host_busy(*r);
-      // Sync: it spent its lag in its own synchronize calls, more than its peers
-      // spent before their arrivals (every rank synchronizes; only the excess
-      // explains a lag).
       const bool candidate = v.late && !v.victim;
-      const bool sync_explains = candidate && r->lag.late_sync_share >= opts_.min_sync_share && !in_bubble;
+      const bool sync_explains_lag = candidate && sync_explains(*r);
       const bool gc_explains = candidate && gc_explains_lag(*r, members, v);
+      // Its NCCL kernels running least among the late ranks, or in the whole
+      // job (the ranks it holds up may all be victims by now: its MoE peers
+      // wait in their receives), is its GPU's own, where its host waits as
+      // much as its peers' (a host that computes longer waits less, and its
+      // kernels are the shortest as well).
+      const bool gpu_explains = (late_gpu_slow.count(r->pid) != 0 || gpu_slow) && !host_busy(*r);
+      // Its peers wait for it (surely early where it is surely late), it waits
+      // for nobody, and its host waits as much as theirs: not its host's
+      // compute, so its GPU or stream (its host may block in launches behind
+      // a full queue, not in a synchronize; a slow GPU's MoE peers waited for
+      // its all-to-all sends, and it was called a victim of nobody).
+      // (Late on a collective too, and its synchronize holding a good part of
+      // its lag: a pipeline's shape at a job's start is waited for on a pair.)
+      const bool late_on_collective =
+          std::any_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return !is_p2p(*c); });
+      const bool held_by_its_gpu = waits_visible && !host_busy(*r) && late_on_collective &&
+                                   r->lag.late_sync_share >= opts_.min_sync_share / 2 && waited_for(*r);
       if (candidate) {
         Verdict probe = v;
         const StragglerReason host = host_reason(*r, members, gc_explains, probe);
         const bool host_cause = host != StragglerReason::kCompute && host != StragglerReason::kHost;
-        // (Its NCCL kernels running least among the late ranks is its GPU's own too.)
-        const bool gpu_explains = late_gpu_slow.count(r->pid) != 0;
-        if (!(waits_less || sync_explains || gc_explains || host_cause || gpu_explains)) v.victim = true;
+        if (!(waits_less || sync_explains_lag || gc_explains || host_cause || gpu_explains || held_by_its_gpu))
+          v.victim = true;
       }
       const bool culprit = candidate && !v.victim;
       if (culprit) {
@@ -492,10 +678,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
         // late rank: a late host's NCCL kernels are the shortest too.
         v.reason = host_reason(*r, members, gc_explains, v);
         const bool host_unexplained = v.reason == StragglerReason::kCompute || v.reason == StragglerReason::kHost;
-        // (Its NCCL kernels running least among the late ranks says GPU only
-        // where its host waits as much as its peers': a host that computes
-        // longer waits less, and its kernels are the shortest as well.)
-        if (host_unexplained && (sync_explains || (late_gpu_slow.count(r->pid) && !host_busy(*r)))) {
+        if (host_unexplained && (sync_explains_lag || gpu_explains || held_by_its_gpu)) {
           v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
           v.decided_by = HostTest::kNone;
         }
@@ -511,6 +694,13 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       if (gpu_only) {
         if (t.gpu_low_since < 0) t.gpu_low_since = now_unix;
         if (t.st.straggler || now_unix - t.gpu_low_since >= window_seconds_) v.reason = StragglerReason::kGpu;
+      }
+      // Late alike with a peer that the GPU layer has not yet
+      // told apart: held back, for a window at most (its shares take one).
+      if (!held.count(r->pid)) t.held_since = -1;
+      if (held.count(r->pid)) {
+        if (t.held_since < 0) t.held_since = now_unix;
+        if (!t.st.straggler && now_unix - t.held_since < window_seconds_) v.reason = StragglerReason::kNone;
       }
       if (v.late && r->lag.step_seconds > 0) v.score = r->lag.median_lag_s / r->lag.step_seconds;
       if (gpu_slow && dev.median < 1)
@@ -545,6 +735,31 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
   return events;
 }
 
+namespace {
+
+// The ranks late alike with it (settle_sync_partners: pid -> rank), in rank order.
+std::vector<int> alike_ranks(const std::map<int, int>& alike) {
+  std::vector<int> out;
+  for (const auto& [pid, rank] : alike) out.push_back(rank);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string alike_text(const std::map<int, int>& alike) {
+  const std::vector<int> ranks = alike_ranks(alike);
+  if (ranks.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == ranks.size() ? " or " : ", ") + std::to_string(ranks[i]);
+  const bool one = ranks.size() == 1;
+  return " — or that of rank " + list + (one ? ", which it meets on a communicator and is" : ", which it meets on a communicator and are") +
+         " late alike in " + (one ? "its" : "their") +
+         " synchronize: a GPU waiting for a slow peer's GPU holds its synchronize as a slow GPU does, and without the "
+         "GPU layer nothing tells them apart";
+}
+
+}  // namespace
+
 DetectedEvent StragglerDetector::straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                                  const std::vector<const RankSignal*>& members,
                                                  const std::map<int, Verdict>& verdicts, double now_unix) const {
@@ -558,6 +773,13 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     const Verdict& pv = verdicts.at(p->pid);
     std::vector<const CommLateness*> waits = pv.early_on;
     waits.insert(waits.end(), pv.waits_on.begin(), pv.waits_on.end());
+    if (pv.waits_for_pid == r.pid && pv.waits_for_comm) {  // a peer gated by its GPU (settle_sync_partners)
+      waiting.push_back({{"rank", p->rank}, {"pid", p->pid}, {"comm", pv.waits_for_comm->comm},
+                         {"ahead_seconds", v.decisive && pv.decisive ? v.decisive->median_offset_s - pv.decisive->median_offset_s : 0.0},
+                         {"late_elsewhere", pv.late}});
+      waiting_ranks += (waiting_ranks.empty() ? "" : ", ") + std::to_string(p->rank);
+      continue;
+    }
     for (const auto* e : waits) {
       // Where it waits, this rank is behind (surely late, or simply later).
       const bool shared = std::any_of(r.lag.comms.begin(), r.lag.comms.end(),
@@ -575,7 +797,7 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
               (d->peers == 1 ? " peer" : " peers") + " on " + d->comm + " at " + fmt("%.0f", d->late_share * 100) + "% of its last " +
               std::to_string(d->bins) + " steps" +
               (r.lag.step_seconds > 0 ? " (step " + fmt("%.0f", r.lag.step_seconds * 1e3) + " ms)" : "") +
-              (waiting_ranks.empty() ? "" : "; rank" + std::string(waiting.size() > 1 ? "s " : " ") + waiting_ranks + " wait for it")
+              (waiting_ranks.empty() ? "" : waiting.size() > 1 ? "; ranks " + waiting_ranks + " wait for it" : "; rank " + waiting_ranks + " waits for it")
         : "";
   if (v.decided_by != HostTest::kNone && v.decided_by != HostTest::kNoKernelLayer && v.decided_by != HostTest::kGcExcess)
     ev.summary = host_cause_summary(r, v);
@@ -588,7 +810,8 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     ev.summary = who + late + ": " + gc_summary(r, v);
   else if (v.reason == StragglerReason::kSync)
     ev.summary = who + late + ": it spent " + fmt("%.0f", r.lag.late_sync_share * 100) +
-                 "% of that lag blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host";
+                 "% of that lag blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host" +
+                 alike_text(v.alike);
   else
     ev.summary = who + " is slow on its GPU: its NCCL kernels run " + fmt("%.0f", r.gpu_nccl_ratio * 100) +
                  "% of the time, the median rank's " + fmt("%.0f", v.gpu_median * 100) + "% (its peers' kernels wait for it)" +
@@ -641,6 +864,7 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                  {"score", v.score},
                  {"window_seconds", window_seconds_},
                  {"late_on", late_on},
+                 {"late_alike_ranks", alike_ranks(v.alike)},
                  {"waited_for_by", waiting},
                  {"peers", peers}};
   if (r.gpu_valid) {

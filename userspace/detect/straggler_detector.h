@@ -67,6 +67,9 @@ struct StragglerOptions {
   int clear_after = 3;  // ... and before it falls
   double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
   double min_gc_share = 0.5;  // GC time above the peers' median per step explains this share of the lag
+  // Of two peers late alike in their synchronize calls, the one
+  // later by this share of its lag (and surely) is the one the other waits for.
+  double min_partner_lag_share = 0.10;
   double min_host_cause_share = 0.5;  // throttled / runqueue / I/O time above the peers' median, per step
 };
 
@@ -92,12 +95,18 @@ class StragglerDetector {
   struct Track {
     int hits = 0, misses = 0;
     double gpu_low_since = -1;  // when its NCCL-kernel share last turned low, its host on time (-1: not low)
+    double held_since = -1;     // since when it and a peer are late alike, not yet told apart (-1: not)
+    int waited_for_pid = 0;     // the peer it was last found waiting for (settle_sync_partners) ...
+    double waited_at = -1;      // ... and when
     StragglerState st;
   };
   DetectedEvent straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
                                 const std::vector<const RankSignal*>& members, const std::map<int, Verdict>& verdicts,
                                 double now_unix) const;
   void judge_arrivals(const RankSignal& r, Verdict& v) const;
+  std::set<int> settle_sync_partners(const std::vector<const RankSignal*>& members,
+                                     const std::map<int, const CommLateness*>& behind,
+                                     std::map<int, Verdict>& verdicts) const;
   bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
   std::string gc_summary(const RankSignal& r, const Verdict& v) const;
   StragglerReason host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members, bool gc_explains,

@@ -53,6 +53,14 @@ struct RankLagStats {
   double late_sync_share = 0;  // where it arrived late: the share of the span before its arrival it spent in its own
                                // synchronize calls above its peers' share before theirs (its GPU or stream held it)
   double step_seconds = 0;     // 0 when no period is seen
+
+  // The summary as communicator c states it.
+  void summarize_from(const CommLateness& c) {
+    spread_samples = c.bins;
+    median_lag_s = c.median_offset_s;
+    late_fraction = c.late_share;
+    late_sync_share = c.late_sync_excess;
+  }
 };
 
 struct CommMember {
