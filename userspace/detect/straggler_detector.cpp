@@ -94,14 +94,25 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
 
 double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
+// A communicator a and b share that `fits` (a's view of it), a point-to-point
+// one first.
+template <typename Fits>
+const CommLateness* shared_comm(const RankSignal& a, const RankSignal& b, Fits fits) {
+  const CommLateness* any = nullptr;
+  for (const auto& x : a.lag.comms)
+    if (fits(x))
+      for (const auto& y : b.lag.comms)
+        if (y.comm == x.comm) {
+          if (is_p2p(x)) return &x;
+          if (!any) any = &x;
+        }
+  return any;
+}
+
 // Whether two ranks meet on a collective communicator (replicas of one
 // pipeline stage: its tensor- and data-parallel peers).
 bool shares_a_collective(const RankSignal& a, const RankSignal& b) {
-  for (const auto& x : a.lag.comms)
-    if (!is_p2p(x))
-      for (const auto& y : b.lag.comms)
-        if (y.comm == x.comm) return true;
-  return false;
+  return shared_comm(a, b, [](const CommLateness& c) { return !is_p2p(c); }) != nullptr;
 }
 
 // An event of this detector about rank r of `job`.
@@ -244,22 +255,6 @@ void StragglerDetector::judge_arrivals(const RankSignal& r, Verdict& v) const {
   v.victim = v.late && !v.early_on.empty();
 }
 
-namespace {
-
-// A communicator a and b share (a's view of it): a point-to-point one first.
-const CommLateness* shared_comm(const RankSignal& a, const RankSignal& b) {
-  const CommLateness* any = nullptr;
-  for (const auto& x : a.lag.comms)
-    for (const auto& y : b.lag.comms)
-      if (y.comm == x.comm) {
-        if (is_p2p(x)) return &x;
-        if (!any) any = &x;
-      }
-  return any;
-}
-
-}  // namespace
-
 // Peers behind on their own collectives, each held in its own synchronize, at
 // least one of them surely late (`behind`: where each is behind), that meet on
 // a communicator where neither is late (a pipeline pair, an MoE exchange, a
@@ -279,25 +274,31 @@ std::set<int> StragglerDetector::settle_sync_partners(const std::vector<const Ra
                                                       const std::map<int, const CommLateness*>& behind,
                                                       std::map<int, Verdict>& verdicts) const {
   std::set<int> held;
+  const CommLateness* gate = nullptr;
   auto waits = [&](const RankSignal& victim, const RankSignal& culprit) {
     Verdict& v = verdicts[victim.pid];
     if (!v.late) return;
     v.victim = true;
     v.waits_for_pid = culprit.pid;
-    v.waits_for_comm = shared_comm(victim, culprit);
+    v.waits_for_comm = shared_comm(victim, culprit, [&](const CommLateness& c) { return c.comm == gate->comm; });
   };
   for (const auto* a : members)
     for (const auto* b : members) {
       if (a->pid >= b->pid || !behind.count(a->pid) || !behind.count(b->pid)) continue;
       Verdict &va = verdicts[a->pid], &vb = verdicts[b->pid];
       if (!(va.late && !va.victim) && !(vb.late && !vb.victim)) continue;  // neither would be named
-      // Through a communicator where neither is late: the gate between them
-      // (two ranks late together on one group may both be slow).
-      const CommLateness* gate = shared_comm(*a, *b);
-      auto late_there = [&](const Verdict& v) {
-        return std::any_of(v.late_on.begin(), v.late_on.end(), [&](const CommLateness* c) { return c->comm == gate->comm; });
+      // Through a communicator where neither is late, met at nearly every
+      // step: the gate between them. (Two ranks late together on one group
+      // may both be slow; a world communicator used now and then for logging
+      // ties nobody's GPU to anybody's.)
+      const CommLateness &ca = *behind.at(a->pid), &cb = *behind.at(b->pid);
+      auto late_there = [](const Verdict& v, const CommLateness& c) {
+        return std::any_of(v.late_on.begin(), v.late_on.end(), [&](const CommLateness* x) { return x->comm == c.comm; });
       };
-      if (!gate || late_there(va) || late_there(vb)) continue;
+      gate = shared_comm(*a, *b, [&](const CommLateness& c) {
+        return !late_there(va, c) && !late_there(vb, c) && 2 * c.bins >= std::max(ca.bins, cb.bins);
+      });
+      if (!gate) continue;
       const bool gpu_layer = a->gpu_valid && b->gpu_valid;
       if (gpu_layer && a->gpu_nccl_ratio < b->gpu_nccl_ratio - opts_.min_gpu_gap) {
         waits(*b, *a);
@@ -307,7 +308,6 @@ std::set<int> StragglerDetector::settle_sync_partners(const std::vector<const Ra
         waits(*a, *b);
         continue;
       }
-      const CommLateness &ca = *behind.at(a->pid), &cb = *behind.at(b->pid);
       const double diff = ca.median_offset_s - cb.median_offset_s;
       const double se = std::hypot(ca.offset_se_s, cb.offset_se_s);
       auto surely_later = [&](double d, double lag) {
@@ -597,16 +597,18 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       const bool early_on_p2p =
           std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
       const bool still_early_on_p2p = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
-        return is_p2p(c) && c.t_score <= -opts_.min_early_t_score / 2;
+        return is_p2p(c) && c.t_score <= -opts_.min_still_early_t_score;
       });
       const bool recently = now_unix - t.waited_at < window_seconds_;
       if (v.waits_for_pid || (v.victim && early_on_p2p)) {
         t.waited_for_pid = v.waits_for_pid;
+        t.waited_on = v.waits_for_comm ? v.waits_for_comm->comm : "";
         t.waited_at = now_unix;
       } else if (recently && v.alike.count(t.waited_for_pid)) {
         v.victim = true;
         v.waits_for_pid = t.waited_for_pid;
-        v.waits_for_comm = shared_comm(*r, *by_pid.at(t.waited_for_pid));
+        v.waits_for_comm = shared_comm(*r, *by_pid.at(t.waited_for_pid),
+                                       [&](const CommLateness& c) { return c.comm == t.waited_on; });
         verdicts[t.waited_for_pid].alike.erase(r->pid);
         v.alike.clear();
       } else if (recently && v.late && !v.victim && !host_busy(*r) && still_early_on_p2p) {
@@ -661,7 +663,7 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
       const bool late_on_collective =
           std::any_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return !is_p2p(*c); });
       const bool held_by_its_gpu = waits_visible && !host_busy(*r) && late_on_collective &&
-                                   r->lag.late_sync_share >= opts_.min_sync_share / 2 && waited_for(*r);
+                                   r->lag.late_sync_share >= opts_.min_waited_for_sync_share && waited_for(*r);
       if (candidate) {
         Verdict probe = v;
         const StragglerReason host = host_reason(*r, members, gc_explains, probe);

@@ -70,6 +70,13 @@ struct StragglerOptions {
   // Of two peers late alike in their synchronize calls, the one
   // later by this share of its lag (and surely) is the one the other waits for.
   double min_partner_lag_share = 0.10;
+  // Found waiting on a pair within a window, a victim still while its
+  // earliness there stays this sure (t score below minus this).
+  double min_still_early_t_score = 1.5;
+  // A rank its peers wait for, its host not busy: its GPU's when its own
+  // synchronize calls hold this share of its lag (its host may block in
+  // launches behind a full queue instead).
+  double min_waited_for_sync_share = 0.25;
   double min_host_cause_share = 0.5;  // throttled / runqueue / I/O time above the peers' median, per step
 };
 
@@ -97,6 +104,7 @@ class StragglerDetector {
     double gpu_low_since = -1;  // when its NCCL-kernel share last turned low, its host on time (-1: not low)
     double held_since = -1;     // since when it and a peer are late alike, not yet told apart (-1: not)
     int waited_for_pid = 0;     // the peer it was last found waiting for (settle_sync_partners) ...
+    std::string waited_on;      // ... on which communicator ...
     double waited_at = -1;      // ... and when
     StragglerState st;
   };
