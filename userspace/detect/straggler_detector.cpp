@@ -5,75 +5,12 @@
 #include <set>
 
 #include "userspace/detect/numbers.h"
+#include "userspace/detect/straggler_verdict.h"
 
 namespace argus {
 
 using detect::fmt;
 using detect::median_of;
-
-namespace {
-
-// A rank's time by what it did, in thread-seconds per wall second (RankSignal).
-struct HostShares {
-  double runqueue = 0, io = 0, lock = 0, sleep = 0, oncpu = 0, throttled = 0;
-};
-
-// Which test decided a host straggler's reason (evidence.host_cause.decided_by).
-enum class HostTest : uint8_t {
-  kNone,              // not a host straggler
-  kNoKernelLayer,     // the kernel layer does not follow it: "host", or GC
-  kGcExcess,          // its GC time above its peers' explains the lag
-  kThrottledExcess,   // its cgroup's throttled time does
-  kRunqueueExcess,    // its runqueue time does
-  kIoExcess,          // its block I/O wait does
-  kNoneExplains,      // nothing on its host explains it: it computes longer
-};
-
-const char* label_of(HostTest t) {
-  switch (t) {
-    case HostTest::kNone: return "";
-    case HostTest::kNoKernelLayer: return "no_kernel_layer";
-    case HostTest::kGcExcess: return "gc_excess";
-    case HostTest::kThrottledExcess: return "throttled_excess";
-    case HostTest::kRunqueueExcess: return "runqueue_excess";
-    case HostTest::kIoExcess: return "io_excess";
-    case HostTest::kNoneExplains: return "none_explains";
-  }
-  return "";
-}
-
-}  // namespace
-
-struct StragglerDetector::Verdict {
-  StragglerReason reason = StragglerReason::kNone;  // kNone: on time
-  bool late = false;   // arrives last at most collectives, by the margin
-  double gc_peer_median_s = 0;  // the peers' GC seconds in the window (median)
-  double gc_excess_per_step_s = 0;  // this rank's GC above it, per step
-  double gc_explained_share = 0;    // ... as a share of its lag
-  // Kernel layer: the rank's shares and its peers' medians (thread-seconds per
-  // wall second), each cause's excess per step and the share of the lag it
-  // explains, and which test decided the host reason.
-  HostShares own, peers;
-  double throttled_excess_s = 0, runqueue_excess_s = 0, io_excess_s = 0;
-  double throttled_explained = 0, runqueue_explained = 0, io_explained = 0;
-  HostTest decided_by = HostTest::kNone;
-  double peers_lag_s = 0, lag_behind_peers_s = 0;  // the peers' median lag; its lag behind it
-  double lag_margin_s = 0;
-  double wait_median = 0, wait_threshold = 0;
-  double gpu_median = 0, gpu_threshold = 0;
-  double score = 0;
-  std::vector<const CommLateness*> late_on, early_on;  // where it is surely behind / ahead of its peers
-  std::vector<const CommLateness*> waits_on;  // on time where a peer is surely late: it waits for that peer
-  const CommLateness* decisive = nullptr;  // the communicator it is most surely late on
-  bool victim = false;                     // late, but ahead somewhere: it waits for someone
-  bool imbalance = false;                  // late by the pipeline's design (see evaluate)
-  // Peers late together, each in its own synchronize (settle_sync_partners):
-  // the peer it waits for (0: none) and where, and the one late alike that
-  // nothing tells apart from it (no GPU layer).
-  int waits_for_pid = 0;
-  const CommLateness* waits_for_comm = nullptr;
-  std::map<int, int> alike;  // pid -> rank of each peer late alike
-};
 
 namespace {
 
@@ -91,8 +28,6 @@ Spread low_outlier_threshold(const std::vector<double>& v, double min_gap, doubl
   s.threshold = s.median - std::max(min_gap, k * mad);
   return s;
 }
-
-double total_wait(const RankSignal& r) { return std::min(1.0, r.coll_wait_ratio + r.sync_wait_ratio); }
 
 // A communicator a and b share that `fits` (a's view of it), a point-to-point
 // one first.
@@ -113,16 +48,6 @@ const CommLateness* shared_comm(const RankSignal& a, const RankSignal& b, Fits f
 // pipeline stage: its tensor- and data-parallel peers).
 bool shares_a_collective(const RankSignal& a, const RankSignal& b) {
   return shared_comm(a, b, [](const CommLateness& c) { return !is_p2p(c); }) != nullptr;
-}
-
-// An event of this detector about rank r of `job`.
-DetectedEvent event_about(EventKind kind, const std::string& job, const RankSignal& r, double now_unix) {
-  DetectedEvent ev;
-  ev.time = now_unix;
-  ev.kind = kind;
-  ev.job_id = job;
-  ev.rank = r.rank;
-  return ev;
 }
 
 }  // namespace
@@ -167,8 +92,6 @@ HostShares peer_medians(const RankSignal& r, const std::vector<const RankSignal*
   }
   return {median_of(rq), median_of(io), median_of(lock), median_of(sleep), median_of(oncpu), median_of(thr)};
 }
-
-std::string pct(double share) { return fmt("%.0f", share * 100) + "%"; }
 
 }  // namespace
 
@@ -255,6 +178,291 @@ void StragglerDetector::judge_arrivals(const RankSignal& r, Verdict& v) const {
   v.victim = v.late && !v.early_on.empty();
 }
 
+// One evaluation of one job's ranks on this node: the job's medians, each
+// rank's verdict, and the questions the phases of evaluate() ask of them.
+struct StragglerDetector::JobPass {
+  const StragglerOptions& opts;
+  const std::vector<const RankSignal*>& members;
+  std::map<int, RankSignal*>& by_pid;  // the evaluation's copies (a rank's lag is restated from where it is late)
+  std::map<int, Verdict> verdicts;
+  bool waits_visible = false;   // hosts wait at all (in collectives or synchronize): their waits compare
+  double bubble_median = 0;     // of the ranks with the GPU layer
+  bool gpu_comparable = false;  // two ranks or more have the GPU layer
+  Spread dev;                   // their NCCL-kernel shares
+
+  // A rank whose host waits less than its peers' computes longer itself.
+  bool host_busy(const RankSignal& r) const {
+    return waits_visible && total_wait(r) <= verdicts.at(r.pid).wait_threshold;
+  }
+  // Its whole stage busy: it and every replica (the ranks it meets on a collective).
+  bool stage_busy(const RankSignal& r) const {
+    if (!host_busy(r)) return false;
+    for (const auto* q : members)
+      if (q->pid != r.pid && shares_a_collective(r, *q) && !host_busy(*q)) return false;
+    return true;
+  }
+  // Its GPU late because it idles on pipeline receives: in a bubble (the
+  // bubble detector's), not on a slow GPU or stream.
+  bool in_bubble(const RankSignal& r) const { return r.gpu_valid && r.bubble_ratio > bubble_median + opts.min_gpu_gap; }
+  // Sync: it spent its lag in its own synchronize calls, more than its peers
+  // spent before their arrivals (every rank synchronizes; only the excess
+  // explains a lag).
+  bool sync_explains(const RankSignal& r) const { return r.lag.late_sync_share >= opts.min_sync_share && !in_bubble(r); }
+  // Whether a peer is surely early where r is surely late (it waits for r there).
+  bool waited_for(const RankSignal& r) const {
+    for (const auto* c : verdicts.at(r.pid).late_on)
+      for (const auto* q : members)
+        if (q->pid != r.pid)
+          for (const auto* e : verdicts.at(q->pid).early_on)
+            if (e->comm == c->comm) return true;
+    return false;
+  }
+  static bool late_there(const Verdict& v, const CommLateness& c) {
+    return std::any_of(v.late_on.begin(), v.late_on.end(), [&](const CommLateness* x) { return x->comm == c.comm; });
+  }
+  static bool early_on_p2p(const Verdict& v) {
+    return std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
+  }
+  // Whether a replica's pipeline partner is late on a collective (it waits
+  // for a culprit then, whatever the schedule).
+  bool partner_late(const RankSignal& q, const CommLateness& pair) const {
+    for (const auto* o : members) {
+      if (o->pid == q.pid) continue;
+      const bool partner = std::any_of(o->lag.comms.begin(), o->lag.comms.end(),
+                                       [&](const CommLateness& x) { return x.comm == pair.comm; });
+      if (!partner) continue;
+      const auto& late_on = verdicts.at(o->pid).late_on;
+      if (std::any_of(late_on.begin(), late_on.end(), [](const CommLateness* x) { return !is_p2p(*x); })) return true;
+    }
+    return false;
+  }
+  // Of r's replicas' point-to-point pairs most like c (in operations per
+  // step), the one that stands latest (or earliest, leaving out replicas
+  // whose partner is late on a collective).
+  const CommLateness* replica_pair(const RankSignal& r, const CommLateness& c, bool latest) const {
+    const CommLateness* pick = nullptr;
+    for (const auto* q : members) {
+      if (q->pid == r.pid || !shares_a_collective(r, *q)) continue;
+      const CommLateness* like = nullptr;
+      for (const auto& x : q->lag.comms)
+        if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c.ops_per_step) < std::fabs(like->ops_per_step - c.ops_per_step)))
+          like = &x;
+      if (like && !latest && partner_late(*q, *like)) continue;
+      if (like && (!pick || (latest ? like->median_offset_s > pick->median_offset_s
+                                     : like->median_offset_s < pick->median_offset_s)))
+        pick = like;
+    }
+    return pick;
+  }
+  // Whether c's offset stands beyond the replica's (sign +1: later, -1:
+  // earlier) by at least `share` of it, and by t standard errors.
+  static bool beyond(const CommLateness& c, const CommLateness& replica, double sign, double share, double t) {
+    const double own = sign * (c.median_offset_s - replica.median_offset_s);
+    const double se = std::hypot(c.offset_se_s, replica.offset_se_s);  // of that difference
+    return own >= share * sign * c.median_offset_s && own >= t * se && own > 0;
+  }
+};
+
+// The job's medians, and where each rank is surely behind and ahead of its peers.
+StragglerDetector::JobPass StragglerDetector::open_job(const std::vector<const RankSignal*>& members,
+                                                       std::map<int, RankSignal*>& by_pid) const {
+  JobPass p{opts_, members, by_pid, {}, false, 0, false, {}};
+  std::vector<double> waits, gpu, bubble;
+  for (const auto* r : members) {
+    waits.push_back(total_wait(*r));
+    if (r->gpu_valid) {
+      gpu.push_back(r->gpu_nccl_ratio);
+      bubble.push_back(r->bubble_ratio);
+    }
+  }
+  p.bubble_median = median_of(bubble);
+  const double wait_median = median_of(waits);
+  p.gpu_comparable = gpu.size() >= 2;
+  if (p.gpu_comparable) p.dev = low_outlier_threshold(gpu, opts_.min_gpu_gap, opts_.mad_k);
+  // (A rank whose host waits less than its peers' computes longer itself:
+  // waiting for someone else does not explain its lateness away. Half a node
+  // slow on its own hosts is late together, and at each tensor-parallel call
+  // its ranks wait for the one of them that is last: each must still be named.)
+  p.waits_visible = wait_median >= opts_.min_wait_gap;
+  for (const auto* r : members) {
+    Verdict& v = p.verdicts[r->pid];
+    v.wait_median = wait_median;
+    v.wait_threshold = wait_median - opts_.min_wait_gap;
+    v.gpu_median = p.dev.median;
+    v.gpu_threshold = p.dev.threshold;
+    v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
+    judge_arrivals(*r, v);
+  }
+  return p;
+}
+
+// Point-to-point lateness against the rank's replicas (the peers on its
+// data- and tensor-parallel communicators: the same stage): a pipeline
+// makes one side of each exchange wait by its schedule (the receiver posts
+// first, the last stage computes the loss), the same on every replica and
+// at nearly every step, so the sign test alone says nothing there. Only
+// what stands above every replica's offset is the rank's own: at least half
+// of its lateness, and surely so (min_t_score standard errors of the
+// difference: the replicas' medians spread with jitter too). With
+// replicas, its collectives compare it with them anyway (the DP
+// all-reduce, its TP peers'); a 10-minute healthy TP2xPP2xDP2 run named a
+// pair's side 17 times against the replicas' median.
+// The same holds for earliness: a stage that waits for the next one's
+// backward by the schedule is early on its pair on every replica; only
+// earliness beyond the earliest replica's is a wait of its own (a victim's).
+// (A slow stage-0 host in a blocking TP2xPP2xDP2 job was early on its pair by
+// 26 ms against its replica's 34: called a victim, it was never named.)
+// Replicas whose own partner is late on a collective wait for a culprit
+// too (a TP peer's partner is gated by the same slow rank): they say
+// nothing of the schedule's earliness, and are left out.
+void StragglerDetector::set_pipeline_shape_aside(JobPass& p) const {
+  for (const auto* r : p.members) {
+    Verdict& v = p.verdicts.at(r->pid);
+    std::erase_if(v.late_on, [&](const CommLateness* c) {
+      if (!is_p2p(*c)) return false;
+      const CommLateness* top = p.replica_pair(*r, *c, true);  // the replica whose pair stands latest
+      // (No replica here: the pipeline's own shape cannot be told apart.)
+      if (!top || JobPass::beyond(*c, *top, +1, 0.5, opts_.min_t_score)) return false;
+      // A whole stage slow is late alike on every replica too; it is named,
+      // rank by rank, where every host of the stage is busy (each waits
+      // less than the job's ranks) and the pair's offset is a share of the
+      // step. (A pipeline's shape is late on its pairs by up to a third of
+      // the step with micro-batches, while its ranks wait much as the others.)
+      return !(p.stage_busy(*r) && c->median_offset_s >= opts_.max_imbalance_step_share * r->lag.step_seconds);
+    });
+    std::erase_if(v.early_on, [&](const CommLateness* c) {
+      if (!is_p2p(*c)) return false;
+      const CommLateness* bottom = p.replica_pair(*r, *c, false);  // the replica whose pair stands earliest
+      // (A victim's wait need not be most of the schedule's: only sure.)
+      return bottom && !JobPass::beyond(*c, *bottom, -1, 0, opts_.min_early_t_score);
+    });
+    if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {
+      v.decisive = nullptr;
+      for (const auto* c : v.late_on)
+        if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
+    }
+    // Its lag, and the synchronize share of it, are those of where it is
+    // late: the tracker summarized it from its surest communicator, which
+    // may be a pipeline pair the pipeline's shape explains. (A GPU-slow
+    // last stage was summarized from its pair, where no synchronize comes
+    // before an arrival: its DP lag read as unexplained, and it a victim.)
+    if (v.decisive) p.by_pid.at(r->pid)->lag.summarize_from(*v.decisive);
+    v.late = !v.late_on.empty();
+    // (A busy host early on a collective is a slow rank among slower ones:
+    // half a node slow waits at each TP call for the last of it. Early on
+    // a pipeline pair, it waits for its partner's send: a victim, busy or not.)
+    v.victim = v.late && !v.early_on.empty() && (JobPass::early_on_p2p(v) || !p.host_busy(*r));
+  }
+}
+
+// Imbalance by design (the last pipeline stage computes the loss): a rank
+// late only on its point-to-point pairs, by a small share of the step,
+// whose every peer on its collective communicators (its data- and
+// tensor-parallel replicas) is late the same way, is the pipeline's shape,
+// not a sick worker. A stage that is much slower is named, rank by rank.
+void StragglerDetector::mark_imbalance(JobPass& p) const {
+  auto p2p_only = [](const Verdict& v) {
+    return v.late && std::all_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
+  };
+  for (const auto* r : p.members) {
+    Verdict& v = p.verdicts.at(r->pid);
+    if (!p2p_only(v) || !v.decisive || v.decisive->median_offset_s >= opts_.max_imbalance_step_share * r->lag.step_seconds)
+      continue;
+    bool replicas_alike = false;
+    for (const auto& c : r->lag.comms) {
+      if (is_p2p(c)) continue;
+      for (const auto* q : p.members) {
+        if (q->pid == r->pid) continue;
+        const bool shares = std::any_of(q->lag.comms.begin(), q->lag.comms.end(), [&](const CommLateness& x) { return x.comm == c.comm; });
+        if (!shares) continue;
+        replicas_alike = p2p_only(p.verdicts.at(q->pid));
+        if (!replicas_alike) break;
+      }
+      if (!replicas_alike) break;
+    }
+    if (replicas_alike) v.imbalance = true;
+  }
+  for (const auto* r : p.members)
+    if (p.verdicts.at(r->pid).imbalance) p.verdicts.at(r->pid).late = false;
+}
+
+// A rank late on one communicator that is on time on another where a peer
+// is surely late waits for that peer there (its TP peers in a blocking
+// call, ahead of it or not): a victim, whatever its lag elsewhere, unless
+// its own host is busy too (on a collective; a pipeline pair's partner
+// waits for the send whatever its host does).
+// (Not where it is itself behind by as much as the least late of them:
+// surely behind, if not yet by the sign test's count of steps, it waits
+// for nobody there. A slow GPU's MoE peers were surely late on their data
+// parallel group, it later still: it was called their victim.)
+void StragglerDetector::find_waits_on_late_peers(JobPass& p) const {
+  std::map<std::string, std::set<int>> late_here;
+  std::map<std::string, double> least_late;  // the smallest offset of a rank surely late there
+  for (const auto* r : p.members)
+    for (const auto* c : p.verdicts.at(r->pid).late_on) {
+      late_here[c->comm].insert(r->pid);
+      auto [it, fresh] = least_late.try_emplace(c->comm, c->median_offset_s);
+      if (!fresh) it->second = std::min(it->second, c->median_offset_s);
+    }
+  for (const auto* r : p.members) {
+    Verdict& v = p.verdicts.at(r->pid);
+    if (!v.late) continue;
+    for (const auto& c : r->lag.comms) {
+      auto it = late_here.find(c.comm);
+      if (it == late_here.end() || it->second.count(r->pid)) continue;
+      if (c.t_score >= opts_.min_early_t_score && c.median_offset_s >= least_late.at(c.comm)) continue;
+      v.waits_on.push_back(&c);
+      if (is_p2p(c) || !p.host_busy(*r)) v.victim = true;
+    }
+  }
+}
+
+// With the GPU layer, among the ranks late together the one whose NCCL
+// kernels run least is the culprit: the others' kernels wait for it (their
+// hosts were held by a synchronize gated on its GPU through a collective of
+// another group): victims. Compared among the late ranks only: the job's
+// spread of NCCL time is two-humped (waiters and the rest).
+// Returns the late ranks whose kernels run least.
+std::set<int> StragglerDetector::gpu_slow_among_late(JobPass& p) const {
+  std::vector<double> late_gpu;
+  for (const auto* r : p.members) {
+    const Verdict& v = p.verdicts.at(r->pid);
+    if (v.late && !v.victim && r->gpu_valid) late_gpu.push_back(r->gpu_nccl_ratio);
+  }
+  std::set<int> slow;
+  if (late_gpu.size() >= 2) {
+    const double late_median = median_of(late_gpu);
+    for (const auto* r : p.members)
+      if (p.verdicts.at(r->pid).late && r->gpu_valid && r->gpu_nccl_ratio < late_median - opts_.min_gpu_gap)
+        slow.insert(r->pid);
+  }
+  for (const auto* r : p.members) {
+    Verdict& v = p.verdicts.at(r->pid);
+    if (v.late && !slow.empty() && !slow.count(r->pid) && !p.host_busy(*r)) v.victim = true;
+  }
+  return slow;
+}
+
+// Where each rank is behind its peers on a collective, held in its own
+// synchronize, its host not busy: surely late there, or surely behind
+// (t score) without yet the steps the sign test asks.
+std::map<int, const CommLateness*> StragglerDetector::behind_in_sync(const JobPass& p) const {
+  std::map<int, const CommLateness*> behind;
+  for (const auto* r : p.members) {
+    if (p.host_busy(*r) || p.in_bubble(*r)) continue;
+    const Verdict& v = p.verdicts.at(r->pid);
+    if (v.late && !v.victim && v.decisive && p.sync_explains(*r)) {
+      behind[r->pid] = v.decisive;
+      continue;
+    }
+    for (const auto& c : r->lag.comms)
+      if (!is_p2p(c) && c.late_sync_excess >= opts_.min_sync_share && c.t_score >= opts_.min_early_t_score &&
+          (!behind.count(r->pid) || c.median_offset_s > behind[r->pid]->median_offset_s))
+        behind[r->pid] = &c;
+  }
+  return behind;
+}
+
 // Peers behind on their own collectives, each held in its own synchronize, at
 // least one of them surely late (`behind`: where each is behind), that meet on
 // a communicator where neither is late (a pipeline pair, an MoE exchange, a
@@ -270,33 +478,28 @@ void StragglerDetector::judge_arrivals(const RankSignal& r, Verdict& v) const {
 // Returns the ranks held back: the GPU layer follows both and has not yet told
 // them apart (it takes a window). Without it, each one named says that the
 // other is late alike.
-std::set<int> StragglerDetector::settle_sync_partners(const std::vector<const RankSignal*>& members,
-                                                      const std::map<int, const CommLateness*>& behind,
-                                                      std::map<int, Verdict>& verdicts) const {
+std::set<int> StragglerDetector::settle_sync_partners(JobPass& p, const std::map<int, const CommLateness*>& behind) const {
   std::set<int> held;
   const CommLateness* gate = nullptr;
   auto waits = [&](const RankSignal& victim, const RankSignal& culprit) {
-    Verdict& v = verdicts[victim.pid];
+    Verdict& v = p.verdicts.at(victim.pid);
     if (!v.late) return;
     v.victim = true;
     v.waits_for_pid = culprit.pid;
     v.waits_for_comm = shared_comm(victim, culprit, [&](const CommLateness& c) { return c.comm == gate->comm; });
   };
-  for (const auto* a : members)
-    for (const auto* b : members) {
+  for (const auto* a : p.members)
+    for (const auto* b : p.members) {
       if (a->pid >= b->pid || !behind.count(a->pid) || !behind.count(b->pid)) continue;
-      Verdict &va = verdicts[a->pid], &vb = verdicts[b->pid];
+      Verdict &va = p.verdicts.at(a->pid), &vb = p.verdicts.at(b->pid);
       if (!(va.late && !va.victim) && !(vb.late && !vb.victim)) continue;  // neither would be named
       // Through a communicator where neither is late, met at nearly every
       // step: the gate between them. (Two ranks late together on one group
       // may both be slow; a world communicator used now and then for logging
       // ties nobody's GPU to anybody's.)
       const CommLateness &ca = *behind.at(a->pid), &cb = *behind.at(b->pid);
-      auto late_there = [](const Verdict& v, const CommLateness& c) {
-        return std::any_of(v.late_on.begin(), v.late_on.end(), [&](const CommLateness* x) { return x->comm == c.comm; });
-      };
       gate = shared_comm(*a, *b, [&](const CommLateness& c) {
-        return !late_there(va, c) && !late_there(vb, c) && 2 * c.bins >= std::max(ca.bins, cb.bins);
+        return !JobPass::late_there(va, c) && !JobPass::late_there(vb, c) && 2 * c.bins >= std::max(ca.bins, cb.bins);
       });
       if (!gate) continue;
       const bool gpu_layer = a->gpu_valid && b->gpu_valid;
@@ -328,6 +531,160 @@ std::set<int> StragglerDetector::settle_sync_partners(const std::vector<const Ra
   return held;
 }
 
+// Found waiting for a peer within a window (settled above, or surely
+// early on a pair), then late alike with it, or early there less surely
+// (the tests are strict, and a window's evidence wavers): it still waits.
+void StragglerDetector::recall_waits(JobPass& p, double now_unix) {
+  for (const auto* r : p.members) {
+    Verdict& v = p.verdicts.at(r->pid);
+    Track& t = tracks_[r->pid];
+    const bool still_early_on_p2p = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
+      return is_p2p(c) && c.t_score <= -opts_.min_still_early_t_score;
+    });
+    const bool recently = now_unix - t.waited_at < window_seconds_;
+    if (v.waits_for_pid || (v.victim && JobPass::early_on_p2p(v))) {
+      t.waited_for_pid = v.waits_for_pid;
+      t.waited_on = v.waits_for_comm ? v.waits_for_comm->comm : "";
+      t.waited_at = now_unix;
+    } else if (recently && v.alike.count(t.waited_for_pid)) {
+      v.victim = true;
+      v.waits_for_pid = t.waited_for_pid;
+      v.waits_for_comm = shared_comm(*r, *p.by_pid.at(t.waited_for_pid),
+                                     [&](const CommLateness& c) { return c.comm == t.waited_on; });
+      p.verdicts.at(t.waited_for_pid).alike.erase(r->pid);
+      v.alike.clear();
+    } else if (recently && v.late && !v.victim && !p.host_busy(*r) && still_early_on_p2p) {
+      v.victim = true;
+    }
+  }
+}
+
+// Why a rank is slow, or that it is a victim after all: sets its reason
+// (kNone: not named now). Returns whether its GPU is slow by the GPU layer.
+bool StragglerDetector::decide_reason(JobPass& p, const RankSignal& r, const std::set<int>& late_gpu_slow) const {
+  Verdict& v = p.verdicts.at(r.pid);
+  // GPU (with the GPU layer): its NCCL kernels run least — its peers' kernels
+  // wait for it (unless it is in a bubble).
+  // (A rank away for a while, a checkpoint or an evaluation of its own, has
+  // everyone's NCCL kernels waiting for it too: a pause, not a slow GPU.)
+  const bool paused = std::any_of(r.lag.comms.begin(), r.lag.comms.end(), [&](const CommLateness& c) {
+    return c.since_pause_s >= 0 && c.since_pause_s < opts_.pause_memory_seconds;
+  });
+  // (And a rank behind its peers, if not yet surely, is a late host whose
+  // NCCL kernels are the shortest because everyone waits for it, unless
+  // its host waits as much as its peers': then its GPU holds it back.)
+  const bool host_behind = std::any_of(r.lag.comms.begin(), r.lag.comms.end(), [&](const CommLateness& c) {
+    return c.late_share >= 0.5 && c.median_offset_s >= std::max(opts_.min_lag_s, v.lag_margin_s / std::max(1.0, c.ops_per_step));
+  });
+  const bool gpu_slow =
+      (p.gpu_comparable && r.gpu_valid && r.gpu_nccl_ratio < p.dev.threshold && !p.in_bubble(r) &&
+       (v.late || (!paused && (!host_behind || (p.waits_visible && !p.host_busy(r)))))) ||
+      late_gpu_slow.count(r.pid);
+  // A late rank is the culprit when something of its own explains the lag:
+  // it waits less than its peers (its host computes longer; or no host
+  // synchronizes in the window, so no waits to compare), its synchronize
+  // calls before its arrival (its GPU), its GC, or what its host's kernel
+  // layer shows. One whose lateness nothing of its own explains (it sat in
+  // a synchronize gated by another group's collective, and so started its
+  // step late) waits for someone: a victim.
+  // (No waits to compare, when no host synchronizes in the window.)
+  const bool waits_less = !p.waits_visible || p.host_busy(r);
+  const bool candidate = v.late && !v.victim;
+  const bool sync_explains_lag = candidate && p.sync_explains(r);
+  const bool gc_explains = candidate && gc_explains_lag(r, p.members, v);
+  // Its NCCL kernels running least among the late ranks, or in the whole
+  // job (the ranks it holds up may all be victims by now: its MoE peers
+  // wait in their receives), is its GPU's own, where its host waits as
+  // much as its peers' (a host that computes longer waits less, and its
+  // kernels are the shortest as well).
+  const bool gpu_explains = (late_gpu_slow.count(r.pid) != 0 || gpu_slow) && !p.host_busy(r);
+  // Its peers wait for it (surely early where it is surely late), it waits
+  // for nobody, and its host waits as much as theirs: not its host's
+  // compute, so its GPU or stream (its host may block in launches behind
+  // a full queue, not in a synchronize; a slow GPU's MoE peers waited for
+  // its all-to-all sends, and it was called a victim of nobody).
+  // (Late on a collective too, and its synchronize holding a good part of
+  // its lag: a pipeline's shape at a job's start is waited for on a pair.)
+  const bool late_on_collective =
+      std::any_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return !is_p2p(*c); });
+  const bool held_by_its_gpu = p.waits_visible && !p.host_busy(r) && late_on_collective &&
+                               r.lag.late_sync_share >= opts_.min_waited_for_sync_share && p.waited_for(r);
+  if (candidate) {
+    Verdict probe = v;
+    const StragglerReason host = host_reason(r, p.members, gc_explains, probe);
+    const bool host_cause = host != StragglerReason::kCompute && host != StragglerReason::kHost;
+    if (!(waits_less || sync_explains_lag || gc_explains || host_cause || gpu_explains || held_by_its_gpu))
+      v.victim = true;
+  }
+  if (candidate && !v.victim) {
+    // What on its host explains the lag comes first (runnable-but-waiting
+    // time is CPU contention even where it lands inside a synchronize);
+    // then its own synchronize calls (its GPU, when the GPU layer agrees);
+    // else it computes longer. The GPU layer alone does not decide for a
+    // late rank: a late host's NCCL kernels are the shortest too.
+    v.reason = host_reason(r, p.members, gc_explains, v);
+    const bool host_unexplained = v.reason == StragglerReason::kCompute || v.reason == StragglerReason::kHost;
+    if (host_unexplained && (sync_explains_lag || gpu_explains || held_by_its_gpu)) {
+      v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
+      v.decided_by = HostTest::kNone;
+    }
+  }
+  return gpu_slow;
+}
+
+// The flag follows the verdicts: raised after raise_after evaluations that
+// name the rank (its event then), cleared after clear_after that do not.
+void StragglerDetector::update_flag(JobPass& p, const std::string& job, const RankSignal& r, bool gpu_slow, bool held,
+                                    double now_unix, std::vector<DetectedEvent>& events) {
+  Verdict& v = p.verdicts.at(r.pid);
+  Track& t = tracks_[r.pid];
+  // On its GPU alone (its host on time): the window's NCCL-kernel share, which
+  // chance moves too (jitter, uneven MoE token counts; a healthy EP 4 job
+  // named a rank once in 3 minutes), and consecutive evaluations share most
+  // of their window. So the share must stay low for a whole window of data
+  // the first evaluation did not see; a slow GPU stays slow.
+  const bool gpu_only = !v.late && gpu_slow;
+  if (!gpu_only) t.gpu_low_since = -1;
+  if (gpu_only) {
+    if (t.gpu_low_since < 0) t.gpu_low_since = now_unix;
+    if (t.st.straggler || now_unix - t.gpu_low_since >= window_seconds_) v.reason = StragglerReason::kGpu;
+  }
+  // Late alike with a peer that the GPU layer has not yet
+  // told apart: held back, for a window at most (its shares take one).
+  if (!held) t.held_since = -1;
+  if (held) {
+    if (t.held_since < 0) t.held_since = now_unix;
+    if (!t.st.straggler && now_unix - t.held_since < window_seconds_) v.reason = StragglerReason::kNone;
+  }
+  if (v.late && r.lag.step_seconds > 0) v.score = r.lag.median_lag_s / r.lag.step_seconds;
+  if (gpu_slow && p.dev.median < 1)
+    v.score = std::max(v.score, std::max(0.0, (1.0 - r.gpu_nccl_ratio) / std::max(1e-3, 1.0 - p.dev.median) - 1.0));
+  const bool flagged_now = v.reason != StragglerReason::kNone;
+  t.st.score = flagged_now ? v.score : 0;
+  if (flagged_now) {
+    ++t.hits;
+    t.misses = 0;
+  } else {
+    ++t.misses;
+    t.hits = 0;
+  }
+  if (!t.st.straggler && t.hits >= opts_.raise_after) {
+    t.st.straggler = true;
+    t.st.reason = v.reason;
+    events.push_back(straggler_event(job, r, v, p.members, p.verdicts, now_unix));
+    if (v.reason == StragglerReason::kGcPause) events.push_back(gc_pause_event(job, r, v, p.members, now_unix));
+  } else if (t.st.straggler && t.misses >= opts_.clear_after) {
+    t.st.straggler = false;
+    t.st.reason = StragglerReason::kNone;
+  } else if (t.st.straggler && flagged_now) {
+    t.st.reason = v.reason;
+  }
+}
+
+// Each job of the node in phases: where each rank is late and early; the
+// pipeline's shape and its imbalance set aside; who waits for whom (on a
+// late peer's communicator, by the GPU layer, by a shared synchronize gate,
+// and as remembered); then each rank's reason and flag.
 std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSignal>& signals, double now_unix) {
   std::vector<DetectedEvent> events;
   // A copy: a rank's lag summary is restated from the communicator that
@@ -343,390 +700,17 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
   std::set<int> judged;
   for (const auto& [job, members] : jobs) {
     if (members.size() < 2) continue;  // nobody to compare with here: the cross-node rules do it
-    std::vector<double> waits, gpu, bubble;
-    for (const auto* r : members) {
-      waits.push_back(total_wait(*r));
-      if (r->gpu_valid) {
-        gpu.push_back(r->gpu_nccl_ratio);
-        bubble.push_back(r->bubble_ratio);
-      }
-    }
-    const double bubble_median = median_of(bubble);
-    const double wait_median = median_of(waits);
-    const bool gpu_comparable = gpu.size() >= 2;
-    const Spread dev = gpu_comparable ? low_outlier_threshold(gpu, opts_.min_gpu_gap, opts_.mad_k) : Spread{};
-
-    std::map<int, Verdict> verdicts;
-    for (const auto* r : members) {
-      Verdict& v = verdicts[r->pid];
-      v.wait_median = wait_median;
-      v.wait_threshold = wait_median - opts_.min_wait_gap;
-      v.gpu_median = dev.median;
-      v.gpu_threshold = dev.threshold;
-      v.lag_margin_s = std::max(opts_.min_lag_s, opts_.min_lag_step_share * r->lag.step_seconds);
-      judge_arrivals(*r, v);
-    }
-    // A rank whose host waits less than its peers' computes longer itself:
-    // waiting for someone else does not explain its lateness away. (Half a
-    // node slow on its own hosts is late together, and at each tensor-parallel
-    // call its ranks wait for the one of them that is last: each must still be
-    // named; the victim rules below made the others its victims.)
-    const bool waits_visible = wait_median >= opts_.min_wait_gap;
-    auto host_busy = [&](const RankSignal& r) {
-      return waits_visible && total_wait(r) <= verdicts[r.pid].wait_threshold;
-    };
-    // Its whole stage busy: it and every replica (the ranks it meets on a collective).
-    auto stage_busy = [&](const RankSignal& r) {
-      if (!host_busy(r)) return false;
-      for (const auto* q : members)
-        if (q->pid != r.pid && shares_a_collective(r, *q) && !host_busy(*q)) return false;
-      return true;
-    };
-    // Point-to-point lateness against the rank's replicas (the peers on its
-    // data- and tensor-parallel communicators: the same stage): a pipeline
-    // makes one side of each exchange wait by its schedule (the receiver posts
-    // first, the last stage computes the loss), the same on every replica and
-    // at nearly every step, so the sign test alone says nothing there. Only
-    // what stands above every replica's offset is the rank's own: at least half
-    // of its lateness, and surely so (min_t_score standard errors of the
-    // difference: the replicas' medians spread with jitter too). With
-    // replicas, its collectives compare it with them anyway (the DP
-    // all-reduce, its TP peers'); a 10-minute healthy TP2xPP2xDP2 run named a
-    // pair's side 17 times against the replicas' median.
-    // The same holds for earliness: a stage that waits for the next one's
-    // backward by the schedule is early on its pair on every replica; only
-    // earliness beyond the earliest replica's is a wait of its own (a victim's).
-    // (A slow stage-0 host in a blocking TP2xPP2xDP2 job was early on its pair by
-    // 26 ms against its replica's 34: called a victim, it was never named.)
-    // Replicas whose own partner is late on a collective wait for a culprit
-    // too (a TP peer's partner is gated by the same slow rank): they say
-    // nothing of the schedule's earliness, and are left out.
-    auto partner_late = [&](const RankSignal& q, const CommLateness& pair) {
-      for (const auto* o : members) {
-        if (o->pid == q.pid) continue;
-        const bool partner = std::any_of(o->lag.comms.begin(), o->lag.comms.end(),
-                                         [&](const CommLateness& x) { return x.comm == pair.comm; });
-        if (!partner) continue;
-        const auto& late_on = verdicts[o->pid].late_on;
-        if (std::any_of(late_on.begin(), late_on.end(), [](const CommLateness* x) { return !is_p2p(*x); })) return true;
-      }
-      return false;
-    };
-    auto replica_pair = [&](const RankSignal& r, const CommLateness& c, bool latest) -> const CommLateness* {
-      const CommLateness* pick = nullptr;
-      for (const auto* q : members) {
-        if (q->pid == r.pid || !shares_a_collective(r, *q)) continue;
-        const CommLateness* like = nullptr;
-        for (const auto& x : q->lag.comms)
-          if (is_p2p(x) && (!like || std::fabs(x.ops_per_step - c.ops_per_step) < std::fabs(like->ops_per_step - c.ops_per_step)))
-            like = &x;
-        if (like && !latest && partner_late(*q, *like)) continue;
-        if (like && (!pick || (latest ? like->median_offset_s > pick->median_offset_s
-                                       : like->median_offset_s < pick->median_offset_s)))
-          pick = like;
-      }
-      return pick;
-    };
-    // Whether c's offset stands beyond the replica's (sign +1: later, -1:
-    // earlier) by at least `share` of it, and by t standard errors.
-    auto beyond = [&](const CommLateness& c, const CommLateness& replica, double sign, double share, double t) {
-      const double own = sign * (c.median_offset_s - replica.median_offset_s);
-      const double se = std::hypot(c.offset_se_s, replica.offset_se_s);  // of that difference
-      return own >= share * sign * c.median_offset_s && own >= t * se && own > 0;
-    };
-    for (const auto* r : members) {
-      Verdict& v = verdicts[r->pid];
-      std::erase_if(v.late_on, [&](const CommLateness* c) {
-        if (!is_p2p(*c)) return false;
-        const CommLateness* top = replica_pair(*r, *c, true);  // the replica whose pair stands latest
-        // (No replica here: the pipeline's own shape cannot be told apart.)
-        if (!top || beyond(*c, *top, +1, 0.5, opts_.min_t_score)) return false;
-        // A whole stage slow is late alike on every replica too; it is named,
-        // rank by rank, where every host of the stage is busy (each waits
-        // less than the job's ranks) and the pair's offset is a share of the
-        // step. (A pipeline's shape is late on its pairs by up to a third of
-        // the step with micro-batches, while its ranks wait much as the others.)
-        return !(stage_busy(*r) && c->median_offset_s >= opts_.max_imbalance_step_share * r->lag.step_seconds);
-      });
-      std::erase_if(v.early_on, [&](const CommLateness* c) {
-        if (!is_p2p(*c)) return false;
-        const CommLateness* bottom = replica_pair(*r, *c, false);  // the replica whose pair stands earliest
-        // (A victim's wait need not be most of the schedule's: only sure.)
-        return bottom && !beyond(*c, *bottom, -1, 0, opts_.min_early_t_score);
-      });
-      if (v.decisive && std::find(v.late_on.begin(), v.late_on.end(), v.decisive) == v.late_on.end()) {
-        v.decisive = nullptr;
-        for (const auto* c : v.late_on)
-          if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
-      }
-      // Its lag, and the synchronize share of it, are those of where it is
-      // late: the tracker summarized it from its surest communicator, which
-      // may be a pipeline pair the pipeline's shape explains. (A GPU-slow
-      // last stage was summarized from its pair, where no synchronize comes
-      // before an arrival: its DP lag read as unexplained, and it a victim.)
-      if (v.decisive) by_pid.at(r->pid)->lag.summarize_from(*v.decisive);
-      v.late = !v.late_on.empty();
-      // (A busy host early on a collective is a slow rank among slower ones:
-      // half a node slow waits at each TP call for the last of it. Early on
-      // a pipeline pair, it waits for its partner's send: a victim, busy or not.)
-      const bool early_on_p2p =
-          std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
-      v.victim = v.late && !v.early_on.empty() && (early_on_p2p || !host_busy(*r));
-    }
-
-    // Imbalance by design (the last pipeline stage computes the loss): a rank
-    // late only on its point-to-point pairs, by a small share of the step,
-    // whose every peer on its collective communicators (its data- and
-    // tensor-parallel replicas) is late the same way, is the pipeline's shape,
-    // not a sick worker. A stage that is much slower is named, rank by rank.
-    auto p2p_only = [](const Verdict& v) {
-      return v.late && std::all_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
-    };
-    for (const auto* r : members) {
-      Verdict& v = verdicts[r->pid];
-      if (!p2p_only(v) || !v.decisive || v.decisive->median_offset_s >= opts_.max_imbalance_step_share * r->lag.step_seconds)
-        continue;
-      bool replicas_alike = false;
-      for (const auto& c : r->lag.comms) {
-        if (is_p2p(c)) continue;
-        for (const auto* q : members) {
-          if (q->pid == r->pid) continue;
-          const bool shares = std::any_of(q->lag.comms.begin(), q->lag.comms.end(), [&](const CommLateness& x) { return x.comm == c.comm; });
-          if (!shares) continue;
-          replicas_alike = p2p_only(verdicts[q->pid]);
-          if (!replicas_alike) break;
-        }
-        if (!replicas_alike) break;
-      }
-      if (replicas_alike) v.imbalance = true;
-    }
-    for (const auto* r : members)
-      if (verdicts[r->pid].imbalance) verdicts[r->pid].late = false;
-
-    // A rank late on one communicator that is on time on another where a peer
-    // is surely late waits for that peer there (its TP peers in a blocking
-    // call, ahead of it or not): a victim, whatever its lag elsewhere, unless
-    // its own host is busy too (on a collective; a pipeline pair's partner
-    // waits for the send whatever its host does).
-    // (Not where it is itself behind by as much as the least late of them:
-    // surely behind, if not yet by the sign test's count of steps, it waits
-    // for nobody there. A slow GPU's MoE peers were surely late on their data
-    // parallel group, it later still: it was called their victim.)
-    std::map<std::string, std::set<int>> late_here;
-    std::map<std::string, double> least_late;  // the smallest offset of a rank surely late there
-    for (const auto* r : members)
-      for (const auto* c : verdicts[r->pid].late_on) {
-        late_here[c->comm].insert(r->pid);
-        auto [it, fresh] = least_late.try_emplace(c->comm, c->median_offset_s);
-        if (!fresh) it->second = std::min(it->second, c->median_offset_s);
-      }
-    for (const auto* r : members) {
-      Verdict& v = verdicts[r->pid];
-      if (!v.late) continue;
-      for (const auto& c : r->lag.comms) {
-        auto it = late_here.find(c.comm);
-        if (it == late_here.end() || it->second.count(r->pid)) continue;
-        if (c.t_score >= opts_.min_early_t_score && c.median_offset_s >= least_late.at(c.comm)) continue;
-        v.waits_on.push_back(&c);
-        if (is_p2p(c) || !host_busy(*r)) v.victim = true;
-      }
-    }
-    // With the GPU layer, among the ranks late together the one whose NCCL
-    // kernels run least is the culprit: the others' kernels wait for it (their
-    // hosts were held by a synchronize gated on its GPU through a collective of
-    // another group): victims. Compared among the late ranks only: the job's
-    // spread of NCCL time is two-humped (waiters and the rest).
-    std::vector<double> late_gpu;
-    for (const auto* r : members)
-      if (verdicts[r->pid].late && !verdicts[r->pid].victim && r->gpu_valid) late_gpu.push_back(r->gpu_nccl_ratio);
-    std::set<int> late_gpu_slow;
-    if (late_gpu.size() >= 2) {
-      const double late_median = median_of(late_gpu);
-      for (const auto* r : members)
-        if (verdicts[r->pid].late && r->gpu_valid && r->gpu_nccl_ratio < late_median - opts_.min_gpu_gap)
-          late_gpu_slow.insert(r->pid);
-    }
-    for (const auto* r : members) {
-      Verdict& v = verdicts[r->pid];
-      if (v.late && !late_gpu_slow.empty() && !late_gpu_slow.count(r->pid) && !host_busy(*r))
-        v.victim = true;
-    }
-    // A rank whose GPU is late because it idles on pipeline receives is in a
-    // bubble (the bubble detector's), not on a slow GPU or stream.
-    auto in_bubble = [&](const RankSignal& r) {
-      return r.gpu_valid && r.bubble_ratio > bubble_median + opts_.min_gpu_gap;
-    };
-    // Sync: it spent its lag in its own synchronize calls, more than its peers
-    // spent before their arrivals (every rank synchronizes; only the excess
-    // explains a lag).
-    auto sync_explains = [&](const RankSignal& r) {
-      return r.lag.late_sync_share >= opts_.min_sync_share && !in_bubble(r);
-    };
-    // Whether a peer is surely early where r is surely late (it waits for r there).
-    auto waited_for = [&](const RankSignal& r) {
-      for (const auto* c : verdicts[r.pid].late_on)
-        for (const auto* q : members)
-          if (q->pid != r.pid)
-            for (const auto* e : verdicts[q->pid].early_on)
-              if (e->comm == c->comm) return true;
-      return false;
-    };
-    // Where each rank is behind its peers on a collective, held in its own
-    // synchronize, its host not busy: surely late there, or surely behind
-    // (t score) without yet the steps the sign test asks.
-    std::map<int, const CommLateness*> behind_in_sync;
-    for (const auto* r : members) {
-      if (host_busy(*r) || in_bubble(*r)) continue;
-      const Verdict& v = verdicts[r->pid];
-      if (v.late && !v.victim && v.decisive && sync_explains(*r)) {
-        behind_in_sync[r->pid] = v.decisive;
-        continue;
-      }
-      for (const auto& c : r->lag.comms)
-        if (!is_p2p(c) && c.late_sync_excess >= opts_.min_sync_share && c.t_score >= opts_.min_early_t_score &&
-            (!behind_in_sync.count(r->pid) || c.median_offset_s > behind_in_sync[r->pid]->median_offset_s))
-          behind_in_sync[r->pid] = &c;
-    }
-    const std::set<int> held = settle_sync_partners(members, behind_in_sync, verdicts);
-    // Found waiting for a peer within a window (settled above, or surely
-    // early on a pair), then late alike with it, or early there less surely
-    // (the tests are strict, and a window's evidence wavers): it still waits.
-    for (const auto* r : members) {
-      Verdict& v = verdicts[r->pid];
-      Track& t = tracks_[r->pid];
-      const bool early_on_p2p =
-          std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
-      const bool still_early_on_p2p = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
-        return is_p2p(c) && c.t_score <= -opts_.min_still_early_t_score;
-      });
-      const bool recently = now_unix - t.waited_at < window_seconds_;
-      if (v.waits_for_pid || (v.victim && early_on_p2p)) {
-        t.waited_for_pid = v.waits_for_pid;
-        t.waited_on = v.waits_for_comm ? v.waits_for_comm->comm : "";
-        t.waited_at = now_unix;
-      } else if (recently && v.alike.count(t.waited_for_pid)) {
-        v.victim = true;
-        v.waits_for_pid = t.waited_for_pid;
-        v.waits_for_comm = shared_comm(*r, *by_pid.at(t.waited_for_pid),
-                                       [&](const CommLateness& c) { return c.comm == t.waited_on; });
-        verdicts[t.waited_for_pid].alike.erase(r->pid);
-        v.alike.clear();
-      } else if (recently && v.late && !v.victim && !host_busy(*r) && still_early_on_p2p) {
-        v.victim = true;
-      }
-    }
-
+    JobPass pass = open_job(members, by_pid);
+    set_pipeline_shape_aside(pass);
+    mark_imbalance(pass);
+    find_waits_on_late_peers(pass);
+    const std::set<int> late_gpu_slow = gpu_slow_among_late(pass);
+    const std::set<int> held = settle_sync_partners(pass, behind_in_sync(pass));
+    recall_waits(pass, now_unix);
     for (const auto* r : members) {
       judged.insert(r->pid);
-      Verdict& v = verdicts[r->pid];
-      // GPU (with the GPU layer): its NCCL kernels run least — its peers' kernels
-      // wait for it (unless it is in a bubble).
-      // (A rank away for a while, a checkpoint or an evaluation of its own, has
-      // everyone's NCCL kernels waiting for it too: a pause, not a slow GPU.)
-      const bool paused = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
-        return c.since_pause_s >= 0 && c.since_pause_s < opts_.pause_memory_seconds;
-      });
-      // (And a rank behind its peers, if not yet surely, is a late host whose
-      // NCCL kernels are the shortest because everyone waits for it, unless
-      // its host waits as much as its peers': then its GPU holds it back.)
-      const bool host_behind = std::any_of(r->lag.comms.begin(), r->lag.comms.end(), [&](const CommLateness& c) {
-        return c.late_share >= 0.5 && c.median_offset_s >= std::max(opts_.min_lag_s, v.lag_margin_s / std::max(1.0, c.ops_per_step));
-      });
-      const bool gpu_slow = (gpu_comparable && r->gpu_valid && r->gpu_nccl_ratio < dev.threshold && !in_bubble(*r) &&
-                             (v.late || (!paused && (!host_behind || (waits_visible && !host_busy(*r)))))) ||
-                            late_gpu_slow.count(r->pid);
-      // A late rank is the culprit when something of its own explains the lag:
-      // it waits less than its peers (its host computes longer; or no host
-      // synchronizes in the window, so no waits to compare), its synchronize
-      // calls before its arrival (its GPU), its GC, or what its host's kernel
-      // layer shows. One whose lateness nothing of its own explains (it sat in
-      // a synchronize gated by another group's collective, and so started its
-      // step late) waits for someone: a victim.
-      // (No waits to compare, when no host synchronizes in the window.)
-      const bool waits_less = !waits_visible || host_busy(*r);
-      const bool candidate = v.late && !v.victim;
-      const bool sync_explains_lag = candidate && sync_explains(*r);
-      const bool gc_explains = candidate && gc_explains_lag(*r, members, v);
-      // Its NCCL kernels running least among the late ranks, or in the whole
-      // job (the ranks it holds up may all be victims by now: its MoE peers
-      // wait in their receives), is its GPU's own, where its host waits as
-      // much as its peers' (a host that computes longer waits less, and its
-      // kernels are the shortest as well).
-      const bool gpu_explains = (late_gpu_slow.count(r->pid) != 0 || gpu_slow) && !host_busy(*r);
-      // Its peers wait for it (surely early where it is surely late), it waits
-      // for nobody, and its host waits as much as theirs: not its host's
-      // compute, so its GPU or stream (its host may block in launches behind
-      // a full queue, not in a synchronize; a slow GPU's MoE peers waited for
-      // its all-to-all sends, and it was called a victim of nobody).
-      // (Late on a collective too, and its synchronize holding a good part of
-      // its lag: a pipeline's shape at a job's start is waited for on a pair.)
-      const bool late_on_collective =
-          std::any_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return !is_p2p(*c); });
-      const bool held_by_its_gpu = waits_visible && !host_busy(*r) && late_on_collective &&
-                                   r->lag.late_sync_share >= opts_.min_waited_for_sync_share && waited_for(*r);
-      if (candidate) {
-        Verdict probe = v;
-        const StragglerReason host = host_reason(*r, members, gc_explains, probe);
-        const bool host_cause = host != StragglerReason::kCompute && host != StragglerReason::kHost;
-        if (!(waits_less || sync_explains_lag || gc_explains || host_cause || gpu_explains || held_by_its_gpu))
-          v.victim = true;
-      }
-      const bool culprit = candidate && !v.victim;
-      if (culprit) {
-        // What on its host explains the lag comes first (runnable-but-waiting
-        // time is CPU contention even where it lands inside a synchronize);
-        // then its own synchronize calls (its GPU, when the GPU layer agrees);
-        // else it computes longer. The GPU layer alone does not decide for a
-        // late rank: a late host's NCCL kernels are the shortest too.
-        v.reason = host_reason(*r, members, gc_explains, v);
-        const bool host_unexplained = v.reason == StragglerReason::kCompute || v.reason == StragglerReason::kHost;
-        if (host_unexplained && (sync_explains_lag || gpu_explains || held_by_its_gpu)) {
-          v.reason = gpu_slow ? StragglerReason::kGpu : StragglerReason::kSync;
-          v.decided_by = HostTest::kNone;
-        }
-      }
-      Track& t = tracks_[r->pid];
-      // On its GPU alone (its host on time): the window's NCCL-kernel share, which
-      // chance moves too (jitter, uneven MoE token counts; a healthy EP 4 job
-      // named a rank once in 3 minutes), and consecutive evaluations share most
-      // of their window. So the share must stay low for a whole window of data
-      // the first evaluation did not see; a slow GPU stays slow.
-      const bool gpu_only = !v.late && gpu_slow;
-      if (!gpu_only) t.gpu_low_since = -1;
-      if (gpu_only) {
-        if (t.gpu_low_since < 0) t.gpu_low_since = now_unix;
-        if (t.st.straggler || now_unix - t.gpu_low_since >= window_seconds_) v.reason = StragglerReason::kGpu;
-      }
-      // Late alike with a peer that the GPU layer has not yet
-      // told apart: held back, for a window at most (its shares take one).
-      if (!held.count(r->pid)) t.held_since = -1;
-      if (held.count(r->pid)) {
-        if (t.held_since < 0) t.held_since = now_unix;
-        if (!t.st.straggler && now_unix - t.held_since < window_seconds_) v.reason = StragglerReason::kNone;
-      }
-      if (v.late && r->lag.step_seconds > 0) v.score = r->lag.median_lag_s / r->lag.step_seconds;
-      if (gpu_slow && dev.median < 1)
-        v.score = std::max(v.score, std::max(0.0, (1.0 - r->gpu_nccl_ratio) / std::max(1e-3, 1.0 - dev.median) - 1.0));
-      const bool flagged_now = v.reason != StragglerReason::kNone;
-      t.st.score = flagged_now ? v.score : 0;
-      if (flagged_now) {
-        ++t.hits;
-        t.misses = 0;
-      } else {
-        ++t.misses;
-        t.hits = 0;
-      }
-      if (!t.st.straggler && t.hits >= opts_.raise_after) {
-        t.st.straggler = true;
-        t.st.reason = v.reason;
-        events.push_back(straggler_event(job, *r, v, members, verdicts, now_unix));
-        if (v.reason == StragglerReason::kGcPause) events.push_back(gc_pause_event(job, *r, v, members, now_unix));
-      } else if (t.st.straggler && t.misses >= opts_.clear_after) {
-        t.st.straggler = false;
-        t.st.reason = StragglerReason::kNone;
-      } else if (t.st.straggler && flagged_now) {
-        t.st.reason = v.reason;
-      }
+      const bool gpu_slow = decide_reason(pass, *r, late_gpu_slow);
+      update_flag(pass, job, *r, gpu_slow, held.count(r->pid) != 0, now_unix, events);
     }
   }
   // Ranks that cannot be judged now (too few peers, too new) hold no flag.
@@ -735,247 +719,6 @@ std::vector<DetectedEvent> StragglerDetector::evaluate(const std::vector<RankSig
     t = Track{};
   }
   return events;
-}
-
-namespace {
-
-// The ranks late alike with it (settle_sync_partners: pid -> rank), in rank order.
-std::vector<int> alike_ranks(const std::map<int, int>& alike) {
-  std::vector<int> out;
-  for (const auto& [pid, rank] : alike) out.push_back(rank);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-std::string alike_text(const std::map<int, int>& alike) {
-  const std::vector<int> ranks = alike_ranks(alike);
-  if (ranks.empty()) return "";
-  std::string list;
-  for (size_t i = 0; i < ranks.size(); ++i)
-    list += (i == 0 ? "" : i + 1 == ranks.size() ? " or " : ", ") + std::to_string(ranks[i]);
-  const bool one = ranks.size() == 1;
-  return " — or that of rank " + list + (one ? ", which it meets on a communicator and is" : ", which it meets on a communicator and are") +
-         " late alike in " + (one ? "its" : "their") +
-         " synchronize: a GPU waiting for a slow peer's GPU holds its synchronize as a slow GPU does, and without the "
-         "GPU layer nothing tells them apart";
-}
-
-}  // namespace
-
-DetectedEvent StragglerDetector::straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
-                                                 const std::vector<const RankSignal*>& members,
-                                                 const std::map<int, Verdict>& verdicts, double now_unix) const {
-  DetectedEvent ev = event_about(EventKind::kStraggler, job, r, now_unix);
-  const std::string who = "rank " + std::to_string(r.rank) + " of job " + job;
-  // Who waits for it: a rank ahead of its peers where this one is behind.
-  nlohmann::json waiting = nlohmann::json::array();
-  std::string waiting_ranks;
-  for (const auto* p : members) {
-    if (p->pid == r.pid) continue;
-    const Verdict& pv = verdicts.at(p->pid);
-    std::vector<const CommLateness*> waits = pv.early_on;
-    waits.insert(waits.end(), pv.waits_on.begin(), pv.waits_on.end());
-    if (pv.waits_for_pid == r.pid && pv.waits_for_comm) {  // a peer gated by its GPU (settle_sync_partners)
-      waiting.push_back({{"rank", p->rank}, {"pid", p->pid}, {"comm", pv.waits_for_comm->comm},
-                         {"ahead_seconds", v.decisive && pv.decisive ? v.decisive->median_offset_s - pv.decisive->median_offset_s : 0.0},
-                         {"late_elsewhere", pv.late}});
-      waiting_ranks += (waiting_ranks.empty() ? "" : ", ") + std::to_string(p->rank);
-      continue;
-    }
-    for (const auto* e : waits) {
-      // Where it waits, this rank is behind (surely late, or simply later).
-      const bool shared = std::any_of(r.lag.comms.begin(), r.lag.comms.end(),
-                                      [&](const CommLateness& c) { return c.comm == e->comm && c.median_offset_s > 0; });
-      if (!shared) continue;
-      waiting.push_back({{"rank", p->rank}, {"pid", p->pid}, {"comm", e->comm}, {"ahead_seconds", -e->median_offset_s},
-                         {"late_elsewhere", pv.late}});
-      waiting_ranks += (waiting_ranks.empty() ? "" : ", ") + std::to_string(p->rank);
-      break;
-    }
-  }
-  const CommLateness* d = v.decisive;
-  const std::string late =
-      d ? " arrives " + fmt("%.1f", d->median_offset_s * 1e3) + " ms behind its " + std::to_string(d->peers) +
-              (d->peers == 1 ? " peer" : " peers") + " on " + d->comm + " at " + fmt("%.0f", d->late_share * 100) + "% of its last " +
-              std::to_string(d->bins) + " steps" +
-              (r.lag.step_seconds > 0 ? " (step " + fmt("%.0f", r.lag.step_seconds * 1e3) + " ms)" : "") +
-              (waiting_ranks.empty() ? "" : waiting.size() > 1 ? "; ranks " + waiting_ranks + " wait for it" : "; rank " + waiting_ranks + " waits for it")
-        : "";
-  if (v.decided_by != HostTest::kNone && v.decided_by != HostTest::kNoKernelLayer && v.decided_by != HostTest::kGcExcess)
-    ev.summary = host_cause_summary(r, v);
-  else if (v.reason == StragglerReason::kHost)
-    ev.summary = who + late + ": its host is slow — it spends only " + fmt("%.0f", total_wait(r) * 100) +
-                 "% of its time waiting in collectives and synchronize, the median rank " + fmt("%.0f", v.wait_median * 100) +
-                 "%, and its own synchronize calls, beyond its peers', explain " +
-                 fmt("%.0f", std::max(0.0, r.lag.late_sync_share) * 100) + "% of its lag";
-  else if (v.reason == StragglerReason::kGcPause)
-    ev.summary = who + late + ": " + gc_summary(r, v);
-  else if (v.reason == StragglerReason::kSync)
-    ev.summary = who + late + ": it spent " + fmt("%.0f", r.lag.late_sync_share * 100) +
-                 "% of that lag blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host" +
-                 alike_text(v.alike);
-  else
-    ev.summary = who + " is slow on its GPU: its NCCL kernels run " + fmt("%.0f", r.gpu_nccl_ratio * 100) +
-                 "% of the time, the median rank's " + fmt("%.0f", v.gpu_median * 100) + "% (its peers' kernels wait for it)" +
-                 (v.late ? ";" + late : "; its host issues on time");
-  nlohmann::json peers = nlohmann::json::array();
-  for (const auto* p : members) {
-    nlohmann::json peer = {{"rank", p->rank},
-                           {"pid", p->pid},
-                           {"collective_wait_ratio", p->coll_wait_ratio},
-                           {"sync_wait_ratio", p->sync_wait_ratio},
-                           {"median_lag_seconds", p->lag.median_lag_s},
-                           {"late_fraction", p->lag.late_fraction}};
-    if (p->gpu_valid) peer["gpu_nccl_ratio"] = p->gpu_nccl_ratio;
-    if (p->gc_valid) peer["gc_seconds"] = p->gc_seconds;
-    if (p->offcpu_valid) {
-      peer["runqueue_share"] = p->runqueue_share;
-      peer["io_share"] = p->io_share;
-      peer["oncpu_share"] = p->oncpu_share;
-    }
-    if (p->throttle_valid) peer["throttled_share"] = p->throttled_share;
-    peers.push_back(std::move(peer));
-  }
-  nlohmann::json late_on = nlohmann::json::array();
-  for (const auto* c : v.late_on)
-    late_on.push_back({{"comm", c->comm},
-                       {"peers", c->peers},
-                       {"steps", c->bins},
-                       {"late_share", c->late_share},
-                       {"median_offset_seconds", c->median_offset_s},
-                       {"t_score", c->t_score},
-                       {"chance", c->p_late},
-                       {"serial_correlation", c->serial_correlation}});
-  ev.evidence = {{"source", label_of(v.reason)},
-                 {"reason", label_of(v.reason)},
-                 {"pid", r.pid},
-                 {"late", v.late},
-                 {"late_fraction", r.lag.late_fraction},
-                 {"median_lag_seconds", r.lag.median_lag_s},
-                 {"mean_lag_seconds", r.lag.mean_lag_s},
-                 {"lag_margin_seconds", v.lag_margin_s},
-                 {"late_sync_share", r.lag.late_sync_share},
-                 {"step_seconds", r.lag.step_seconds},
-                 {"collectives_compared", r.lag.samples},
-                 {"collectives_spread", r.lag.spread_samples},
-                 {"collective_wait_ratio", r.coll_wait_ratio},
-                 {"sync_wait_ratio", r.sync_wait_ratio},
-                 {"wait_ratio", total_wait(r)},
-                 {"median_wait_ratio", v.wait_median},
-                 {"wait_ratio_threshold", v.wait_threshold},
-                 {"score", v.score},
-                 {"window_seconds", window_seconds_},
-                 {"late_on", late_on},
-                 {"late_alike_ranks", alike_ranks(v.alike)},
-                 {"waited_for_by", waiting},
-                 {"peers", peers}};
-  if (r.gpu_valid) {
-    ev.evidence["gpu_nccl_ratio"] = r.gpu_nccl_ratio;
-    ev.evidence["median_gpu_nccl_ratio"] = v.gpu_median;
-    ev.evidence["gpu_nccl_ratio_threshold"] = v.gpu_threshold;
-  }
-  if (r.gc_valid) {
-    ev.evidence["gc_seconds"] = r.gc_seconds;
-    ev.evidence["peers_median_gc_seconds"] = v.gc_peer_median_s;
-    ev.evidence["gc_pauses"] = r.gc_pauses;
-    ev.evidence["gc_worst_pause_seconds"] = r.gc_max_pause_s;
-    ev.evidence["gc_explained_share"] = v.gc_explained_share;
-  }
-  if (v.decided_by != HostTest::kNone) {
-    ev.evidence["host_cause"] = host_cause_evidence(r, v);
-    nlohmann::json stealers = nlohmann::json::array();
-    for (const auto& s : r.stealers)
-      stealers.push_back({{"pid", s.pid}, {"comm", s.comm}, {"cgroup", s.cgroup}, {"seconds", s.seconds}, {"count", s.count}});
-    ev.evidence["stealers"] = stealers;
-  }
-  return ev;
-}
-
-// "rank 3 of job J is late by 41 ms per step (...): 35% of its time runnable
-// but waiting for a CPU (pid 812 `stress-ng` took it), peers 1%".
-std::string StragglerDetector::host_cause_summary(const RankSignal& r, const Verdict& v) const {
-  std::string head = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " is late by " +
-                     fmt("%.0f", r.lag.median_lag_s * 1e3) + " ms per step (step " + fmt("%.0f", r.lag.step_seconds * 1e3) +
-                     " ms; behind its peers at " + pct(r.lag.late_fraction) + " of its last " +
-                     std::to_string(r.lag.spread_samples) + " steps): ";
-  if (v.reason == StragglerReason::kCpuContention) {
-    std::string who;
-    if (!r.stealers.empty()) {
-      const CpuStealer& top = r.stealers.front();
-      who = " (pid " + std::to_string(top.pid) + " `" + top.comm + "` took " + (r.stealers.size() > 1 ? "most of it" : "it") +
-            ")";
-    }
-    return head + pct(v.own.runqueue) + " of its time runnable but waiting for a CPU" + who + ", peers " +
-           pct(v.peers.runqueue);
-  }
-  if (v.reason == StragglerReason::kThrottled)
-    return head + "its cgroup " + (r.cgroup.empty() ? "" : r.cgroup + " ") + "was throttled " + pct(v.own.throttled) +
-           " of the time (CPU quota), peers " + pct(v.peers.throttled);
-  if (v.reason == StragglerReason::kIo)
-    return head + pct(v.own.io) + " of its time blocked in block I/O, peers " + pct(v.peers.io);
-  return head + "it computes longer on its host: on CPU " + pct(v.own.oncpu) + " vs peers " + pct(v.peers.oncpu) +
-         ", no contention, throttling or I/O explains it (runqueue " + pct(v.own.runqueue) + " vs " +
-         pct(v.peers.runqueue) + ")";
-}
-
-nlohmann::json StragglerDetector::host_cause_evidence(const RankSignal& r, const Verdict& v) const {
-  auto shares = [](const HostShares& s) {
-    return nlohmann::json{{"runqueue", s.runqueue}, {"io", s.io},       {"lock", s.lock},
-                          {"sleep", s.sleep},       {"oncpu", s.oncpu}, {"throttled", s.throttled}};
-  };
-  nlohmann::json j = {{"decided_by", label_of(v.decided_by)},
-                      {"kernel_layer", r.offcpu_valid},
-                      {"throttle_read", r.throttle_valid},
-                      {"min_explained_share", opts_.min_host_cause_share},
-                      {"lag_per_step_seconds", r.lag.median_lag_s},
-                      {"peers_median_lag_seconds", v.peers_lag_s},
-                      {"lag_behind_peers_seconds", v.lag_behind_peers_s},
-                      {"step_seconds", r.lag.step_seconds}};
-  if (!r.offcpu_valid) return j;
-  j["shares"] = shares(v.own);
-  j["peers_median_shares"] = shares(v.peers);
-  j["throttled_share"] = r.throttled_share;
-  if (!r.cgroup.empty()) j["cgroup"] = r.cgroup;
-  j["excess_per_step_seconds"] = {
-      {"throttled", v.throttled_excess_s}, {"runqueue", v.runqueue_excess_s}, {"io", v.io_excess_s}};
-  j["explained_share"] = {{"throttled", v.throttled_explained},
-                          {"cpu_contention", v.runqueue_explained},
-                          {"io", v.io_explained},
-                          {"gc_pause", v.gc_explained_share}};
-  return j;
-}
-
-std::string StragglerDetector::gc_summary(const RankSignal& r, const Verdict& v) const {
-  return "its Python garbage collector ran " + fmt("%.0f", r.gc_seconds * 1e3) + " ms in the last " +
-         fmt("%.0f", r.gc_span_s > 0 ? r.gc_span_s : window_seconds_) + " s (" + std::to_string(r.gc_pauses) + " pauses, the longest up to " +
-         fmt("%.1f", r.gc_max_pause_s * 1e3) + " ms), its peers' median " + fmt("%.0f", v.gc_peer_median_s * 1e3) +
-         " ms: that explains " + fmt("%.0f", std::min(9.99, v.gc_explained_share) * 100) + "% of its lag";
-}
-
-// The gc_pause event that goes with a straggler flagged for its GC.
-DetectedEvent StragglerDetector::gc_pause_event(const std::string& job, const RankSignal& r, const Verdict& v,
-                                                const std::vector<const RankSignal*>& members,
-                                                double now_unix) const {
-  DetectedEvent ev = event_about(EventKind::kGcPause, job, r, now_unix);
-  ev.summary = "rank " + std::to_string(r.rank) + " of job " + job + " is late because of garbage collection: " +
-               gc_summary(r, v);
-  nlohmann::json peers = nlohmann::json::array();
-  for (const auto* p : members)
-    if (p->pid != r.pid && p->gc_valid)
-      peers.push_back({{"rank", p->rank}, {"gc_seconds", p->gc_seconds}, {"gc_pauses", p->gc_pauses},
-                       {"gc_worst_pause_seconds", p->gc_max_pause_s}});
-  ev.evidence = {{"pid", r.pid},
-                 {"gc_seconds", r.gc_seconds},
-                 {"peers_median_gc_seconds", v.gc_peer_median_s},
-                 {"gc_pauses", r.gc_pauses},
-                 {"gc_worst_pause_seconds", r.gc_max_pause_s},
-                 {"gc_excess_per_step_seconds", v.gc_excess_per_step_s},
-                 {"median_lag_seconds", r.lag.median_lag_s},
-                 {"step_seconds", r.lag.step_seconds},
-                 {"gc_explained_share", v.gc_explained_share},
-                 {"window_seconds", r.gc_span_s > 0 ? r.gc_span_s : window_seconds_},
-                 {"peers", peers}};
-  return ev;
 }
 
 StragglerState StragglerDetector::state(int pid) const {

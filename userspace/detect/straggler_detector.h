@@ -112,9 +112,19 @@ class StragglerDetector {
                                 const std::vector<const RankSignal*>& members, const std::map<int, Verdict>& verdicts,
                                 double now_unix) const;
   void judge_arrivals(const RankSignal& r, Verdict& v) const;
-  std::set<int> settle_sync_partners(const std::vector<const RankSignal*>& members,
-                                     const std::map<int, const CommLateness*>& behind,
-                                     std::map<int, Verdict>& verdicts) const;
+  // The phases of one job's evaluation, in order (straggler_detector.cpp).
+  struct JobPass;
+  JobPass open_job(const std::vector<const RankSignal*>& members, std::map<int, RankSignal*>& by_pid) const;
+  void set_pipeline_shape_aside(JobPass& p) const;
+  void mark_imbalance(JobPass& p) const;
+  void find_waits_on_late_peers(JobPass& p) const;
+  std::set<int> gpu_slow_among_late(JobPass& p) const;
+  std::map<int, const CommLateness*> behind_in_sync(const JobPass& p) const;
+  std::set<int> settle_sync_partners(JobPass& p, const std::map<int, const CommLateness*>& behind) const;
+  void recall_waits(JobPass& p, double now_unix);
+  bool decide_reason(JobPass& p, const RankSignal& r, const std::set<int>& late_gpu_slow) const;
+  void update_flag(JobPass& p, const std::string& job, const RankSignal& r, bool gpu_slow, bool held, double now_unix,
+                   std::vector<DetectedEvent>& events);
   bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
   std::string gc_summary(const RankSignal& r, const Verdict& v) const;
   StragglerReason host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members, bool gc_explains,
