@@ -46,7 +46,9 @@ class FakeBackend : public BpfBackend {
       if (only == 0 || s.key.tgid == only) out.push_back(s);
     return out;
   }
-  void delete_stats(uint32_t) override {}
+  void delete_stats(uint32_t tgid) override {
+    std::erase_if(stats, [&](const StatEntry& s) { return s.key.tgid == tgid; });
+  }
   std::map<uint32_t, uint64_t> read_errors() const override { return errors; }
   std::vector<InflightCall> read_inflight_waits() const override { return inflight; }
   void delete_seqs(uint32_t) override {}
@@ -270,6 +272,33 @@ TEST(AgentRuntime, ARankThatStopsIssuingIsNamedMissingWhileItsPeersSitInSynchron
   ASSERT_EQ(comms.size(), 1u);
   EXPECT_TRUE(comms[0].hung);
   EXPECT_GE(comms[0].stalled_seconds, 10.0);
+}
+
+// A job stopped mid-collective (SIGTERM from its launcher): every rank exits
+// with a collective open. Nobody waits any more: no hang, neither while the
+// ranks are kept after their exit nor when they are dropped (the agent once
+// judged the open collective in the pass that dropped them, with no rank
+// left to say it had exited: "rank -1 ... is alive", 10 s after every such job).
+TEST(AgentRuntime, AJobStoppedMidCollectiveRaisesNoHangWhenItsRanksAreDropped) {
+  Replay r;
+  for (int i = 0; i < 30; ++i) r.step(-1, 0);
+  const uint64_t t = r.clock.ns;
+  for (int k = 0; k < 3; ++k) r.issue(k, t, 0);  // rank 3 is stopped before it issues
+  r.rt->run_once(0);
+  for (int k = 0; k < 4; ++k) {
+    argus_exit_event gone{};
+    gone.hdr = header(ARGUS_EV_EXIT, Replay::pid(k), r.clock.ns);
+    gone.exit_code = 0;
+    r.backend->push(gone);
+    r.proc.remove(Replay::pid(k));
+  }
+  for (int i = 0; i < 2 * static_cast<int>(kDefaultExitGraceSeconds) + 5; ++i) {
+    r.clock.advance(1.0);
+    r.rt->run_once(0);
+  }
+  for (const auto& e : r.rt->events_since(0)) EXPECT_NE(e.kind, EventKind::kHang) << e.summary;
+  EXPECT_TRUE(r.rt->snapshot().ranks.empty());
+  EXPECT_TRUE(r.rt->snapshot().comms.empty());
 }
 
 TEST(AgentRuntime, MalformedRecordsAreCountedNotTrusted) {

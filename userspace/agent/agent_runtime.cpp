@@ -203,8 +203,11 @@ void AgentRuntime::stats_pass(double now) {
   assembler_.publish_bpf_errors(bpf_->read_errors());
   lifecycle_.reap_vanished([this] { poll_ring_buffers(0); });
   registry_.tick();
-  detect();
+  // What the registry dropped is let go of before anything judges it: a
+  // communicator of ranks just dropped (a job stopped mid-collective) would
+  // read as stalled on ranks nobody knows, "alive" for want of their exit.
   lifecycle_.forget_dropped();
+  detect();
   const double every = cfg_.stats_interval_seconds;
   next_stats_ = now + (watching() ? every : std::max(every, cfg_.discovery.idle_scan_interval_seconds));
 }
