@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 
 #include "tests/unit/detector_test_util.h"
@@ -374,6 +375,81 @@ TEST(Detectors, TwoRankJobSaysWhatFromItsSignals) {
   });
   EXPECT_EQ(ev.evidence["reason"], "host") << ev.summary;
   EXPECT_EQ(ev.evidence["host_cause"]["decided_by"], "no_kernel_layer");
+}
+
+// A slow GPU in a TP 2 x DP 4 job, no GPU layer, a loss.item() before the DP
+// all-reduce (figures as the agent read them in the bench draw it missed).
+// Its host is late on its TP pair, where no synchronize comes before a call
+// (share 0.04); its synchronize before the DP all-reduce put it behind there
+// (0.31, surely behind, not yet by the sign test's count). Its TP peer waits
+// for it on the pair. It was called a victim of nobody, and never named.
+TEST(Detectors, ASynchronizeThatShowsOnAnotherCommunicatorExplainsTheLag) {
+  std::vector<RankSignal> sig(8);
+  for (int i = 0; i < 8; ++i) {
+    RankSignal& s = sig[i];
+    s.pid = 600 + i;
+    s.job_id = "tp";
+    s.rank = i;
+    s.coverage = 1;
+    s.sync_wait_ratio = 0.20;
+    s.lag.step_seconds = 0.085;
+    for (const std::string& comm : {"tp" + std::to_string(i / 2), "dp" + std::to_string(i % 2)}) {
+      CommLateness c;
+      c.comm = comm;
+      c.peers = comm.starts_with("tp") ? 1 : 3;
+      c.bins = 40;
+      c.late_share = c.early_share = 0.5;
+      c.t_score = 0.3;
+      c.offset_se_s = 0.001;
+      s.lag.comms.push_back(c);
+    }
+  }
+  auto comm = [&](int rank, const std::string& name) -> CommLateness& {
+    for (auto& c : sig[rank].lag.comms)
+      if (c.comm == name) return c;
+    throw std::runtime_error("no " + name);
+  };
+  // Rank 6: late on its TP pair (tp3) by the tests, surely behind on dp0.
+  CommLateness& pair = comm(6, "tp3");
+  pair.median_offset_s = 0.0064;
+  pair.t_score = 8.4;
+  pair.p_late = 7e-5;
+  pair.late_share = 0.88;
+  pair.late_sync_excess = 0.04;
+  CommLateness& dp = comm(6, "dp0");
+  dp.median_offset_s = 0.0198;
+  dp.t_score = 7.2;
+  dp.p_late = 5e-4;
+  dp.late_share = 1;
+  dp.late_sync_excess = 0.31;
+  sig[6].sync_wait_ratio = 0.23;
+  // Rank 7 waits for it on the pair, and its own DP group waits for it in turn.
+  CommLateness& peer = comm(7, "tp3");
+  peer.median_offset_s = -0.0064;
+  peer.t_score = -8.4;
+  peer.p_early = 1e-5;
+  peer.early_share = 0.88;
+  CommLateness& peer_dp = comm(7, "dp1");
+  peer_dp.median_offset_s = 0.0204;
+  peer_dp.t_score = 8.6;
+  peer_dp.p_late = 2e-4;
+  peer_dp.late_share = 1;
+  peer_dp.late_sync_excess = 0.52;
+  sig[7].sync_wait_ratio = 0.22;
+
+  StragglerDetector d;
+  std::vector<DetectedEvent> events;
+  for (int e = 0; e < 3; ++e)
+    for (auto& x : d.evaluate(sig, 100 + e)) events.push_back(std::move(x));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].rank, 6) << events[0].summary;
+  EXPECT_EQ(events[0].evidence.at("reason"), "sync") << events[0].summary;
+  EXPECT_DOUBLE_EQ(events[0].evidence.at("late_sync_share").get<double>(), 0.31);
+  EXPECT_EQ(events[0].evidence.at("late_sync_comm"), "dp0");
+  EXPECT_NE(events[0].summary.find("it spent 31% of its lag on dp0 blocked in its own CUDA synchronize calls"),
+            std::string::npos)
+      << events[0].summary;
+  EXPECT_NE(events[0].summary.find("rank 7 waits for it"), std::string::npos) << events[0].summary;
 }
 
 // The one line a person reads, exactly.

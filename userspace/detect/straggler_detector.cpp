@@ -296,6 +296,32 @@ StragglerDetector::JobPass StragglerDetector::open_job(const std::vector<const R
   return p;
 }
 
+// A rank's lag, and the synchronize share of it, as where it is late says
+// them (the tracker summarized it from its surest communicator, which may be
+// a pipeline pair the pipeline's shape explains; a GPU-slow last stage was
+// summarized from its pair, where no synchronize comes before an arrival: its
+// DP lag read as unexplained, and it a victim). Its synchronize share is
+// read where its synchronize shows: no synchronize comes before a pair's
+// arrival, nor before a tensor-parallel call in the middle of the step,
+// though the one before its data-parallel call at the step's end is what
+// put its host behind. So the largest share of a collective where it is late,
+// or surely behind if not yet by the sign test's count of steps. (A slow GPU's
+// TP rank was late on its TP pair with a share of 0.04, 0.31 on its DP group:
+// a victim of nobody, never named; a PP 2 stage late on its pair and its DP
+// group read 0.02 from the pair.)
+void StragglerDetector::restate_lag(RankSignal& r, const Verdict& v) const {
+  r.lag.summarize_from(*v.decisive);
+  for (const auto& c : r.lag.comms) {
+    if (is_p2p(c) || c.median_offset_s <= 0) continue;
+    const bool late_there = JobPass::late_there(v, c);
+    if (!late_there && c.t_score < opts_.min_early_t_score) continue;
+    if (c.late_sync_excess > r.lag.late_sync_share) {
+      r.lag.late_sync_share = c.late_sync_excess;
+      r.lag.sync_comm = c.comm == v.decisive->comm ? "" : c.comm;
+    }
+  }
+}
+
 // Point-to-point lateness against the rank's replicas (the peers on its
 // data- and tensor-parallel communicators: the same stage): a pipeline
 // makes one side of each exchange wait by its schedule (the receiver posts
@@ -341,12 +367,7 @@ void StragglerDetector::set_pipeline_shape_aside(JobPass& p) const {
       for (const auto* c : v.late_on)
         if (!v.decisive || c->p_late < v.decisive->p_late) v.decisive = c;
     }
-    // Its lag, and the synchronize share of it, are those of where it is
-    // late: the tracker summarized it from its surest communicator, which
-    // may be a pipeline pair the pipeline's shape explains. (A GPU-slow
-    // last stage was summarized from its pair, where no synchronize comes
-    // before an arrival: its DP lag read as unexplained, and it a victim.)
-    if (v.decisive) p.by_pid.at(r->pid)->lag.summarize_from(*v.decisive);
+    if (v.decisive) restate_lag(*p.by_pid.at(r->pid), v);
     v.late = !v.late_on.empty();
     // (A busy host early on a collective is a slow rank among slower ones:
     // half a node slow waits at each TP call for the last of it. Early on

@@ -115,6 +115,7 @@ class StragglerDetector {
   // The phases of one job's evaluation, in order (straggler_detector.cpp).
   struct JobPass;
   JobPass open_job(const std::vector<const RankSignal*>& members, std::map<int, RankSignal*>& by_pid) const;
+  void restate_lag(RankSignal& r, const Verdict& v) const;
   void set_pipeline_shape_aside(JobPass& p) const;
   void mark_imbalance(JobPass& p) const;
   void find_waits_on_late_peers(JobPass& p) const;

@@ -97,7 +97,8 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
     ev.summary = who + late + ": " + gc_summary(r, v);
   else if (v.reason == StragglerReason::kSync)
     ev.summary = who + late + ": it spent " + fmt("%.0f", r.lag.late_sync_share * 100) +
-                 "% of that lag blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host" +
+                 (r.lag.sync_comm.empty() ? "% of that lag" : "% of its lag on " + r.lag.sync_comm) +
+                 " blocked in its own CUDA synchronize calls: its GPU or stream is slow, not its host" +
                  alike_text(v.alike);
   else
     ev.summary = who + " is slow on its GPU: its NCCL kernels run " + fmt("%.0f", r.gpu_nccl_ratio * 100) +
@@ -140,6 +141,7 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
                  {"mean_lag_seconds", r.lag.mean_lag_s},
                  {"lag_margin_seconds", v.lag_margin_s},
                  {"late_sync_share", r.lag.late_sync_share},
+                 {"late_sync_comm", r.lag.sync_comm.empty() && d ? d->comm : r.lag.sync_comm},
                  {"step_seconds", r.lag.step_seconds},
                  {"collectives_compared", r.lag.samples},
                  {"collectives_spread", r.lag.spread_samples},
