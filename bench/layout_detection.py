@@ -3,12 +3,12 @@
 
   sudo bench/layout_detection.py OUT_DIR [--runs 50] [--fp-seconds 600] [--seed N]
       [--layouts L,..] [--kinds host,gpu_sync,hang,none] [--modes async,blocking]
-      [--fp-layouts L,..]
+      [--gpu-layer random|on|off] [--fp-layouts L,..]
 
 Randomized runs: each picks a layout (DP 8; TP 2 x DP 4; PP 2 x DP 4 with 4
 micro-batches; TP 2 x PP 2 x DP 2 with 2; EP 4 x DP 8 with MoE all-to-alls), an
 NCCL mode, a jitter of 0-20%, and a fault (a slow host, a slow GPU behind a
-loss.item(), a hang, or none), on a random rank, as the simulator injects it
+loss.item(), with the GPU layer in half of them, a hang, or none), on a random rank, as the simulator injects it
 and records it in its truth file. One agent watches every run. Per run: the
 latency from the injection the rank recorded to the first moment
 /api/v1/ranks names it (straggler flag, or hang_missing), whether anyone else
@@ -80,7 +80,10 @@ def run_one(port, i, rng, step_ms, timeout_s, only):
             "200", "--job-id", job, "--out", out, "--quiet", "--nccl-mode", mode, "--jitter", str(jitter)]
     argv += LAYOUTS[layout]
     argv += [a.replace("R:", f"{rank}:").format(f=factor, s=onset) for a in args]
-    env = dict(os.environ, ARGUS_SIM_GPU_ACTIVITY="1" if kind == "gpu_sync" and rng.random() < 0.5 else "0")
+    gpu_layer = kind == "gpu_sync" and rng.random() < 0.5
+    if kind == "gpu_sync" and only["gpu_layer"] != "random":
+        gpu_layer = only["gpu_layer"] == "on"
+    env = dict(os.environ, ARGUS_SIM_GPU_ACTIVITY="1" if gpu_layer else "0")
     sim = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     detected_at, named, reason = None, set(), None
     deadline = time.time() + (timeout_s if kind != "none" else 30)
@@ -106,7 +109,7 @@ def run_one(port, i, rng, step_ms, timeout_s, only):
             pass
     latency = detected_at - injected if detected_at and injected else None
     return {"layout": layout, "kind": kind, "mode": mode, "jitter": jitter, "rank": rank, "factor": round(factor, 2),
-            "latency": latency, "named": sorted(named), "reason": reason,
+            "gpu_layer": gpu_layer, "latency": latency, "named": sorted(named), "reason": reason,
             "right_reason": (reason in reasons) if reasons and reason else None}
 
 
@@ -138,10 +141,13 @@ def main():
     ap.add_argument("--layouts", default="", help="comma list: draw only these layouts")
     ap.add_argument("--kinds", default="", help="comma list of faults to draw: host, gpu_sync, hang, none")
     ap.add_argument("--modes", default="", help="comma list of NCCL modes to draw: async, blocking")
+    ap.add_argument("--gpu-layer", choices=["random", "on", "off"], default="random",
+                    help="the GPU layer of the slow-GPU runs (random: on in half of them)")
     ap.add_argument("--fp-layouts", default=os.environ.get("ARGUS_BENCH_LAYOUT_FP_LAYOUTS", ",".join(sorted(LAYOUTS))),
                     help="comma list: a false-positive run of --fp-seconds for each")
     a = ap.parse_args()
     only = {k: [x for x in getattr(a, k).split(",") if x] for k in ("layouts", "kinds", "modes")}
+    only["gpu_layer"] = a.gpu_layer
     if os.geteuid() != 0:
         sys.exit("layout_detection: needs root (the agent loads eBPF)")
     os.makedirs(a.out, exist_ok=True)
@@ -160,7 +166,7 @@ def main():
         for i in range(a.runs):
             r = run_one(a.port, i, rng, a.step_ms, a.timeout, only)
             runs.append(r)
-            print(f"run {i}: {r['layout']} {r['mode']} jitter {r['jitter']}% {r['kind']} rank {r['rank']}: "
+            print(f"run {i}: {r['layout']} {r['mode']} jitter {r['jitter']}% {r['kind']}{' (GPU layer)' if r['gpu_layer'] else ''} rank {r['rank']}: "
                   f"{'%.1f s' % r['latency'] if r['latency'] is not None else '-'} named {r['named']} "
                   f"reason {r['reason']}", flush=True)
         fp = [false_positive_run(a.port, a.fp_seconds, a.step_ms, l) for l in a.fp_layouts.split(",") if l] \
