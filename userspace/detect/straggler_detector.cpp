@@ -181,6 +181,9 @@ void StragglerDetector::judge_arrivals(const RankSignal& r, Verdict& v) const {
 // One evaluation of one job's ranks on this node: the job's medians, each
 // rank's verdict, and the questions the phases of evaluate() ask of them.
 struct StragglerDetector::JobPass {
+  JobPass(const StragglerOptions& o, const std::vector<const RankSignal*>& m, std::map<int, RankSignal*>& b)
+      : opts(o), members(m), by_pid(b) {}
+
   const StragglerOptions& opts;
   const std::vector<const RankSignal*>& members;
   std::map<int, RankSignal*>& by_pid;  // the evaluation's copies (a rank's lag is restated from where it is late)
@@ -266,7 +269,7 @@ struct StragglerDetector::JobPass {
 // The job's medians, and where each rank is surely behind and ahead of its peers.
 StragglerDetector::JobPass StragglerDetector::open_job(const std::vector<const RankSignal*>& members,
                                                        std::map<int, RankSignal*>& by_pid) const {
-  JobPass p{opts_, members, by_pid, {}, false, 0, false, {}};
+  JobPass p(opts_, members, by_pid);
   std::vector<double> waits, gpu, bubble;
   for (const auto* r : members) {
     waits.push_back(total_wait(*r));
