@@ -409,32 +409,24 @@ TEST(Detectors, ASynchronizeThatShowsOnAnotherCommunicatorExplainsTheLag) {
       if (c.comm == name) return c;
     throw std::runtime_error("no " + name);
   };
+  // Where a rank stands on a communicator: its median offset, t score,
+  // sign-test chances, share of steps behind (or ahead) and synchronize excess.
+  auto stands = [&](int rank, const std::string& name, double offset_s, double t, double p, double share,
+                    double sync_excess) {
+    CommLateness& c = comm(rank, name);
+    c.median_offset_s = offset_s;
+    c.t_score = t;
+    (offset_s > 0 ? c.p_late : c.p_early) = p;
+    (offset_s > 0 ? c.late_share : c.early_share) = share;
+    c.late_sync_excess = sync_excess;
+  };
   // Rank 6: late on its TP pair (tp3) by the tests, surely behind on dp0.
-  CommLateness& pair = comm(6, "tp3");
-  pair.median_offset_s = 0.0064;
-  pair.t_score = 8.4;
-  pair.p_late = 7e-5;
-  pair.late_share = 0.88;
-  pair.late_sync_excess = 0.04;
-  CommLateness& dp = comm(6, "dp0");
-  dp.median_offset_s = 0.0198;
-  dp.t_score = 7.2;
-  dp.p_late = 5e-4;
-  dp.late_share = 1;
-  dp.late_sync_excess = 0.31;
+  stands(6, "tp3", 0.0064, 8.4, 7e-5, 0.88, 0.04);
+  stands(6, "dp0", 0.0198, 7.2, 5e-4, 1, 0.31);
   sig[6].sync_wait_ratio = 0.23;
   // Rank 7 waits for it on the pair, and its own DP group waits for it in turn.
-  CommLateness& peer = comm(7, "tp3");
-  peer.median_offset_s = -0.0064;
-  peer.t_score = -8.4;
-  peer.p_early = 1e-5;
-  peer.early_share = 0.88;
-  CommLateness& peer_dp = comm(7, "dp1");
-  peer_dp.median_offset_s = 0.0204;
-  peer_dp.t_score = 8.6;
-  peer_dp.p_late = 2e-4;
-  peer_dp.late_share = 1;
-  peer_dp.late_sync_excess = 0.52;
+  stands(7, "tp3", -0.0064, -8.4, 1e-5, 0.88, 0);
+  stands(7, "dp1", 0.0204, 8.6, 2e-4, 1, 0.52);
   sig[7].sync_wait_ratio = 0.22;
 
   StragglerDetector d;

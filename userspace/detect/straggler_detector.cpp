@@ -226,16 +226,18 @@ struct StragglerDetector::JobPass {
   static bool early_on_p2p(const Verdict& v) {
     return std::any_of(v.early_on.begin(), v.early_on.end(), [](const CommLateness* c) { return is_p2p(*c); });
   }
+  static bool late_on_collective(const Verdict& v) {
+    return std::any_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return !is_p2p(*c); });
+  }
+  static bool member_of(const RankSignal& r, const std::string& comm) {
+    return std::any_of(r.lag.comms.begin(), r.lag.comms.end(), [&](const CommLateness& x) { return x.comm == comm; });
+  }
   // Whether a replica's pipeline partner is late on a collective (it waits
   // for a culprit then, whatever the schedule).
   bool partner_late(const RankSignal& q, const CommLateness& pair) const {
     for (const auto* o : members) {
       if (o->pid == q.pid) continue;
-      const bool partner = std::any_of(o->lag.comms.begin(), o->lag.comms.end(),
-                                       [&](const CommLateness& x) { return x.comm == pair.comm; });
-      if (!partner) continue;
-      const auto& late_on = verdicts.at(o->pid).late_on;
-      if (std::any_of(late_on.begin(), late_on.end(), [](const CommLateness* x) { return !is_p2p(*x); })) return true;
+      if (member_of(*o, pair.comm) && late_on_collective(verdicts.at(o->pid))) return true;
     }
     return false;
   }
@@ -397,8 +399,7 @@ void StragglerDetector::mark_imbalance(JobPass& p) const {
       if (is_p2p(c)) continue;
       for (const auto* q : p.members) {
         if (q->pid == r->pid) continue;
-        const bool shares = std::any_of(q->lag.comms.begin(), q->lag.comms.end(), [&](const CommLateness& x) { return x.comm == c.comm; });
-        if (!shares) continue;
+        if (!JobPass::member_of(*q, c.comm)) continue;
         replicas_alike = p2p_only(p.verdicts.at(q->pid));
         if (!replicas_alike) break;
       }
@@ -629,9 +630,7 @@ bool StragglerDetector::decide_reason(JobPass& p, const RankSignal& r, const std
   // its all-to-all sends, and it was called a victim of nobody).
   // (Late on a collective too, and its synchronize holding a good part of
   // its lag: a pipeline's shape at a job's start is waited for on a pair.)
-  const bool late_on_collective =
-      std::any_of(v.late_on.begin(), v.late_on.end(), [](const CommLateness* c) { return !is_p2p(*c); });
-  const bool held_by_its_gpu = p.waits_visible && !p.host_busy(r) && late_on_collective &&
+  const bool held_by_its_gpu = p.waits_visible && !p.host_busy(r) && JobPass::late_on_collective(v) &&
                                r.lag.late_sync_share >= opts_.min_waited_for_sync_share && p.waited_for(r);
   if (candidate) {
     Verdict probe = v;

@@ -52,7 +52,7 @@ struct RankLagStats {
   double late_fraction = 0;    // share of those steps it was behind them
   double late_sync_share = 0;  // where it arrived late: the share of the span before its arrival it spent in its own
                                // synchronize calls above its peers' share before theirs (its GPU or stream held it)
-  std::string sync_comm;        // where late_sync_share was read, when not where the lag was
+  std::string sync_comm;       // where late_sync_share was read, when not where the lag was
   double step_seconds = 0;     // 0 when no period is seen
 
   // The summary as communicator c states it.
