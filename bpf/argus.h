@@ -36,6 +36,9 @@ enum argus_event_type {
 	ARGUS_EV_GPU_BATCH = 7,  /* argus:gpu_batch USDT: completed GPU activity records */
 	ARGUS_EV_GPU_NAME = 8,   /* argus:gpu_name USDT: a kernel-name id announced */
 	ARGUS_EV_CALL_DONE = 9,  /* a timed call (collective, synchronize) returned */
+	ARGUS_EV_C10D_BACKEND = 12, /* a PyTorch c10d backend (ProcessGroupGloo) was made */
+	ARGUS_EV_C10D_GROUP = 13,   /* a c10d process group was named or described */
+	ARGUS_EV_C10D_COLL = 14,    /* a collective or p2p call entered on a c10d backend */
 };
 
 /* Event sources, for argus_agent_events_total{source} and ..._lost_total{source}. */
@@ -62,6 +65,11 @@ enum argus_nccl_op {
 	ARGUS_OP_MAX = 10,
 };
 
+/* c10d's operations are NCCL's, and one more: a backend's barrier (PyTorch's
+ * process groups have one; NCCL has none). */
+#define ARGUS_C10D_OP_BARRIER ARGUS_OP_MAX
+#define ARGUS_C10D_OP_MAX (ARGUS_OP_MAX + 1)
+
 /* Kinds of aggregated statistics kept per tgid in the `stats` map. */
 enum argus_stat_kind {
 	ARGUS_STAT_NCCL_CALLS = 1,    /* sub = op: count = calls, sum = bytes */
@@ -81,6 +89,7 @@ enum argus_stat_kind {
 	ARGUS_STAT_BLOCK_IO_HIST = 15, /* sub = log2 bucket of one request's latency, code = enum argus_block_op */
 	ARGUS_STAT_NCCL_GROUP = 16,   /* sub 0: count = outermost ncclGroupEnd calls, sum = operations grouped in them */
 	ARGUS_STAT_NCCL_GROUP_WAIT = 17, /* sub 0: count = outermost ncclGroupEnd calls timed (with operations), sum = ns inside */
+	ARGUS_STAT_C10D_CALLS = 18,   /* sub = op, code|pad = the c10d backend's address (low|high 32 bits): count = calls */
 };
 
 /* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's
@@ -400,6 +409,45 @@ struct argus_call_done_event {
 	__u64 ptr;  /* collectives: the communicator */
 };
 
+/* PyTorch's c10d layer (libtorch_cpu): process groups seen from outside. */
+enum argus_c10d_backend_kind {
+	ARGUS_C10D_GLOO = 1,
+};
+
+/* A backend constructed: its rank and size in its group. The group's name
+ * comes after (ProcessGroup::setGroupName, on the same thread), so the agent
+ * names the backends made since a thread's last naming after it. */
+struct argus_c10d_backend_event {
+	struct argus_event_header hdr;
+	__u64 backend; /* `this`: the address every collective on it is called with */
+	__s32 rank;
+	__s32 size;
+	__u32 kind; /* enum argus_c10d_backend_kind */
+	__u32 pad;
+};
+
+enum argus_c10d_text {
+	ARGUS_C10D_GROUP_NAME = 0, /* ProcessGroup::setGroupName: the same on every member */
+	ARGUS_C10D_GROUP_DESC = 1, /* ProcessGroup::setGroupDesc: what the framework calls it */
+};
+#define ARGUS_C10D_TEXT_MAX 64
+
+struct argus_c10d_group_event {
+	struct argus_event_header hdr;
+	__u64 group; /* the ProcessGroup's address */
+	__u32 what;  /* enum argus_c10d_text */
+	__u32 len;   /* the string's length (text holds at most ARGUS_C10D_TEXT_MAX - 1 of it) */
+	char text[ARGUS_C10D_TEXT_MAX];
+};
+
+struct argus_c10d_coll_event {
+	struct argus_event_header hdr;
+	__u64 backend;
+	__u64 seq;  /* collectives on this backend by this process, from 1; 0 for p2p */
+	__u32 op;   /* enum argus_nccl_op, or ARGUS_C10D_OP_BARRIER */
+	__s32 peer; /* send/recv: the other side's rank in the group; -1 otherwise */
+};
+
 /* Both compilers check the layout: BPF (clang -target bpf) and the agent (g++). */
 #ifdef __cplusplus
 #define ARGUS_ASSERT_SIZE(type, size) static_assert(sizeof(struct type) == (size), #type " layout")
@@ -423,5 +471,8 @@ ARGUS_ASSERT_SIZE(argus_nccl_init_event, 64);
 ARGUS_ASSERT_SIZE(argus_gpu_batch_event, 40 + 40 * ARGUS_GPU_BATCH_MAX);
 ARGUS_ASSERT_SIZE(argus_gpu_name_event, 32 + ARGUS_GPU_NAME_MAX);
 ARGUS_ASSERT_SIZE(argus_call_done_event, 56);
+ARGUS_ASSERT_SIZE(argus_c10d_backend_event, 48);
+ARGUS_ASSERT_SIZE(argus_c10d_group_event, 104);
+ARGUS_ASSERT_SIZE(argus_c10d_coll_event, 48);
 
 #endif /* ARGUS_BPF_ARGUS_H */

@@ -109,22 +109,18 @@ static __always_inline bool argus_tgid_traced(__u32 tgid)
 	return state && *state != ARGUS_TGID_IGNORED;
 }
 
-static __always_inline void argus_stat_add(__u32 tgid, __u16 kind, __u16 sub, __s32 code,
-					   __u64 count, __u64 sum)
+static __always_inline void argus_stat_add_key(const struct argus_stat_key *key, __u64 count, __u64 sum)
 {
-	struct argus_stat_key key = {
-		.tgid = tgid, .kind = kind, .sub = sub, .code = code, .pad = 0,
-	};
-	struct argus_stat_val *val = bpf_map_lookup_elem(&stats, &key);
+	struct argus_stat_val *val = bpf_map_lookup_elem(&stats, key);
 	if (val) {
 		val->count += count;
 		val->sum += sum;
 		return;
 	}
 	struct argus_stat_val init = { .count = count, .sum = sum };
-	long err = bpf_map_update_elem(&stats, &key, &init, BPF_NOEXIST);
+	long err = bpf_map_update_elem(&stats, key, &init, BPF_NOEXIST);
 	if (err == -17) { /* EEXIST: created by this tgid on another CPU meanwhile */
-		val = bpf_map_lookup_elem(&stats, &key);
+		val = bpf_map_lookup_elem(&stats, key);
 		if (val) {
 			val->count += count;
 			val->sum += sum;
@@ -133,6 +129,15 @@ static __always_inline void argus_stat_add(__u32 tgid, __u16 kind, __u16 sub, __
 	}
 	if (err)
 		argus_count_error(ARGUS_ERR_STATS_FULL);
+}
+
+static __always_inline void argus_stat_add(__u32 tgid, __u16 kind, __u16 sub, __s32 code,
+					   __u64 count, __u64 sum)
+{
+	struct argus_stat_key key = {
+		.tgid = tgid, .kind = kind, .sub = sub, .code = code, .pad = 0,
+	};
+	argus_stat_add_key(&key, count, sum);
 }
 
 /* The idx-th (1-based) integer argument of a SysV x86-64 call at function entry.

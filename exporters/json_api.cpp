@@ -23,6 +23,27 @@ json error_list(const std::map<std::pair<std::string, std::string>, uint64_t>& e
 
 // The kernel layer's view of a rank's CPU: totals, last window's shares
 // (thread-seconds per wall second), who took its CPU, and its cgroup's quota.
+
+// The c10d groups it joined, each with its calls by op.
+json process_groups_json(const RankSnapshot& r) {
+  json out = json::array();
+  for (const auto& g : r.process_groups) {
+    const std::string label = process_group_label(g);
+    json calls = json::object();
+    for (const auto& [key, n] : r.process_group_calls)
+      if (std::get<0>(key) == label && std::get<1>(key) == g.backend_kind) calls[std::get<2>(key)] = n;
+    out.push_back({{"group", label},
+                   {"name", g.name},
+                   {"desc", g.desc},
+                   {"backend", g.backend_kind},
+                   {"rank", g.rank},
+                   {"size", g.size},
+                   {"comm", g.comm_id},
+                   {"calls", std::move(calls)}});
+  }
+  return out;
+}
+
 json offcpu_json(const RankSnapshot& r) {
   if (!r.offcpu.present && !r.cgroup_cpu.present) return nullptr;
   static constexpr const char* kReasons[] = {"runqueue", "io", "lock", "sleep", "other"};
@@ -150,6 +171,7 @@ json rank_json(const RankSnapshot& r) {
                {"memcpy", std::move(copies)},
                {"errors", error_list(r.cuda_errors)}};
   j["nccl_errors"] = error_list(r.nccl_errors);
+  j["process_groups"] = process_groups_json(r);
   j["libraries"] = r.libraries;
   j["python"] = nullptr;  // not Python, or not followed yet
   if (r.python_gc.present) {

@@ -32,6 +32,8 @@ void add_log2_histogram(prometheus::MetricFamily& f, MetricLabels labels, const 
 void append_sched_metrics(const std::vector<RankGroup>& groups, std::vector<prometheus::MetricFamily>& out);
 void append_net_metrics(const std::vector<RankGroup>& groups,
                         std::vector<prometheus::MetricFamily>& out);
+// PyTorch's process groups (framework_metrics.cpp).
+void append_framework_metrics(const std::vector<RankGroup>& groups, std::vector<prometheus::MetricFamily>& out);
 // The GPU driver's Xid lines (userspace/kmsg): following = the kernel log is read.
 std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& counts, bool following);
 

@@ -337,6 +337,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   const auto rank_group_list = rank_groups(snap);
   append_sched_metrics(rank_group_list, out);
   append_net_metrics(rank_group_list, out);
+  append_framework_metrics(rank_group_list, out);
   return out;
 }
 

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -361,6 +363,94 @@ TEST(AttachPlan, Labels) {
   EXPECT_EQ(cuda_result_name(2), "CUDA_ERROR_OUT_OF_MEMORY");
   EXPECT_EQ(cuda_result_name(12345), "12345");
   EXPECT_EQ(nccl_result_name(6), "ncclRemoteError");
+}
+
+
+// PyTorch's c10d (libtorch_cpu): the Gloo backend's constructor, the group's
+// naming and description, and every collective and p2p method, by mangled
+// prefix, so each overload is probed and a changed signature still matches.
+elf::Symbol fn(const std::string& name, uint64_t at) {
+  elf::Symbol s;
+  s.name = name;
+  s.value = s.file_offset = at;
+  s.mapped = s.is_function = s.dynamic = s.global = true;
+  return s;
+}
+
+TEST(AttachPlan, C10dGlooMethodsByMangledPrefix) {
+  std::vector<elf::Symbol> syms{
+      fn("_ZN4c10d16ProcessGroupGloo9allreduceERSt6vectorIN2at6TensorESaIS3_EERKNS_16AllreduceOptionsE", 0x100),
+      fn("_ZN4c10d16ProcessGroupGloo9allreduceERSt6vectorIN2at6TensorESaIS3_EERKNS_16AllreduceOptionsEi", 0x180),
+      fn("_ZN4c10d16ProcessGroupGloo14reduce_scatterERSt6vectorIN2at6TensorESaIS3_EE", 0x200),
+      fn("_ZN4c10d16ProcessGroupGloo6reduceERSt6vectorIN2at6TensorESaIS3_EERKNS_13ReduceOptionsE", 0x280),
+      fn("_ZN4c10d16ProcessGroupGloo4sendERSt6vectorIN2at6TensorESaIS3_EEii", 0x300),
+      fn("_ZN4c10d16ProcessGroupGloo7barrierERKNS_14BarrierOptionsE", 0x380),
+      fn("_ZN4c10d16ProcessGroupGlooC1ERKN3c1013intrusive_ptrINS_5StoreEEEiiNS2_INS0_7OptionsEEE", 0x400),
+      fn("_ZN4c10d16ProcessGroupGlooC2ERKN3c1013intrusive_ptrINS_5StoreEEEiiNS2_INS0_7OptionsEEE", 0x400),
+      fn("_ZN4c10d12ProcessGroup12setGroupNameERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE", 0x500),
+      fn("_ZN4c10d12ProcessGroup12setGroupDescERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE", 0x580),
+      fn("_ZN4c10d16ProcessGroupGloo7enqueueEN3c1013intrusive_ptrINS0_9AsyncWorkEEE", 0x600),  // not a call of the user's
+  };
+  std::sort(syms.begin(), syms.end(), [](const elf::Symbol& a, const elf::Symbol& b) { return a.name < b.name; });
+  elf::SymbolTable t(syms, 62, 3, false);
+  ASSERT_EQ(classify_library(t), LibraryKind::Torch);
+  EXPECT_STREQ(library_kind_name(LibraryKind::Torch), "torch");
+  auto plan = plan_probes(t, LibraryKind::Torch, ProbeSet::Default);
+  std::map<uint64_t, ProbeSpec> by_offset;
+  for (const auto& s : plan) EXPECT_TRUE(by_offset.emplace(s.file_offset, s).second) << s.symbol;
+  EXPECT_EQ(plan.size(), 9u);  // both allreduce overloads, one constructor probe, no enqueue
+  EXPECT_FALSE(by_offset.count(0x600));
+  for (uint64_t at : {0x100u, 0x180u}) {
+    EXPECT_EQ(by_offset.at(at).program, ProbeProgram::C10dCollEnter);
+    EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(at).cookie), static_cast<uint32_t>(ARGUS_OP_ALL_REDUCE));
+    EXPECT_EQ(ARGUS_COOKIE_COMM_ARG(by_offset.at(at).cookie), 2u);  // after the return slot
+  }
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x200).cookie), static_cast<uint32_t>(ARGUS_OP_REDUCE_SCATTER));
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x280).cookie), static_cast<uint32_t>(ARGUS_OP_REDUCE));
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x300).cookie), static_cast<uint32_t>(ARGUS_OP_SEND));
+  EXPECT_EQ(ARGUS_COOKIE_PEER_ARG(by_offset.at(0x300).cookie), 4u);  // (slot, this, tensors, dstRank, tag)
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x380).cookie), static_cast<uint32_t>(ARGUS_C10D_OP_BARRIER));
+  EXPECT_EQ(by_offset.at(0x400).program, ProbeProgram::C10dBackendInit);
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x400).cookie), static_cast<uint32_t>(ARGUS_C10D_GLOO));
+  EXPECT_EQ(by_offset.at(0x500).program, ProbeProgram::C10dGroupText);
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x500).cookie), static_cast<uint32_t>(ARGUS_C10D_GROUP_NAME));
+  EXPECT_EQ(ARGUS_COOKIE_ID(by_offset.at(0x580).cookie), static_cast<uint32_t>(ARGUS_C10D_GROUP_DESC));
+  for (const auto& s : plan) EXPECT_FALSE(s.retprobe);
+  EXPECT_STREQ(probe_program_name(ProbeProgram::C10dCollEnter), "argus_c10d_coll_enter");
+  EXPECT_STREQ(c10d_op_label(ARGUS_C10D_OP_BARRIER), "barrier");
+  EXPECT_STREQ(c10d_op_label(ARGUS_OP_ALL_REDUCE), "all_reduce");
+
+  // c10d without the Gloo methods (a build without Gloo): still PyTorch, but
+  // nothing to probe (the probe manager says so and counts c10d_unsupported).
+  elf::SymbolTable bare({fn("_ZN4c10d12ProcessGroup12setGroupNameERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+                            0x500)},
+                        62, 3, false);
+  EXPECT_EQ(classify_library(bare), LibraryKind::Torch);
+  EXPECT_TRUE(plan_probes(bare, LibraryKind::Torch, ProbeSet::Default).empty());
+}
+
+// The real wheel (the torch venv scripts/install-deps.sh caches): every method
+// the plan names is exported, and each gets exactly one probe.
+TEST(AttachPlan, RealLibtorchCpu) {
+  const char* cache = std::getenv("ARGUS_CACHE_DIR");
+  const std::string lib = std::string(cache && *cache ? cache : "/var/cache/argus") +
+                          "/torch-venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so";
+  if (!std::filesystem::exists(lib)) GTEST_SKIP() << lib << " not installed";
+  elf::ReadOptions dyn;
+  dyn.include_symtab = false;
+  auto t = elf::read_symbols(lib, dyn);
+  ASSERT_TRUE(t.ok()) << t.error();
+  ASSERT_EQ(classify_library(*t), LibraryKind::Torch);
+  auto plan = plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
+  std::map<ProbeProgram, int> per_program;
+  std::set<uint64_t> offsets;
+  for (const auto& s : plan) {
+    ++per_program[s.program];
+    EXPECT_TRUE(offsets.insert(s.file_offset).second) << s.symbol;
+  }
+  EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);  // C1 and C2 share an address
+  EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 2);
+  EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);  // one per method of the plan (torch 2.15)
 }
 
 }  // namespace

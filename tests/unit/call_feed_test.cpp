@@ -27,12 +27,13 @@ struct Feed {
   testing_support::ManualClock clock{1'000'000'000, 1.7e9};
   RankRegistry registry{clock, {"n", 300, 10, false}};
   CommNames names;
+  ProcessGroups groups;
   SeqAligner aligner;
   CollectiveTracker tracker;
   NodeTimeline timeline;
   std::map<std::pair<int, uint64_t>, uint64_t> memory;  // (pid, addr) -> word: what read_word sees
   bool readable = true;
-  CallFeed feed{registry, names, aligner, tracker, timeline, [this](int pid, uint64_t addr) -> std::optional<uint64_t> {
+  CallFeed feed{registry, names, groups, aligner, tracker, timeline, [this](int pid, uint64_t addr) -> std::optional<uint64_t> {
                   if (!readable) return std::nullopt;
                   auto it = memory.find({pid, addr});
                   return it == memory.end() ? std::optional<uint64_t>(0) : it->second;
@@ -76,6 +77,35 @@ struct Feed {
     e.peer = peer;
     e.bytes = 4096;
     feed.on_collective(e);
+  }
+  void c10d_backend(int pid, uint32_t tid, uint64_t backend, int rank, int size) {
+    argus_c10d_backend_event e{};
+    e.hdr = header(ARGUS_EV_C10D_BACKEND, pid, ts++);
+    e.hdr.tid = tid;
+    e.backend = backend;
+    e.rank = rank;
+    e.size = size;
+    e.kind = ARGUS_C10D_GLOO;
+    feed.on_c10d_backend(e);
+  }
+  void c10d_text(int pid, uint32_t tid, uint64_t group, uint32_t what, const std::string& text) {
+    argus_c10d_group_event e{};
+    e.hdr = header(ARGUS_EV_C10D_GROUP, pid, ts++);
+    e.hdr.tid = tid;
+    e.group = group;
+    e.what = what;
+    e.len = static_cast<uint32_t>(text.size());
+    std::snprintf(e.text, sizeof e.text, "%s", text.c_str());
+    feed.on_c10d_group(e);
+  }
+  void c10d_call(int pid, uint64_t backend, uint32_t op, uint64_t seq, int peer = -1) {
+    argus_c10d_coll_event e{};
+    e.hdr = header(ARGUS_EV_C10D_COLL, pid, ts++);
+    e.backend = backend;
+    e.op = op;
+    e.seq = seq;
+    e.peer = peer;
+    feed.on_c10d_collective(e);
   }
   const CommView* view(const std::string& name) const {
     static std::vector<CommView> all;
@@ -240,6 +270,68 @@ TEST(CallFeed, ALateRanksHandlesAreNeverMerged) {
   EXPECT_EQ(f.names.name_of(11, 0xb1), "job:j/c1");
   EXPECT_EQ(f.names.name_of(11, 0xb2), "job:j/c2");
   EXPECT_FALSE(f.names.anchored(10, 0xa1));
+}
+
+
+// PyTorch makes a group's backend, then names the group, on one thread: the
+// backend is the communicator "<job>/pg:<name>" on every member, its rank and
+// size the constructor's, labelled by the description that follows. A
+// backend made on another thread is not named by this naming.
+TEST(CallFeed, AC10dBackendIsNamedByTheGroupNamingThatFollowsOnItsThread) {
+  Feed f;
+  f.track(100, 0);
+  f.track(101, 1);
+  for (int pid : {100, 101}) {
+    f.c10d_backend(pid, pid, 0xb000 + pid, pid - 100, 2);
+    f.c10d_backend(pid, pid + 1000, 0xc000 + pid, 0, 1);  // another thread's, never named here
+    f.c10d_text(pid, pid, 0xa000, ARGUS_C10D_GROUP_NAME, "0");
+    f.c10d_text(pid, pid, 0xa000, ARGUS_C10D_GROUP_DESC, "default_pg");
+  }
+  const CommView* v = f.view("j/pg:0");
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->nranks, 2);
+  EXPECT_EQ(v->label, "default_pg");
+  ASSERT_EQ(v->members.size(), 2u);
+  EXPECT_EQ(v->members.at(100).comm_rank, 0);
+  EXPECT_EQ(v->members.at(101).comm_rank, 1);
+
+  // Their collectives are numbered on it from the first; barriers are collectives too.
+  f.c10d_call(100, 0xb064, ARGUS_OP_ALL_REDUCE, 1);
+  f.c10d_call(101, 0xb065, ARGUS_OP_ALL_REDUCE, 1);
+  f.c10d_call(100, 0xb064, ARGUS_C10D_OP_BARRIER, 2);
+  v = f.view("j/pg:0");
+  EXPECT_EQ(v->newest_seq, 2u);
+  EXPECT_EQ(v->members.at(100).last_seq, 2u);
+  EXPECT_EQ(v->members.at(101).last_seq, 1u);
+
+  const auto s = f.registry.snapshot();
+  for (const auto& r : s)
+    if (r.pid == 100) {
+      ASSERT_EQ(r.process_groups.size(), 1u);
+      EXPECT_EQ(r.process_groups[0].backend, 0xb064u);
+      EXPECT_EQ(r.process_groups[0].name, "0");
+      EXPECT_EQ(r.process_groups[0].desc, "default_pg");
+      EXPECT_EQ(r.process_groups[0].backend_kind, "gloo");
+      EXPECT_EQ(r.process_groups[0].comm_id, "j/pg:0");
+      EXPECT_EQ(process_group_label(r.process_groups[0]), "default_pg");
+    }
+}
+
+// A group of no description ("undefined", c10d's default) is labelled by its
+// name; a backend whose making was not seen is named by its first use.
+TEST(CallFeed, C10dGroupsWithoutDescriptionOrMakingAreStillFollowed) {
+  Feed f;
+  f.track(100, 0);
+  f.c10d_backend(100, 100, 0xb1, 0, 2);
+  f.c10d_text(100, 100, 0xa1, ARGUS_C10D_GROUP_NAME, "1");
+  f.c10d_text(100, 100, 0xa1, ARGUS_C10D_GROUP_DESC, "undefined");
+  ASSERT_NE(f.view("j/pg:1"), nullptr);
+  EXPECT_EQ(f.view("j/pg:1")->label, "1");
+  f.c10d_call(100, 0xdead, ARGUS_OP_ALL_REDUCE, 1);  // made before the agent attached
+  EXPECT_EQ(f.names.name_of(100, 0xdead), "job:j/c1");
+  // A naming with no backend made before it on its thread names nothing.
+  f.c10d_text(100, 100, 0xa2, ARGUS_C10D_GROUP_NAME, "2");
+  EXPECT_EQ(f.view("j/pg:2"), nullptr);
 }
 
 }  // namespace

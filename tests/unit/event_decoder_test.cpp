@@ -75,6 +75,39 @@ TEST(EventDecoder, ChildAndInitAllRecords) {
   EXPECT_FALSE(decode_event(&all, sizeof(all) - 8));
 }
 
+// c10d's records: a group's text ends inside the record whatever BPF copied.
+TEST(EventDecoder, C10dRecords) {
+  argus_c10d_group_event g{};
+  g.hdr.type = ARGUS_EV_C10D_GROUP;
+  g.group = 0xa0;
+  g.what = ARGUS_C10D_GROUP_DESC;
+  std::memset(g.text, 'x', sizeof g.text);  // no NUL at all
+  auto ev = decode_event(&g, sizeof(g));
+  ASSERT_TRUE(ev);
+  const auto& got = std::get<argus_c10d_group_event>(*ev);
+  EXPECT_EQ(std::strlen(got.text), sizeof(g.text) - 1);
+  EXPECT_EQ(event_source(*ev), EventSource::kNccl);
+  EXPECT_FALSE(decode_event(&g, sizeof(g) - 1));
+
+  argus_c10d_coll_event c{};
+  c.hdr.type = ARGUS_EV_C10D_COLL;
+  c.backend = 0xb0;
+  c.op = ARGUS_C10D_OP_BARRIER;
+  c.seq = 7;
+  ev = decode_event(&c, sizeof(c));
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(std::get<argus_c10d_coll_event>(*ev).seq, 7u);
+
+  argus_c10d_backend_event b{};
+  b.hdr.type = ARGUS_EV_C10D_BACKEND;
+  b.rank = 3;
+  b.size = 4;
+  ev = decode_event(&b, sizeof(b));
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(std::get<argus_c10d_backend_event>(*ev).size, 4);
+  EXPECT_FALSE(decode_event(&b, sizeof(b) - 8));
+}
+
 TEST(EventDecoder, RefusesShortUnknownAndNull) {
   argus_nccl_init_event i{};
   i.hdr.type = ARGUS_EV_NCCL_INIT;

@@ -37,6 +37,17 @@ Snapshot make_snapshot() {
   a1.first_seen_unix = 1700000000.5;
   a1.nccl["all_reduce"] = {10, 4096, 1'500'000'000};
   a1.nccl_groups = {6, 9, 5, 250'000'000};
+  ProcessGroupInfo pg;
+  pg.backend = 0xb0;
+  pg.backend_kind = "gloo";
+  pg.rank = 1;
+  pg.size = 4;
+  pg.name = "0";
+  pg.desc = "default_pg";
+  pg.comm_id = "j/pg:0";
+  a1.process_groups = {pg};
+  a1.process_group_calls[{"default_pg", "gloo", "all_reduce"}] = 390;
+  a1.process_group_calls[{"unnamed", "gloo", "broadcast"}] = 4;  // another backend's: not this group's
   a1.sync["cuStreamSynchronize"] = {5, 250'000'000};
   a1.launches_counted = true;
   a1.kernel_launches = 777;
@@ -103,6 +114,15 @@ TEST(JsonApi, RoundTripsThroughNlohmann) {
   EXPECT_EQ(a1["nccl"]["all_reduce"]["bytes"], 4096);
   EXPECT_DOUBLE_EQ(a1["nccl"]["all_reduce"]["wait_seconds"].get<double>(), 1.5);
   EXPECT_EQ(a1["nccl_groups"], (json{{"ended", 6}, {"operations", 9}, {"timed", 5}, {"wait_seconds", 0.25}}));
+  ASSERT_EQ(a1["process_groups"].size(), 1u);
+  EXPECT_EQ(a1["process_groups"][0], (json{{"group", "default_pg"},
+                                           {"name", "0"},
+                                           {"desc", "default_pg"},
+                                           {"backend", "gloo"},
+                                           {"rank", 1},
+                                           {"size", 4},
+                                           {"comm", "j/pg:0"},
+                                           {"calls", {{"all_reduce", 390}}}}));
   EXPECT_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["calls"], 5);
   EXPECT_DOUBLE_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["wait_seconds"].get<double>(), 0.25);
   EXPECT_EQ(a1["cuda"]["kernel_launches"], 777);

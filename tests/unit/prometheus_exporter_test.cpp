@@ -58,6 +58,8 @@ Snapshot make_snapshot() {
   r0.nccl["send"] = {2, 128, 250'000'000};
   r0.sync["cuStreamSynchronize"] = {5, 250'000'000};
   r0.cuda_errors[{"cuLaunchKernel", "CUDA_ERROR_OUT_OF_MEMORY"}] = 2;
+  r0.process_group_calls[{"default_pg", "gloo", "all_reduce"}] = 390;
+  r0.process_group_calls[{"pair_group", "gloo", "barrier"}] = 1;
   r0.nccl_errors[{"ncclAllReduce", "ncclSystemError"}] = 1;
   r0.collective_wait_ratio = 0.25;
   r0.sync_wait_ratio = 0.125;
@@ -181,6 +183,7 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_rank_info", "gauge"},
       {"argus_nccl_collectives_total", "counter"},
       {"argus_nccl_bytes_total", "counter"},
+      {"argus_process_group_collectives_total", "counter"},
       {"argus_nccl_wait_seconds_total", "counter"},
       {"argus_cuda_sync_wait_seconds_total", "counter"},
       {"argus_cuda_sync_calls_total", "counter"},
@@ -272,6 +275,8 @@ TEST(PrometheusExporter, SampleValues) {
            R"(argus_rank_info{job_id="job1",rank="1",local_rank="1",world_size="2",pid="101",node="gpu-node-1"} 1)",
            R"(argus_nccl_collectives_total{job_id="job1",rank="0",op="all_reduce"} 10)",
            R"(argus_nccl_collectives_total{job_id="job1",rank="0",op="send"} 2)",
+           R"(argus_process_group_collectives_total{job_id="job1",rank="0",group="default_pg",backend="gloo",op="all_reduce"} 390)",
+           R"(argus_process_group_collectives_total{job_id="job1",rank="0",group="pair_group",backend="gloo",op="barrier"} 1)",
            R"(argus_nccl_bytes_total{job_id="job1",rank="0",op="all_reduce"} 4096)",
            R"(argus_nccl_wait_seconds_total{job_id="job1",rank="0",op="all_reduce"} 1.5)",
            R"(argus_nccl_wait_seconds_total{job_id="job1",rank="0",op="send"} 0.25)",
@@ -577,7 +582,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 76u);  // + collective numbering (2), unseen comms, unpaired p2p, probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 77u);  // + process-group calls, collective numbering (2), unseen comms, unpaired p2p, probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_uprobe_links_info{kind=\"perf\"} 1"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));

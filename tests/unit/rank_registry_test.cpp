@@ -72,6 +72,55 @@ TEST(RankRegistry, TotalsReplaceNeverAdd) {
   EXPECT_EQ(s->identity_source, "env:RANK");
 }
 
+// c10d calls are kept per (process, backend, op) in BPF (the key's code and pad
+// hold the backend's address): labelled by the group the backend belongs to,
+// "unnamed" while its making was not seen; totals replace as the others do.
+TEST(RankRegistry, ProcessGroupCallsByGroupLabel) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"node-a", 60, 10, false});
+  reg.track(100, 5, "python", env_identity("job", 0), {});
+  ProcessGroupInfo world;
+  world.backend = 0x7f00'0000'1000;
+  world.backend_kind = "gloo";
+  world.name = "0";
+  world.desc = "default_pg";
+  reg.on_process_group(100, world);
+  ProcessGroupInfo pair = world;
+  pair.backend = 0x7f00'0000'2000;
+  pair.name = "1";
+  pair.desc = "undefined";
+  reg.on_process_group(100, pair);
+  auto key = [](uint64_t backend, uint16_t op, uint64_t n) {
+    StatEntry e{};
+    e.key.tgid = 100;
+    e.key.kind = ARGUS_STAT_C10D_CALLS;
+    e.key.sub = op;
+    e.key.code = static_cast<int32_t>(static_cast<uint32_t>(backend));
+    e.key.pad = static_cast<uint32_t>(backend >> 32);
+    e.value.count = n;
+    return aggregate_of(e);
+  };
+  const std::vector<AggregateRecord> totals{key(world.backend, ARGUS_OP_ALL_REDUCE, 390),
+                                            key(world.backend, ARGUS_C10D_OP_BARRIER, 1),
+                                            key(pair.backend, ARGUS_OP_ALL_REDUCE, 12),
+                                            key(0x7f00'0000'3000, ARGUS_OP_BROADCAST, 4)};
+  reg.apply_totals(100, totals);
+  reg.apply_totals(100, totals);
+  const auto snap = reg.snapshot();
+  const auto* s = find(snap, 100);
+  ASSERT_NE(s, nullptr);
+  using K = std::tuple<std::string, std::string, std::string>;
+  EXPECT_EQ(s->process_group_calls, (std::map<K, uint64_t>{{{"default_pg", "gloo", "all_reduce"}, 390},
+                                                           {{"default_pg", "gloo", "barrier"}, 1},
+                                                           {{"1", "gloo", "all_reduce"}, 12},
+                                                           {{"unnamed", "gloo", "broadcast"}, 4}}));
+  EXPECT_TRUE(s->nccl.empty());  // not NCCL's calls
+  // A description learnt later replaces the group's record, not adds one.
+  pair.desc = "pair_group";
+  reg.on_process_group(100, pair);
+  EXPECT_EQ(find(reg.snapshot(), 100)->process_groups.size(), 2u);
+}
+
 // Python GC: the probes' aggregates replace (per generation time, pause
 // histogram); the interpreter's counters only grow (the larger of polled and
 // seen wins); the window has the GC time, pauses and the longest pause.

@@ -50,7 +50,9 @@ json make_doc() {
        "nccl_errors": [{"api": "ncclAllReduce", "code": "ncclSystemError", "count": 1}]},
       {"pid": 101, "job_id": "train-7", "rank": 0, "state": "exited", "exit_reason": "oom",
        "collective_wait_ratio": 0.5, "nccl": {}, "cuda": {"sync": {}, "kernel_launches": null, "errors": []}},
-      {"pid": 50, "job_id": "alpha", "rank": 10, "state": "running"}
+      {"pid": 50, "job_id": "alpha", "rank": 10, "state": "running",
+       "process_groups": [{"group": "default_pg", "calls": {"all_reduce": 390, "broadcast": 4}},
+                          {"group": "pair_group", "calls": {"all_reduce": 6}}]}
     ]})");
 }
 
@@ -59,15 +61,15 @@ TEST(RankTable, ColumnsAndValues) {
   ASSERT_EQ(lines.size(), 5u) << cli::format_rank_table(make_doc(), false);
   EXPECT_EQ(fields(lines[0]),
             (std::vector<std::string>{"JOB", "RANK", "PID", "STATE", "COLL", "COLL_GB", "COLL%", "SYNC%", "GPU%",
-                                      "NCCL_K%", "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS"}));
+                                      "NCCL_K%", "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS", "GROUPS"}));
   // Sorted by job, then rank.
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"alpha", "10", "50", "running", "0", "0.00", "0.0", "0.0", "-", "-", "-", "-", "0",
-                                      "-"}));
+            (std::vector<std::string>{"alpha", "10", "50", "running", "400", "0.00", "0.0", "0.0", "-", "-", "-", "-", "0",
+                                      "-", "default_pg,pair_group"}));
   EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "50.0", "0.0",
-                                                        "-", "-", "-", "-", "0", "-"}));
+                                                        "-", "-", "-", "-", "0", "-", "-"}));
   EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "12.3", "45.7",
-                                                        "-", "-", "-", "4242", "3", "-"}));
+                                                        "-", "-", "-", "4242", "3", "-", "-"}));
   EXPECT_EQ(lines[4], "(1 unidentified process hidden; --all shows them)");
 }
 
@@ -79,11 +81,11 @@ TEST(RankTable, ColumnsAreAligned) {
     auto p = line.find(word);
     return p == std::string::npos ? std::string::npos : p + word.size();
   };
-  EXPECT_EQ(end_of(lines[0], "FLAGS"), lines[0].size());
-  for (const auto& l : lines) {
-    EXPECT_EQ(l.size(), lines[0].size()) << l;
-    EXPECT_LE(l.size(), 120u);
-  }
+  // GROUPS, last, is left-aligned: it starts at the same offset on every line.
+  const auto groups_at = lines[0].find("GROUPS");
+  ASSERT_NE(groups_at, std::string::npos);
+  EXPECT_EQ(lines[1].find("default_pg"), groups_at) << lines[1];
+  for (const auto& l : lines) EXPECT_LE(l.size(), 140u) << l;
   EXPECT_EQ(end_of(lines[0], "PID"), end_of(lines[3], "102"));
 }
 
@@ -97,8 +99,8 @@ TEST(RankTable, GpuColumnsAndFlags) {
   auto lines = lines_of(cli::format_rank_table(doc, false));
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(fields(lines[1]), (std::vector<std::string>{"j", "3", "7", "running", "0", "0.00", "40.0", "0.0", "61.0",
-                                                        "3.5", "25.0", "-", "0", "straggler(gpu),bubble"}));
-  EXPECT_EQ(fields(lines[2]).back(), "hang");
+                                                        "3.5", "25.0", "-", "0", "straggler(gpu),bubble", "-"}));
+  EXPECT_EQ(fields(lines[2])[13], "hang");
   EXPECT_EQ(fields(lines[2])[8], "-");  // no current GPU figures
 }
 
@@ -148,7 +150,8 @@ TEST(RankTable, FromTheAgentsOwnDocument) {
   auto lines = lines_of(cli::format_rank_table(ranks_json(s), false));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "0.0", "-", "-", "-", "5", "0", "-"}));
+            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "0.0", "-", "-", "-", "5", "0", "-",
+                                      "-"}));
 }
 
 // argusctl end to end, against an HttpServer that serves a canned snapshot.

@@ -96,7 +96,7 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
       collectors_{&cgroup_cpu_, &pods_, &python_, &tcp_, &stuck_calls_},
       lifecycle_(LifecycleParts{registry_, *bpf_, *discovery_, *probes_, memcgs_, pods_, python_, events_, counters_},
                  clock, cfg.paths.proc_root, !cfg.discovery.only_env.empty()),
-      calls_(registry_, names_, aligner_, tracker_, timeline_),
+      calls_(registry_, names_, groups_, aligner_, tracker_, timeline_),
       router_(clock, counters_, *discovery_, lifecycle_, calls_),
       detection_(DetectionOptions{cfg.detection.window_seconds, cfg.detection.straggler, cfg.detection.hang}),
       evidence_(python_, cfg.detection.window_seconds),
@@ -106,7 +106,7 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
   // Told of an end in this order: the last readings (CPU stealers, Python GC)
   // before the state lets go.
   for (PidScoped* part : std::initializer_list<PidScoped*>{&cgroup_cpu_, &python_, &memcgs_, &pods_, &tcp_, &stuck_calls_, &tracker_,
-                                                           &aligner_, &names_, &timeline_, &detection_})
+                                                           &aligner_, &names_, &groups_, &timeline_, &detection_})
     lifecycle_.add(part);
   bpf_->set_event_handler([this](const void* data, size_t size) { router_.on_record(data, size); });
   // No sampler is no reason to stop: the rest of the agent runs, and the

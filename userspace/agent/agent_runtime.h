@@ -111,6 +111,7 @@ class AgentRuntime final : public ApiSource {
   // State.
   RankRegistry registry_;
   CommNames names_;
+  ProcessGroups groups_;
   SeqAligner aligner_;
   CollectiveTracker tracker_;
   NodeTimeline timeline_;

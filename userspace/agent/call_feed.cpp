@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "userspace/common/comm_id.h"
@@ -130,21 +131,30 @@ std::string CallFeed::comm_key(int pid, uint64_t handle) {
   return key;
 }
 
+void CallFeed::on_collective(const argus_nccl_coll_event& e) {
+  on_call(static_cast<int>(e.hdr.tgid), {e.comm, e.op, e.peer, e.seq, e.bytes, e.hdr.ts_ns, nccl_op_label(e.op)});
+}
+
+// c10d's calls carry no size (a tensor list the probe does not walk): a
+// late-attached rank's are numbered by order alone.
+void CallFeed::on_c10d_collective(const argus_c10d_coll_event& e) {
+  on_call(static_cast<int>(e.hdr.tgid), {e.backend, e.op, e.peer, e.seq, 0, e.hdr.ts_ns, c10d_op_label(e.op)});
+}
+
 // The communicator a call ran on, by the name all its ranks share; a
 // late-attached rank's collectives held back until numbered like its peers'.
-void CallFeed::on_collective(const argus_nccl_coll_event& e) {
-  const int pid = static_cast<int>(e.hdr.tgid);
-  const std::string key = comm_key(pid, e.comm);
-  timeline_.on_collective_enter(pid, e.hdr.ts_ns, tracker_.step_seconds(pid));
-  timeline_.on_collective_call(pid, nccl_op_label(e.op), key, e.hdr.ts_ns);
+void CallFeed::on_call(int pid, const Call& c) {
+  const std::string key = comm_key(pid, c.handle);
+  timeline_.on_collective_enter(pid, c.ts_ns, tracker_.step_seconds(pid));
+  timeline_.on_collective_call(pid, c.label, key, c.ts_ns);
   if (key.empty()) return;  // the process keeps its most names (counted)
-  if (e.op == ARGUS_OP_SEND || e.op == ARGUS_OP_RECV) {
-    tracker_.on_p2p(key, pid, e.op == ARGUS_OP_SEND, e.peer, e.hdr.ts_ns);
+  if (c.op == ARGUS_OP_SEND || c.op == ARGUS_OP_RECV) {
+    tracker_.on_p2p(key, pid, c.op == ARGUS_OP_SEND, c.peer, c.ts_ns);
     return;
   }
-  if (e.seq == 0) return;
-  const bool init_seen = names_.anchored(pid, e.comm);
-  const auto a = aligner_.on_arrival(key, pid, init_seen, e.seq, e.hdr.ts_ns, {e.op, e.bytes});
+  if (c.seq == 0) return;
+  const bool init_seen = names_.anchored(pid, c.handle);
+  const auto a = aligner_.on_arrival(key, pid, init_seen, c.seq, c.ts_ns, {c.op, c.bytes});
   if (!a) return;
   if (a->first && !init_seen) {
     const auto m = registry_.membership(pid);
@@ -153,7 +163,38 @@ void CallFeed::on_collective(const argus_nccl_coll_event& e) {
                  "{}, {:+} on its own count",
                  pid, key, label_of(a->how), a->shift);
   }
-  tracker_.on_arrival(key, pid, a->seq, a->ts_ns, e.op, e.bytes);
+  tracker_.on_arrival(key, pid, a->seq, a->ts_ns, c.op, c.bytes);
+}
+
+// A backend is named by the next naming of a group on the thread that made it.
+void CallFeed::on_c10d_backend(const argus_c10d_backend_event& e) {
+  ProcessGroupInfo b;
+  b.backend = e.backend;
+  b.backend_kind = c10d_backend_label(e.kind);
+  b.rank = e.rank;
+  b.size = e.size;
+  groups_.on_backend(static_cast<int>(e.hdr.tgid), e.hdr.tid, b);
+}
+
+// Named: its backends are a communicator every member names alike, each
+// call on them counted from the first (the backend's making was seen).
+void CallFeed::on_c10d_group(const argus_c10d_group_event& e) {
+  const int pid = static_cast<int>(e.hdr.tgid);
+  const std::string text(e.text, strnlen(e.text, sizeof e.text));
+  if (e.what == ARGUS_C10D_GROUP_DESC) {
+    for (const auto& b : groups_.on_desc(pid, e.group, text)) {
+      tracker_.set_label(b.comm_id, process_group_label(b));
+      registry_.on_process_group(pid, b);
+    }
+    return;
+  }
+  if (e.what != ARGUS_C10D_GROUP_NAME || text.empty()) return;
+  const std::string id = process_group_comm_id(job_of(pid), pid, text);
+  for (const auto& b : groups_.on_name(pid, e.hdr.tid, e.group, text, id)) {
+    if (names_.on_init(pid, b.backend, id)) tracker_.add_member(id, pid, b.size, b.rank);
+    tracker_.set_label(id, process_group_label(b));
+    registry_.on_process_group(pid, b);
+  }
 }
 
 void CallFeed::on_call_done(const argus_call_done_event& e) {

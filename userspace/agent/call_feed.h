@@ -10,6 +10,7 @@
 #include "bpf/argus.h"
 #include "userspace/comms/collective_tracker.h"
 #include "userspace/comms/comm_names.h"
+#include "userspace/comms/process_groups.h"
 #include "userspace/comms/seq_aligner.h"
 #include "userspace/registry/rank_registry.h"
 #include "userspace/trace/node_timeline.h"
@@ -26,10 +27,11 @@ std::optional<uint64_t> read_process_word(int pid, uint64_t addr);
 
 class CallFeed {
  public:
-  CallFeed(RankRegistry& registry, CommNames& names, SeqAligner& aligner, CollectiveTracker& tracker,
-           NodeTimeline& timeline, WordReader read_word = read_process_word)
+  CallFeed(RankRegistry& registry, CommNames& names, ProcessGroups& groups, SeqAligner& aligner,
+           CollectiveTracker& tracker, NodeTimeline& timeline, WordReader read_word = read_process_word)
       : registry_(registry),
         names_(names),
+        groups_(groups),
         aligner_(aligner),
         tracker_(tracker),
         timeline_(timeline),
@@ -40,6 +42,9 @@ class CallFeed {
   void on_nccl_init_all(const argus_nccl_init_all_event& e);
   void on_collective(const argus_nccl_coll_event& e);
   void on_call_done(const argus_call_done_event& e);
+  void on_c10d_backend(const argus_c10d_backend_event& e);
+  void on_c10d_group(const argus_c10d_group_event& e);
+  void on_c10d_collective(const argus_c10d_coll_event& e);
   void on_gpu_batch(GpuBatch& b);  // takes its records
   void on_gpu_name(const GpuName& n);
 
@@ -49,9 +54,21 @@ class CallFeed {
   std::string comm_key(int pid, uint64_t handle);
   bool bind_pending_child(int pid, uint64_t handle);
   std::optional<std::string> job_of(int pid) const;
+  // One collective or p2p call, from NCCL or c10d, onto the tracker.
+  struct Call {
+    uint64_t handle = 0;
+    uint32_t op = 0;
+    int peer = -1;
+    uint64_t seq = 0;
+    uint64_t bytes = 0;
+    uint64_t ts_ns = 0;
+    const char* label = "";
+  };
+  void on_call(int pid, const Call& c);
 
   RankRegistry& registry_;
   CommNames& names_;
+  ProcessGroups& groups_;
   SeqAligner& aligner_;
   CollectiveTracker& tracker_;
   NodeTimeline& timeline_;

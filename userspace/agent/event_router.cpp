@@ -30,6 +30,12 @@ void EventRouter::on_record(const void* data, size_t size) {
     calls_.on_nccl_init_all(*e);
   } else if (const auto* e = std::get_if<argus_nccl_coll_event>(&ev)) {
     calls_.on_collective(*e);
+  } else if (const auto* e = std::get_if<argus_c10d_coll_event>(&ev)) {
+    calls_.on_c10d_collective(*e);
+  } else if (const auto* e = std::get_if<argus_c10d_backend_event>(&ev)) {
+    calls_.on_c10d_backend(*e);
+  } else if (const auto* e = std::get_if<argus_c10d_group_event>(&ev)) {
+    calls_.on_c10d_group(*e);
   } else if (const auto* e = std::get_if<argus_call_done_event>(&ev)) {
     calls_.on_call_done(*e);
   } else if (auto* e = std::get_if<GpuBatch>(&ev)) {

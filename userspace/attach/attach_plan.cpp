@@ -1,5 +1,6 @@
 #include "userspace/attach/attach_plan.h"
 
+#include <algorithm>
 #include <array>
 #include <set>
 
@@ -126,6 +127,45 @@ constexpr std::array<NamedId, 6> kCudaLaunch{{
     {"cuLaunchCooperativeKernel_ptsz", ARGUS_CU_LAUNCH_COOPERATIVE_KERNEL},
 }};
 
+// c10d's Gloo backend (libtorch_cpu), by the mangled name's prefix: namespace,
+// class and method, so that a signature changed between PyTorch versions still
+// matches (each overload found is probed). The methods return
+// c10::intrusive_ptr<Work> by value: the return slot is argument 1, `this` 2,
+// and send/recv's (tensors, peer, tag) follow as 3, 4, 5.
+struct C10dMethod {
+  const char* name;
+  uint32_t op;
+  uint8_t peer_arg = 0;
+};
+constexpr const char* kGlooPrefix = "_ZN4c10d16ProcessGroupGloo";
+constexpr uint8_t kC10dThisArg = 2;
+constexpr std::array<C10dMethod, 19> kGlooMethods{{
+    {"allreduce", ARGUS_OP_ALL_REDUCE},
+    {"allreduce_coalesced", ARGUS_OP_ALL_REDUCE},
+    {"allreduce_sparse", ARGUS_OP_ALL_REDUCE},
+    {"allgather", ARGUS_OP_ALL_GATHER},
+    {"allgather_coalesced", ARGUS_OP_ALL_GATHER},
+    {"all_gather_single", ARGUS_OP_ALL_GATHER},  // _allgather_base
+    {"all_gather_single_coalesced", ARGUS_OP_ALL_GATHER},
+    {"reduce_scatter", ARGUS_OP_REDUCE_SCATTER},
+    {"reduce_scatter_single", ARGUS_OP_REDUCE_SCATTER},  // _reduce_scatter_base
+    {"reduce_scatter_single_coalesced", ARGUS_OP_REDUCE_SCATTER},
+    {"alltoall", ARGUS_OP_ALL_TO_ALL},
+    {"all_to_all_single", ARGUS_OP_ALL_TO_ALL},  // alltoall_base
+    {"broadcast", ARGUS_OP_BROADCAST},
+    {"reduce", ARGUS_OP_REDUCE},
+    {"gather", ARGUS_OP_GATHER},
+    {"scatter", ARGUS_OP_SCATTER},
+    {"barrier", ARGUS_C10D_OP_BARRIER},
+    {"send", ARGUS_OP_SEND, 4},
+    {"recv", ARGUS_OP_RECV, 4},
+}};
+// Names the process groups: ProcessGroup::setGroupName / setGroupDesc(const std::string&).
+constexpr std::array<NamedId, 2> kC10dGroupText{{
+    {"_ZN4c10d12ProcessGroup12setGroupNameE", ARGUS_C10D_GROUP_NAME},
+    {"_ZN4c10d12ProcessGroup12setGroupDescE", ARGUS_C10D_GROUP_DESC},
+}};
+
 constexpr uint32_t kClsNccl = 1;  // ARGUS_CLS_NCCL in helpers.bpf.h
 constexpr uint32_t kClsCuda = 2;  // ARGUS_CLS_CUDA
 
@@ -140,6 +180,23 @@ const elf::Symbol* probeable(const elf::SymbolTable& symbols, std::string_view n
 const elf::Symbol* nccl_symbol(const elf::SymbolTable& symbols, const std::string& base) {
   if (const auto* s = probeable(symbols, "nccl" + base)) return s;
   return probeable(symbols, "pnccl" + base);
+}
+
+// Every probeable function whose mangled name starts with `prefix` (the table
+// is sorted by name).
+std::vector<const elf::Symbol*> probeable_with_prefix(const elf::SymbolTable& symbols, std::string_view prefix) {
+  std::vector<const elf::Symbol*> out;
+  const auto& all = symbols.symbols();
+  auto it = std::lower_bound(all.begin(), all.end(), prefix,
+                             [](const elf::Symbol& s, std::string_view p) { return s.name < p; });
+  for (; it != all.end() && std::string_view(it->name).substr(0, prefix.size()) == prefix; ++it)
+    if (it->is_function && !it->ifunc && it->mapped && it->dynamic) out.push_back(&*it);
+  return out;
+}
+
+// "_ZN4c10d16ProcessGroupGloo" "9allreduce" "E": a method's mangled prefix.
+std::string gloo_method_prefix(std::string_view method) {
+  return std::string(kGlooPrefix) + std::to_string(method.size()) + std::string(method) + "E";
 }
 
 class Planner {
@@ -189,6 +246,25 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
   }
 }
 
+// Nothing when no collective method is found (a build without Gloo, or names
+// this agent does not know): the caller says so and counts it.
+void plan_c10d(const elf::SymbolTable& symbols, Planner& plan) {
+  bool any = false;
+  for (const auto& m : kGlooMethods) any = any || !probeable_with_prefix(symbols, gloo_method_prefix(m.name)).empty();
+  if (!any) return;
+  // Constructors C1 (complete) and C2 (base) share an address: one probe.
+  for (const auto* sym : probeable_with_prefix(symbols, std::string(kGlooPrefix) + "C1E"))
+    plan.add(*sym, ProbeProgram::C10dBackendInit, false, ARGUS_COOKIE(ARGUS_C10D_GLOO, 0, 0, 0, 0));
+  for (const auto* sym : probeable_with_prefix(symbols, std::string(kGlooPrefix) + "C2E"))
+    plan.add(*sym, ProbeProgram::C10dBackendInit, false, ARGUS_COOKIE(ARGUS_C10D_GLOO, 0, 0, 0, 0));
+  for (const auto& t : kC10dGroupText)
+    for (const auto* sym : probeable_with_prefix(symbols, t.name))
+      plan.add(*sym, ProbeProgram::C10dGroupText, false, ARGUS_COOKIE(t.id, 0, 0, 0, 0));
+  for (const auto& m : kGlooMethods)
+    for (const auto* sym : probeable_with_prefix(symbols, gloo_method_prefix(m.name)))
+      plan.add(*sym, ProbeProgram::C10dCollEnter, false, ARGUS_COOKIE_P2P(m.op, 0, 0, kC10dThisArg, m.peer_arg));
+}
+
 void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
   for (const auto& s : kCudaSync) {
     const auto* sym = probeable(symbols, s.name);
@@ -226,6 +302,7 @@ const char* library_kind_name(LibraryKind kind) {
     case LibraryKind::GpuActivity: return "gpu";
     case LibraryKind::Python: return "python";
     case LibraryKind::Loader: return "loader";
+    case LibraryKind::Torch: return "torch";
     case LibraryKind::None: break;
   }
   return "none";
@@ -252,6 +329,9 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::PyGcUsdtStart: return "argus_py_gc_usdt_start";
     case ProbeProgram::PyGcUsdtDone: return "argus_py_gc_usdt_done";
     case ProbeProgram::LinkMapChange: return "argus_dl_debug_state";
+    case ProbeProgram::C10dBackendInit: return "argus_c10d_backend_init";
+    case ProbeProgram::C10dGroupText: return "argus_c10d_group_text";
+    case ProbeProgram::C10dCollEnter: return "argus_c10d_coll_enter";
   }
   return "unknown";
 }
@@ -262,6 +342,10 @@ LibraryKind classify_library(const elf::SymbolTable& symbols) {
   const bool cuda = probeable(symbols, "cuInit") != nullptr && probeable(symbols, "cuLaunchKernel") != nullptr;
   if (cuda) return LibraryKind::Cuda;
   if (python::looks_like_python(symbols)) return LibraryKind::Python;
+  // c10d is there when its ProcessGroup is; its backends may not be (planned apart).
+  if (!probeable_with_prefix(symbols, kC10dGroupText[0].name).empty() ||
+      !probeable_with_prefix(symbols, gloo_method_prefix("allreduce")).empty())
+    return LibraryKind::Torch;
   if (probeable(symbols, kLoaderHookSymbol) != nullptr) return LibraryKind::Loader;
   return LibraryKind::None;
 }
@@ -270,6 +354,7 @@ std::vector<ProbeSpec> plan_probes(const elf::SymbolTable& symbols, LibraryKind 
   Planner plan;
   if (kind == LibraryKind::Nccl) plan_nccl(symbols, plan);
   if (kind == LibraryKind::Cuda) plan_cuda(symbols, set, plan);
+  if (kind == LibraryKind::Torch) plan_c10d(symbols, plan);
   if (kind == LibraryKind::Loader)
     if (const auto* s = probeable(symbols, kLoaderHookSymbol)) plan.add(*s, ProbeProgram::LinkMapChange, false, 0);
   return plan.take();

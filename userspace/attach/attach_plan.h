@@ -15,8 +15,10 @@ namespace argus {
 // libpython, or an executable with the interpreter linked in
 // (python::looks_like_python): its GC collector is probed. Loader: the dynamic
 // loader (exports _dl_debug_state): one probe there turns every dlopen on the
-// node into a discovery hint; it never makes its users ranks.
-enum class LibraryKind { None, Nccl, Cuda, GpuActivity, Python, Loader };
+// node into a discovery hint; it never makes its users ranks. Torch: PyTorch's
+// c10d library (libtorch_cpu), found by ProcessGroupGloo's exported methods: its
+// process groups are probed.
+enum class LibraryKind { None, Nccl, Cuda, GpuActivity, Python, Loader, Torch };
 inline constexpr const char* kLoaderHookSymbol = "_dl_debug_state";
 inline constexpr const char* kGpuProducerSymbol = "argus_gpu_wire_version";
 enum class ProbeSet { Default, Deep };
@@ -42,6 +44,9 @@ enum class ProbeProgram {
   PyGcUsdtStart,  // argus_py_gc_usdt_start: the same at python:gc__start (USDT)
   PyGcUsdtDone,   // argus_py_gc_usdt_done: ... at python:gc__done (USDT)
   LinkMapChange,  // argus_dl_debug_state: the loader changed a link map (dlopen)
+  C10dBackendInit, // argus_c10d_backend_init: a ProcessGroupGloo made (rank, size)
+  C10dGroupText,  // argus_c10d_group_text: a process group named or described
+  C10dCollEnter,  // argus_c10d_coll_enter: a collective or p2p call on a backend
 };
 
 struct ProbeSpec {
@@ -52,12 +57,12 @@ struct ProbeSpec {
   uint64_t cookie = 0;
 };
 
-const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "gpu", "python", "loader", "none"
+const char* library_kind_name(LibraryKind kind);  // "nccl", "cuda", "gpu", "python", "loader", "torch", "none"
 const char* probe_program_name(ProbeProgram p);    // the BPF program's name
 
 // A library is NCCL if it exports the NCCL collective API, CUDA if it exports
 // the driver API's launch and init entry points, Python if it is an interpreter,
-// Loader if it is a dynamic loader.
+// Loader if it is a dynamic loader, Torch if it exports c10d's Gloo backend.
 LibraryKind classify_library(const elf::SymbolTable& symbols);
 
 // The probes for one library. Weak `ncclX` and strong `pncclX` at one address

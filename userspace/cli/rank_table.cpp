@@ -80,19 +80,37 @@ struct Row {
   std::string job;
   int64_t rank = -1;
   int64_t pid = 0;
-  std::array<std::string, 14> cells;
+  std::array<std::string, 15> cells;
 };
+
+// The c10d groups' labels ("-": none), their calls added to `calls`.
+std::string groups_of(const json& r, double& calls) {
+  std::string out;
+  const json* groups = member(r, "process_groups");
+  if (!groups || !groups->is_array()) return "-";
+  for (const auto& g : *groups) {
+    const json* label = member(g, "group");
+    if (!label || !label->is_string()) continue;
+    if (const json* c = member(g, "calls"); c && c->is_object())
+      for (const auto& [op, n] : c->items()) calls += n.is_number() ? n.get<double>() : 0.0;
+    out += (out.empty() ? "" : ",") + printable(label->get<std::string>());
+  }
+  if (out.size() > kMaxJobWidth) out = out.substr(0, kMaxJobWidth - 3) + "...";
+  return out.empty() ? "-" : out;
+}
 
 }  // namespace
 
 std::string format_rank_table(const json& ranks_doc, bool include_unidentified) {
   // Wait seconds are in --json. COLL% is the time inside collective calls (near 0
   // on real, asynchronous NCCL); SYNC% the time blocked in CUDA synchronize.
-  static const std::array<const char*, 14> kHeader = {"JOB",     "RANK",  "PID",   "STATE",   "COLL",
+  // COLL counts NCCL's calls and PyTorch's process-group (c10d) calls; GROUPS
+  // names the process groups it is a member of, as the framework names them.
+  static const std::array<const char*, 15> kHeader = {"JOB",     "RANK",  "PID",   "STATE",   "COLL",
                                                       "COLL_GB", "COLL%", "SYNC%", "GPU%",    "NCCL_K%",
-                                                      "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS"};
-  static const std::array<bool, 14> kLeft = {true,  false, false, true,  false, false, false,
-                                             false, false, false, false, false, false, false};
+                                                      "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS", "GROUPS"};
+  static const std::array<bool, 15> kLeft = {true,  false, false, true,  false, false, false, false,
+                                             false, false, false, false, false, false, true};
 
   std::vector<Row> rows;
   std::size_t hidden = 0;
@@ -136,6 +154,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
           state += ":" + printable(reason->get<std::string>());
         }
       }
+      const std::string groups = groups_of(r, calls);
       std::string job_cell = has_job ? printable(row.job) : "?";
       if (job_cell.size() > kMaxJobWidth) job_cell = job_cell.substr(0, kMaxJobWidth - 3) + "...";
       row.cells = {job_cell,
@@ -151,7 +170,8 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
                    gpu_percent(r, "bubble_ratio"),
                    launches,
                    integer(errors),
-                   flags_of(r)};
+                   flags_of(r),
+                   groups};
       rows.push_back(std::move(row));
     }
   }
@@ -168,7 +188,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
     if (node && node->is_string() && !node->get<std::string>().empty()) out += " on " + node->get<std::string>();
     out += "\n";
   } else {
-    std::array<std::size_t, 14> width{};
+    std::array<std::size_t, 15> width{};
     for (std::size_t c = 0; c < kHeader.size(); ++c) width[c] = std::string(kHeader[c]).size();
     for (const auto& row : rows) {
       for (std::size_t c = 0; c < row.cells.size(); ++c) width[c] = std::max(width[c], row.cells[c].size());

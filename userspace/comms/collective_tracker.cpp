@@ -354,6 +354,10 @@ double CollectiveTracker::step_of(int pid, uint64_t now_ns) const {
   return pattern;
 }
 
+void CollectiveTracker::set_label(const std::string& comm, const std::string& label) {
+  if (auto it = comms_.find(comm); it != comms_.end()) it->second.view.label = label;
+}
+
 std::vector<CommView> CollectiveTracker::comms() const {
   std::vector<CommView> out;
   for (const auto& [name, c] : comms_) {

@@ -38,6 +38,8 @@ class CollectiveTracker final : public PidScoped {
   // comm_rank: its rank in it, -1 when unknown, e.g. a split child whose order
   // the agent cannot see).
   void add_member(const std::string& comm, int pid, int nranks, int comm_rank = -1);
+  // What the framework calls a communicator it holds (a c10d group's label).
+  void set_label(const std::string& comm, const std::string& label);
   // A member of a split child (ncclCommSplit): its key and its rank in the
   // parent. NCCL orders the child's ranks by (key, parent rank); the members
   // this node sees are ranked so, which is right where the child lives on this

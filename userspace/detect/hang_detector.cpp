@@ -153,7 +153,8 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
   ev.kind = EventKind::kHang;
   ev.job_id = h.job_id;
   const int here = static_cast<int>(c.members.size());
-  const std::string head = "collective #" + std::to_string(c.newest_seq) + " of job " + h.job_id + " has not moved for " +
+  const std::string on = c.label.empty() ? "" : " on " + c.label;
+  const std::string head = "collective #" + std::to_string(c.newest_seq) + on + " of job " + h.job_id + " has not moved for " +
                            fmt("%.0f", h.stalled_seconds) + " s";
   HangCause cause;
   if (!h.missing_pids.empty()) {
@@ -180,6 +181,7 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
     cause = HangCause::kCollectiveStuck;
   }
   ev.evidence = {{"comm", c.comm},
+                 {"group", c.label},
                  {"newest_seq", c.newest_seq},
                  {"stalled_seconds", h.stalled_seconds},
                  {"stall_threshold_seconds", limit},

@@ -105,7 +105,7 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
   FoundProcess found;
   found.pid = pid;
   std::set<std::tuple<uint32_t, uint32_t, uint64_t>> seen_files;
-  bool python_only = true;  // every probed file is a Python interpreter
+  bool python_only = true;  // every probed file is a Python interpreter or PyTorch's c10d
   st.hinted = maps->entries.empty();
   for (const auto& m : maps->entries) {
     if (!worth_probing(m)) continue;
@@ -114,13 +114,15 @@ std::optional<FoundProcess> Discovery::check(int pid, double now_s) {
     if (kind == LibraryKind::Loader) st.hinted = true;   // its dlopens will tell us
     if (kind == LibraryKind::None || kind == LibraryKind::Loader) continue;  // every process maps a loader
     found.libraries.push_back(m.path);
-    if (kind != LibraryKind::Python) python_only = false;
+    if (kind != LibraryKind::Python && kind != LibraryKind::Torch) python_only = false;
   }
   if (st.hinted) drop_hinted_followups(st, now_s);
   if (found.libraries.empty()) return std::nullopt;
-  // A process with only a Python interpreter is a rank only when its
-  // environment names one (a launcher's RANK and job id): a plain system
-  // Python is not tracked, and is rechecked like any other non-rank.
+  // A process with only a Python interpreter (and PyTorch, which every
+  // inference script and notebook maps) is a rank only when its environment
+  // names one (a launcher's RANK and job id): a plain system Python is not
+  // tracked, and is rechecked like any other non-rank. (One that makes a
+  // process group anyway is tracked by its first call into the probes.)
   std::optional<std::map<std::string, std::string>> env_for_python;
   if (python_only) {
     auto env = procfs::read_environ(opts_.proc_root, pid);

@@ -76,6 +76,7 @@ struct CommMember {
 
 struct CommView {
   std::string comm;
+  std::string label;  // what the framework calls it (a c10d group's description or name); "" for NCCL's
   int nranks = 0;  // from ncclCommInitRank: the whole communicator, all nodes
   uint64_t newest_seq = 0;
   uint64_t newest_arrival_ns = 0;        // the latest arrival at any collective

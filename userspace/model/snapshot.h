@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <map>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +18,21 @@
 #include "userspace/model/vocab.h"
 
 namespace argus {
+
+// A PyTorch c10d process group a rank is a member of, as the c10d probes saw
+// its backend made and the group named.
+struct ProcessGroupInfo {
+  uint64_t backend = 0;      // the backend's address in the process (what its calls are made on)
+  std::string backend_kind;  // "gloo"
+  int rank = -1;             // in the group
+  int size = -1;
+  std::string name;     // c10d's group name: the same on every member ("0" for the world)
+  std::string desc;     // what the framework calls it ("default_pg", a Megatron group's), "" when unset
+  std::string comm_id;  // its communicator's name in the agent ("<job>/pg:<name>")
+};
+// How metrics and events name a group: its description where the framework
+// gave one, else c10d's name, else "unnamed" (made before the agent attached).
+std::string process_group_label(const ProcessGroupInfo& g);
 
 struct OpCounters {
   uint64_t calls = 0;
@@ -199,6 +215,9 @@ struct RankSnapshot : RankDetection {
   std::map<std::string, CopyCounters> memcpy;  // direction ("htod", "dtoh", "dtod") -> host-API copies
   std::map<std::pair<std::string, std::string>, uint64_t> cuda_errors;  // (api, code) -> calls
   std::map<std::pair<std::string, std::string>, uint64_t> nccl_errors;  // (api, code) -> calls
+  std::vector<ProcessGroupInfo> process_groups;  // c10d groups it was seen joining (capped)
+  // c10d collective and p2p calls: (group label, backend, op) -> calls
+  std::map<std::tuple<std::string, std::string, std::string>, uint64_t> process_group_calls;
 
   double collective_wait_ratio = 0;  // last window: time inside collective calls / wall time
   double sync_wait_ratio = 0;        // last window: time inside CUDA synchronize calls / wall time

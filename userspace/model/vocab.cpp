@@ -4,7 +4,7 @@ namespace argus {
 
 // Each table indexed by an enum is as long as the enum.
 static_assert(static_cast<unsigned>(EventKind::kOom) + 1 == kVocabSize<EventKind>);
-static_assert(static_cast<unsigned>(SkipReason::kCgroupCpuStatMalformed) + 1 == kVocabSize<SkipReason>);
+static_assert(static_cast<unsigned>(SkipReason::kC10dUnsupported) + 1 == kVocabSize<SkipReason>);
 static_assert(static_cast<unsigned>(Numbering::kTimeOnly) + 1 == kVocabSize<Numbering>);
 static_assert(static_cast<unsigned>(EventSource::kGpu) + 1 == kVocabSize<EventSource>);
 static_assert(static_cast<unsigned>(Cap::kPythonSamples) + 1 == kVocabSize<Cap>);
@@ -83,6 +83,7 @@ const char* label_of(SkipReason r) {
     case SkipReason::kPythonGcUnprobed: return "python_gc_unprobed";
     case SkipReason::kRankWorker: return "rank_worker";
     case SkipReason::kCgroupCpuStatMalformed: return "cgroup_cpu_stat_malformed";
+    case SkipReason::kC10dUnsupported: return "c10d_unsupported";
   }
   return "unknown";
 }

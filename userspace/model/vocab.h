@@ -75,6 +75,7 @@ enum class SkipReason : uint8_t {
   kPythonGcUnprobed,        // an interpreter with no usable GC anchor
   kRankWorker,              // a process forked by a rank that claims its job and rank
   kCgroupCpuStatMalformed,  // a rank's cpu.stat that does not parse (once per rank)
+  kC10dUnsupported,         // a PyTorch c10d library without the backend methods the agent probes
 };
 const char* label_of(SkipReason r);  // "vanished", "permission", "malformed_proc", ...
 
@@ -130,7 +131,7 @@ constexpr unsigned kVocabSize = 0;
 template <>
 inline constexpr unsigned kVocabSize<EventKind> = 8;
 template <>
-inline constexpr unsigned kVocabSize<SkipReason> = 20;
+inline constexpr unsigned kVocabSize<SkipReason> = 21;
 template <>
 inline constexpr unsigned kVocabSize<Numbering> = 4;
 template <>

@@ -33,6 +33,9 @@ inline bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::PyGcUsdtStart: return skel->progs.argus_py_gc_usdt_start;
     case ProbeProgram::PyGcUsdtDone: return skel->progs.argus_py_gc_usdt_done;
     case ProbeProgram::LinkMapChange: return skel->progs.argus_dl_debug_state;
+    case ProbeProgram::C10dBackendInit: return skel->progs.argus_c10d_backend_init;
+    case ProbeProgram::C10dGroupText: return skel->progs.argus_c10d_group_text;
+    case ProbeProgram::C10dCollEnter: return skel->progs.argus_c10d_coll_enter;
   }
   return nullptr;
 }

@@ -194,7 +194,17 @@ void ProbeManager::finish(Parsed& done) {
 }
 
 void ProbeManager::attach_probes(const elf::SymbolTable& symbols, const std::string& path, Library& lib) {
-  AttachedUprobes attached = loader_.attach_uprobes(path, plan_probes(symbols, lib.kind, opts_.set));
+  const std::vector<ProbeSpec> plan = plan_probes(symbols, lib.kind, opts_.set);
+  if (plan.empty() && lib.kind == LibraryKind::Torch) {
+    // Its ranks keep everything else (NCCL, CUDA, Python): only the process
+    // groups go unseen, said once per file.
+    skip(SkipReason::kC10dUnsupported);
+    spdlog::warn("PyTorch c10d in {} has none of the Gloo backend methods this agent probes (a build without "
+                 "Gloo, or a version whose names differ): its process groups are not followed",
+                 lib.name);
+    return;
+  }
+  AttachedUprobes attached = loader_.attach_uprobes(path, plan);
   for (const auto& e : attached.errors) spdlog::warn("probe attach failed: {} ({})", e, lib.name);
   const size_t ok = attached.probes, failed = attached.errors.size();
   lib.links = std::move(attached.links);

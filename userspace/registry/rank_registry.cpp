@@ -189,6 +189,23 @@ void RankRegistry::on_nccl_init(int pid, const NcclInitInfo& info) {
   apply_identity_from_init(it->second, info);
 }
 
+void RankRegistry::on_process_group(int pid, const ProcessGroupInfo& group) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  auto& groups = it->second.snap.process_groups;
+  for (auto& g : groups)
+    if (g.backend == group.backend) {
+      g = group;
+      return;
+    }
+  if (groups.size() >= opts_.max_comm_inits) {
+    count_into(opts_.caps, Cap::kRankCommInits);
+    return;
+  }
+  groups.push_back(group);
+}
+
 std::vector<NcclInitInfo> RankRegistry::comm_inits(int pid) const {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);

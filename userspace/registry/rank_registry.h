@@ -72,6 +72,9 @@ class RankRegistry final : public RankFacts, public RankDirectory {
   void on_nccl_init(int pid, const NcclInitInfo& info);
   // The communicators the process was seen making (at most max_comm_inits).
   std::vector<NcclInitInfo> comm_inits(int pid) const;
+  // A c10d group the process joined, or learnt more of (its description): kept
+  // by backend, at most max_comm_inits.
+  void on_process_group(int pid, const ProcessGroupInfo& group);
   // The rank's Python interpreter and its GC counters read now (polled, or the
   // probes' snapshot): counters only grow, so each keeps its largest value.
   // New TCP retransmits of the rank's sockets, by remote address (the

@@ -7,8 +7,27 @@
 
 namespace argus {
 
+namespace {
+
+// A backend's calls under its group's label; one whose making the agent did
+// not see (it attached late) is "unnamed", of the only backend probed: Gloo.
+void add_process_group_calls(const AggregateRecord& r, RankSnapshot& s) {
+  std::string label = "unnamed", kind = "gloo";
+  for (const auto& g : s.process_groups)
+    if (g.backend == r.object) {
+      label = process_group_label(g);
+      kind = g.backend_kind;
+    }
+  s.process_group_calls[{label, kind, c10d_op_label(r.sub)}] += r.count;
+}
+
+}  // namespace
+
 AggregateRecord aggregate_of(const StatEntry& s) {
-  return {s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum};
+  AggregateRecord r{s.key.tgid, s.key.kind, s.key.sub, s.key.code, s.value.count, s.value.sum};
+  if (s.key.kind == ARGUS_STAT_C10D_CALLS)
+    r.object = (static_cast<uint64_t>(s.key.pad) << 32) | static_cast<uint32_t>(s.key.code);
+  return r;
 }
 
 void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot& s) {
@@ -27,6 +46,7 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
   s.block_io.clear();
   s.offcpu.offcpu_ns.fill(0);
   s.offcpu.oncpu_ns = 0;
+  s.process_group_calls.clear();
   for (const auto& r : records) {
     switch (r.kind) {
       case ARGUS_STAT_NCCL_CALLS: {
@@ -90,6 +110,9 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
       }
       case ARGUS_STAT_CUDA_ERROR:
         s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
+        break;
+      case ARGUS_STAT_C10D_CALLS:
+        add_process_group_calls(r, s);
         break;
       case ARGUS_STAT_NCCL_ERROR: {
         s.nccl_errors[{nccl_error_api_label(r.sub), nccl_result_name(r.code)}] += r.count;

@@ -18,6 +18,7 @@ struct AggregateRecord {
   int32_t code = 0;
   uint64_t count = 0;
   uint64_t sum = 0;
+  uint64_t object = 0;  // ARGUS_STAT_C10D_CALLS: the backend's address (the key's code and pad)
 };
 
 // One entry of the stats map as the backend reads it.

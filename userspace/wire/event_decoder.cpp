@@ -50,6 +50,13 @@ std::optional<DecodedEvent> decode_child(const void* data, size_t size) {
   return ev;
 }
 
+// A group's text is NUL-terminated here whatever BPF copied.
+std::optional<DecodedEvent> decode_c10d_group(const void* data, size_t size) {
+  auto ev = copy_as<argus_c10d_group_event>(data, size);
+  if (ev) std::get<argus_c10d_group_event>(*ev).text[ARGUS_C10D_TEXT_MAX - 1] = '\0';
+  return ev;
+}
+
 }  // namespace
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
@@ -67,6 +74,9 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
     case ARGUS_EV_CALL_DONE: return copy_as<argus_call_done_event>(data, size);
     case ARGUS_EV_GPU_BATCH: return decode_gpu_batch(data, size);
     case ARGUS_EV_GPU_NAME: return decode_gpu_name(data, size);
+    case ARGUS_EV_C10D_BACKEND: return copy_as<argus_c10d_backend_event>(data, size);
+    case ARGUS_EV_C10D_GROUP: return decode_c10d_group(data, size);
+    case ARGUS_EV_C10D_COLL: return copy_as<argus_c10d_coll_event>(data, size);
     default: return std::nullopt;
   }
 }
@@ -83,6 +93,9 @@ EventSource event_source(const DecodedEvent& ev) {
     EventSource operator()(const argus_call_done_event& e) const {
       return e.cls == ARGUS_CLS_NCCL ? EventSource::kNccl : EventSource::kCuda;
     }
+    EventSource operator()(const argus_c10d_backend_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_c10d_group_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_c10d_coll_event&) const { return EventSource::kNccl; }
     EventSource operator()(const GpuBatch&) const { return EventSource::kGpu; }
     EventSource operator()(const GpuName&) const { return EventSource::kGpu; }
   };

@@ -33,6 +33,10 @@ const char* nccl_op_label(uint32_t op) {
   return op < kLabels.size() ? kLabels[op] : "unknown";
 }
 
+const char* c10d_op_label(uint32_t op) { return op == ARGUS_C10D_OP_BARRIER ? "barrier" : nccl_op_label(op); }
+
+const char* c10d_backend_label(uint32_t kind) { return kind == ARGUS_C10D_GLOO ? "gloo" : "unknown"; }
+
 const char* nccl_init_api_label(uint32_t api) {
   switch (api) {
     case ARGUS_NCCL_INIT_RANK: return "ncclCommInitRank";

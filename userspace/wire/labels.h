@@ -15,6 +15,10 @@ namespace argus {
 // an init api id (enum argus_nccl_init_api: how a communicator was made) ->
 // "ncclCommInitRank", ..., "ncclCommSplit", "ncclCommShrink", "ncclCommInitAll".
 const char* nccl_op_label(uint32_t op);
+// NCCL's op labels, and "barrier" (ARGUS_C10D_OP_BARRIER).
+const char* c10d_op_label(uint32_t op);
+// "gloo" (enum argus_c10d_backend_kind), else "unknown".
+const char* c10d_backend_label(uint32_t kind);
 const char* nccl_init_api_label(uint32_t api);
 // ARGUS_STAT_NCCL_ERROR's sub: an op, an init API, or ncclGroupEnd.
 const char* nccl_error_api_label(uint32_t sub);

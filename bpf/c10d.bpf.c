@@ -1,0 +1,106 @@
+/* PyTorch's c10d process groups, from libtorch_cpu's exported methods: a Gloo
+ * backend made (its rank and size in its group), a process group named or
+ * described (the std::string argument), and every collective or point-to-point
+ * call made on a backend. Every training script's collectives pass through
+ * these, whatever the Python API above them.
+ *
+ * The collective methods return c10::intrusive_ptr<Work> by value, a class
+ * with a non-trivial destructor: the Itanium C++ ABI passes the return slot as
+ * the first argument and `this` as the second. The cookie says where `this`
+ * (the comm arg) and a send/recv's peer are, as for NCCL. */
+#include "helpers.bpf.h"
+
+/* ProcessGroupGloo(this, const intrusive_ptr<Store>&, int rank, int size, intrusive_ptr<Options>). */
+SEC("uprobe")
+int BPF_KPROBE(argus_c10d_backend_init)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!argus_should_trace(tgid, ARGUS_SRC_NCCL))
+		return 0;
+	struct argus_c10d_backend_event *ev =
+		argus_reserve(sizeof(*ev), ARGUS_EV_C10D_BACKEND, ARGUS_SRC_NCCL);
+	if (!ev)
+		return 0;
+	ev->backend = PT_REGS_PARM1(ctx);
+	ev->rank = (__s32)PT_REGS_PARM3(ctx);
+	ev->size = (__s32)PT_REGS_PARM4(ctx);
+	ev->kind = ARGUS_COOKIE_ID(bpf_get_attach_cookie(ctx));
+	ev->pad = 0;
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+/* libstdc++'s std::string (the C++11 ABI): its data pointer, then its length;
+ * the data is always NUL-terminated. */
+struct argus_cxx_string {
+	__u64 data;
+	__u64 len;
+};
+
+/* ProcessGroup::setGroupName / setGroupDesc(this, const std::string&). */
+SEC("uprobe")
+int BPF_KPROBE(argus_c10d_group_text)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!argus_should_trace(tgid, ARGUS_SRC_NCCL))
+		return 0;
+	struct argus_cxx_string str;
+	if (bpf_probe_read_user(&str, sizeof(str), (void *)PT_REGS_PARM2(ctx))) {
+		argus_count_error(ARGUS_ERR_READ_USER);
+		return 0;
+	}
+	struct argus_c10d_group_event *ev =
+		argus_reserve(sizeof(*ev), ARGUS_EV_C10D_GROUP, ARGUS_SRC_NCCL);
+	if (!ev)
+		return 0;
+	ev->group = PT_REGS_PARM1(ctx);
+	ev->what = ARGUS_COOKIE_ID(bpf_get_attach_cookie(ctx));
+	ev->len = str.len > 0xffffffffull ? 0xffffffffu : (__u32)str.len;
+	__builtin_memset(ev->text, 0, sizeof(ev->text));
+	if (bpf_probe_read_user_str(ev->text, sizeof(ev->text), (void *)str.data) < 0)
+		argus_count_error(ARGUS_ERR_READ_USER);
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(argus_c10d_coll_enter)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	if (!argus_should_trace(tgid, ARGUS_SRC_NCCL))
+		return 0;
+
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 op = ARGUS_COOKIE_ID(cookie);
+	__u64 backend = argus_arg(ctx, ARGUS_COOKIE_COMM_ARG(cookie));
+	__u32 peer_arg = ARGUS_COOKIE_PEER_ARG(cookie);
+	__s32 peer = peer_arg ? (__s32)argus_arg(ctx, peer_arg) : -1;
+
+	/* Counted per (process, backend, op) in BPF, so that a lost event loses no
+	 * count: the key's code and pad hold the backend's address. */
+	struct argus_stat_key key = {
+		.tgid = tgid,
+		.kind = ARGUS_STAT_C10D_CALLS,
+		.sub = (__u16)op,
+		.code = (__s32)(__u32)backend,
+		.pad = (__u32)(backend >> 32),
+	};
+	argus_stat_add_key(&key, 1, 0);
+	/* Collectives are numbered per backend: a group's n-th collective is the
+	 * same call on every member (c10d's own rule). p2p pairs by order. */
+	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : argus_next_count(tgid, ARGUS_SEQ_COLL, backend);
+
+	struct argus_c10d_coll_event *ev =
+		argus_reserve_at(sizeof(*ev), ARGUS_EV_C10D_COLL, ARGUS_SRC_NCCL, pid_tgid, bpf_ktime_get_ns());
+	if (ev) {
+		ev->backend = backend;
+		ev->seq = seq;
+		ev->op = op;
+		ev->peer = peer;
+		argus_submit_hot(ev);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

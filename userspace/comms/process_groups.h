@@ -1,0 +1,50 @@
+// PyTorch's c10d process groups as the c10d probes see them made. Python makes
+// a group as ProcessGroup(...), then its backends (ProcessGroupGloo(store,
+// rank, size)), then names it (pg._set_group_name, then _set_group_desc), all
+// on one thread. So a backend is named by the next naming on the thread that
+// made it. c10d's group name is the same on every member (a counter every
+// rank advances alike at each new_group, or a hash of the members), so
+// "<job>/pg:<name>" names the group job-wide, as a ncclUniqueId names a
+// communicator.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "userspace/model/pid_scoped.h"
+#include "userspace/model/snapshot.h"
+
+namespace argus {
+
+// The communicator name of a c10d group: "<job>/pg:<name>"; a process of no
+// known job is its own scope ("pid:<pid>/pg:<name>").
+std::string process_group_comm_id(const std::optional<std::string>& job_id, int pid, const std::string& name);
+
+class ProcessGroups final : public PidScoped {
+ public:
+  explicit ProcessGroups(size_t max_per_process = kDefaultMaxCommsPerRank) : max_(max_per_process) {}
+
+  // A backend made on thread `tid`: held until a naming on that thread.
+  void on_backend(int pid, uint32_t tid, const ProcessGroupInfo& backend);
+  // A group named on thread `tid`: the backends made there since its last
+  // naming, now named, their communicator `comm_id`.
+  std::vector<ProcessGroupInfo> on_name(int pid, uint32_t tid, uint64_t group, const std::string& name,
+                                        const std::string& comm_id);
+  // A group described: the backends it named, with their description.
+  std::vector<ProcessGroupInfo> on_desc(int pid, uint64_t group, const std::string& desc);
+
+  void retain(const std::set<int>& pids) override;
+
+ private:
+  struct Proc {
+    std::map<uint32_t, std::vector<ProcessGroupInfo>> unnamed;  // tid -> backends made, not yet named
+    std::map<uint64_t, std::vector<ProcessGroupInfo>> named;    // group -> its backends
+  };
+  size_t max_;
+  std::map<int, Proc> procs_;
+};
+
+}  // namespace argus
