@@ -42,6 +42,9 @@
 #     producer folds compute kernels (gpu/gpu_fold.h) against one record per kernel, the
 #     records crossing per kernel, and the producer's folding cost per kernel; as root, the
 #     whole agent end to end, and what crosses per step (spans across buffers or cut per buffer).
+#  (p. stragglers and hangs over parallel layouts: bench/layout_detection.py.)
+#  q. c10d probes (bench/c10d_overhead.py): a one-rank Gloo dist.all_reduce per call with no tracer,
+#     the agent, its probes alone and bpftrace's uprobe; a 2-rank DDP loop's steps/s with and without.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
@@ -57,7 +60,7 @@
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
-# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS, ARGUS_BENCH_LAYOUT_FP_LAYOUTS: see bench/layout_detection.py),
+# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS, ARGUS_BENCH_LAYOUT_FP_LAYOUTS: see bench/layout_detection.py), ARGUS_BENCH_SKIP_C10D=1,
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -528,6 +531,7 @@ run_part ARGUS_BENCH_SKIP_SCALE "m. scale" scale.sh scale scale.log scale_exit_c
 run_part ARGUS_BENCH_SKIP_RULES "n. rules at scale" rules_scale.py rules rules.log rules_scale_exit_code
 run_part ARGUS_BENCH_SKIP_FOLD "o. GPU records folded" gpu_fold.py fold fold.log gpu_fold_exit_code
 run_part ARGUS_BENCH_SKIP_LAYOUTS "p. stragglers and hangs over parallel layouts" layout_detection.py layouts layouts.log layout_detection_exit_code
+run_part ARGUS_BENCH_SKIP_C10D "q. c10d probes (real torch, Gloo)" c10d_overhead.py c10d c10d.log c10d_overhead_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -545,3 +549,4 @@ if [ -s "$WORK/layouts/layouts.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/l
 if [ -s "$WORK/scale/scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/scale/scale.txt"; fi
 if [ -s "$WORK/rules/rules_scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rules/rules_scale.txt"; fi
 if [ -s "$WORK/fold/fold.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/fold/fold.txt"; fi
+if [ -s "$WORK/c10d/c10d.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/c10d/c10d.txt"; fi

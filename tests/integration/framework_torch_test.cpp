@@ -176,6 +176,38 @@ TEST(FrameworkTorch, ARankWithExtraComputeInItsBackwardIsNamedForCompute) {
   EXPECT_EQ(events_of(agent, "hang", run_id).size(), 0u);
 }
 
+// A rank whose input pipeline cannot keep up (its DataLoader's collate waits
+// 40 ms a batch, as on slow storage): named, alone, for its dataloader, with
+// where its main thread was when the agent looked.
+TEST(FrameworkTorch, ARankWhoseDataLoaderStallsIsNamedForItsInput) {
+  ARGUS_REQUIRE_ROOT();
+  if (!require_torch()) GTEST_SKIP() << "no torch venv at " << torch_venv();
+  const auto dir = make_temp_dir("pg-input");
+  Agent agent(dir);
+  ASSERT_TRUE(agent.wait_ready()) << agent.log();
+  const std::string run_id = "pginput" + std::to_string(getpid());
+  const int slow = 1;
+  TorchJob job(dir, run_id, {"PG_TRAIN_SLOW_DATA_RANK=" + std::to_string(slow) + ":40"});
+  ASSERT_TRUE(job.wait_training()) << job.log();
+  json named;
+  for (int i = 0; i < 60 && named.empty(); ++i) {
+    named = events_of(agent, "straggler", run_id);
+    if (named.empty()) std::this_thread::sleep_for(1s);
+  }
+  const auto truth = job.stop_and_read_truth();
+  ASSERT_EQ(truth.size(), 4u) << job.log();
+  EXPECT_EQ(truth.at(slow).value("slow_data_rank", -1), slow);  // the script made its input slow
+  ASSERT_FALSE(named.empty()) << agent.log();
+  for (const auto& e : events_of(agent, "straggler", run_id)) {
+    EXPECT_EQ(e.value("rank", -1), slow) << e.dump(1);
+    EXPECT_EQ(e["evidence"].value("reason", ""), "dataloader") << e.dump(1);
+    const json& input = e["evidence"]["host_cause"]["input"];
+    EXPECT_GT(input.value("in_dataloader_share", 0.0), input.value("peers_median_share", 1.0)) << e.dump(1);
+    EXPECT_NE(e.value("summary", "").find("DataLoader"), std::string::npos) << e.dump(1);
+  }
+  EXPECT_EQ(events_of(agent, "hang", run_id).size(), 0u);
+}
+
 // A rank that never reaches its next all-reduce (stuck in the script's
 // wait_for_checkpoint): the hang names it, on the world group, with its stack.
 TEST(FrameworkTorch, ARankThatNeverReachesItsAllReduceIsNamedByTheHangWithItsStack) {

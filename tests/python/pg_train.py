@@ -13,6 +13,9 @@ Faults come from the environment, as a user's own code would make them:
   PG_TRAIN_SLOW_RANK=R:MS    rank R computes MS more milliseconds in each backward
   PG_TRAIN_HANG_RANK=R:STEP  rank R stops before step STEP's all-reduce, in a
                              function named wait_for_checkpoint, and never comes back
+  PG_TRAIN_SLOW_DATA_RANK=R:MS  rank R's input pipeline takes MS more milliseconds
+                             per batch (its collate waits, as on slow storage)
+Batches come from a DataLoader over a synthetic dataset (--workers processes).
 """
 import argparse
 import json
@@ -22,6 +25,37 @@ import time
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+
+class SyntheticDataset(Dataset):
+    def __init__(self, n, dim, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, dim, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+
+    def __len__(self):
+        return len(self.x)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+class SlowCollate:
+    """The default collate, MS milliseconds late: a batch read from slow storage."""
+    def __init__(self, ms):
+        self.ms = ms
+
+    def __call__(self, items):
+        time.sleep(self.ms / 1000.0)
+        return torch.utils.data.default_collate(items)
+
+
+def batches(loader):
+    """Batches for ever, epoch after epoch."""
+    while True:
+        for b in loader:
+            yield b
 
 
 def env_fault(name):
@@ -81,6 +115,7 @@ def main():
     ap.add_argument("--ready-file", default="", help="written (per rank, .RANK) once training starts")
     ap.add_argument("--stop-file", default="", help="training stops once this file exists")
     ap.add_argument("--linger", type=float, default=0.0, help="seconds to wait after training")
+    ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -91,6 +126,7 @@ def main():
     pair = dist.new_group([0, 1], group_desc="pair_group") if args.subgroup else None
     slow_rank, slow_ms = env_fault("PG_TRAIN_SLOW_RANK")
     hang_rank, hang_step = env_fault("PG_TRAIN_HANG_RANK")
+    slow_data_rank, slow_data_ms = env_fault("PG_TRAIN_SLOW_DATA_RANK")
 
     model = build_model(args.dim)
     if rank == slow_rank:
@@ -98,7 +134,10 @@ def main():
     ddp = DDP(model)
     ddp.register_comm_hook((counter, world), counting_allreduce_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    g = torch.Generator().manual_seed(1234 + rank)
+    loader = DataLoader(SyntheticDataset(4096, args.dim, 1234 + rank), batch_size=32, shuffle=True,
+                        num_workers=args.workers, persistent_workers=args.workers > 0,
+                        collate_fn=SlowCollate(slow_data_ms) if rank == slow_data_rank else None)
+    stream = batches(loader)
     if args.ready_file:
         with open(f"{args.ready_file}.{rank}", "w") as f:
             f.write(str(os.getpid()))
@@ -110,8 +149,7 @@ def main():
             with open(os.path.join(args.truth_dir, f"hang-{rank}.json"), "w") as f:
                 json.dump({"rank": rank, "pid": os.getpid(), "step": done, "at": time.time()}, f)
             wait_for_checkpoint()
-        x = torch.randn(32, args.dim, generator=g)
-        y = torch.randint(0, 10, (32,), generator=g)
+        x, y = next(stream)
         opt.zero_grad(set_to_none=True)
         loss = torch.nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
@@ -127,10 +165,13 @@ def main():
         if args.stop_file and done % 5 == 0 and os.path.exists(args.stop_file):
             break
 
+    finished = time.time()
     if args.truth_dir:
         truth = {"rank": rank, "world": world, "pid": os.getpid(), "steps": done, "started": started,
+                 "finished": finished,
                  "calls": counter.calls,
-                 "slow_rank": slow_rank, "slow_ms": slow_ms}
+                 "slow_rank": slow_rank, "slow_ms": slow_ms,
+                 "slow_data_rank": slow_data_rank, "slow_data_ms": slow_data_ms}
         tmp = os.path.join(args.truth_dir, f"rank-{rank}.json.tmp")
         with open(tmp, "w") as f:
             json.dump(truth, f)

@@ -51,6 +51,9 @@ struct Replay {
   // Python GC: pid -> ms of collection per step (host time, before its collectives).
   std::map<int, double> gc_ms;
   bool with_gc = false;  // the ranks' collectors are probed
+  std::map<int, double> input_ms;  // per step, off CPU waiting for the next batch
+  bool with_input = false;         // the agent looks where the main threads are
+  std::map<int, double> input_ns;
   std::map<int, double> gc_ns;
   std::map<int, uint64_t> gc_pauses;
   // Kernel layer (sched_switch, cgroup cpu.stat): pid -> ms per step its host
@@ -88,6 +91,8 @@ struct Replay {
     for (int r = 0; r < ranks; ++r) {
       const int p = pid(r);
       const double gc = gc_ms.count(p) ? gc_ms.at(p) : 0.0;
+      const double in = input_ms.count(p) ? input_ms.at(p) : 0.0;
+      input_ns[p] += in * kMs;
       const double k = noisy.count(p) ? std::uniform_real_distribution<double>(0.0, 2.0)(noise_rng) : 1.0;
       const double rq = (runqueue_ms.count(p) ? runqueue_ms.at(p) : 0.0) * k;
       const double io = (io_ms.count(p) ? io_ms.at(p) : 0.0) * k;
@@ -95,7 +100,7 @@ struct Replay {
       runqueue_ns[p] += rq * kMs;
       io_ns[p] += io * kMs;
       throttled_ns[p] += (throttled_ms.count(p) ? throttled_ms.at(p) : 0.0) * kMs;
-      const uint64_t host_end = t0 + static_cast<uint64_t>((step_ms * f(host, p) + gc + rq + io) * kMs);
+      const uint64_t host_end = t0 + static_cast<uint64_t>((step_ms * f(host, p) + gc + rq + io + in) * kMs);
       if (gc > 0) {
         gc_ns[p] += gc * kMs;
         gc_pauses[p] += 1;
@@ -166,6 +171,9 @@ struct Replay {
       s.gc_span_s = span / 1e9;
       s.gc_pauses = gc_pauses[p];
       s.gc_max_pause_s = (gc_ms.count(p) ? gc_ms.at(p) : 0.0) / 1e3;
+      s.input_valid = with_input;
+      s.input_polls = 25;
+      s.input_share = input_ns[p] / span;
       s.offcpu_valid = with_kernel;
       if (with_kernel) {
         s.runqueue_share = runqueue_ns[p] / span;
@@ -185,6 +193,7 @@ struct Replay {
     throttled_ns.clear();
     gc_ns.clear();
     gc_pauses.clear();
+    input_ns.clear();
     coll_ns.clear();
     sync_ns.clear();
     nccl_kernel_ns.clear();

@@ -164,6 +164,72 @@ INSTANTIATE_TEST_SUITE_P(
         GcCase{"async_gc_unprobed", Mode::Async, 2, 45, 1.0, false, "host"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// The input as the reason: a rank whose main thread waits for its next batch
+// (off CPU) longer than its peers' by at least half of its lateness is a
+// dataloader straggler; the same wait on every rank never is; GC that
+// explains more wins.
+struct InputCase {
+  const char* name;
+  Mode mode;
+  bool kernel;                          // the kernel layer follows the ranks
+  double input_others_ms, input_slow_ms;  // per step: rank 5's peers, rank 5
+  double host_slow;                     // rank 5's host factor besides its input
+  double gc_slow_ms;                    // rank 5's GC per step (its peers' 0)
+  bool looked;                          // the agent looks where the main threads are
+  const char* reason;                   // "" = nobody
+};
+inline void PrintTo(const InputCase& c, std::ostream* os) { *os << c.name; }
+class InputReason : public ::testing::TestWithParam<InputCase> {};
+
+TEST_P(InputReason, DataloaderOnlyWhenItsInputWaitExplainsTheLag) {
+  const InputCase c = GetParam();
+  Replay r;
+  r.mode = c.mode;
+  r.with_kernel = c.kernel;
+  r.with_gc = true;
+  r.with_input = c.looked;
+  for (int p = 0; p < 8; ++p) r.input_ms[100 + p] = c.input_others_ms;
+  r.input_ms[105] = c.input_slow_ms;
+  if (c.gc_slow_ms > 0) r.gc_ms[105] = c.gc_slow_ms;
+  if (c.host_slow != 1.0) r.host[105] = c.host_slow;
+  r.join();
+  StragglerDetector d;
+  auto events = r.run(d, 4);
+  if (*c.reason == '\0') {
+    EXPECT_TRUE(events.empty()) << events.front().summary;
+    return;
+  }
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(d.state(100 + p).straggler, p == 5) << p;
+  EXPECT_STREQ(label_of(d.state(105).reason), c.reason);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].evidence["reason"], c.reason) << events[0].summary;
+  if (std::string(c.reason) != "dataloader") return;
+  const auto& input = events[0].evidence["host_cause"]["input"];
+  EXPECT_EQ(events[0].evidence["host_cause"]["decided_by"], "input_excess");
+  EXPECT_GE(input["explained_share"].get<double>(), 0.5);
+  EXPECT_GT(input["in_dataloader_share"].get<double>(), input["peers_median_share"].get<double>());
+  EXPECT_NEAR(input["excess_per_step_seconds"].get<double>(), (c.input_slow_ms - c.input_others_ms) / 1e3, 0.01);
+  EXPECT_NE(events[0].summary.find("it waits for its input: its main thread was in its DataLoader's next batch at"),
+            std::string::npos)
+      << events[0].summary;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, InputReason,
+    ::testing::Values(
+        InputCase{"async_kernel_layer", Mode::Async, true, 1, 40, 1.0, 0, true, "dataloader"},
+        InputCase{"blocking_kernel_layer", Mode::Blocking, true, 1, 40, 1.0, 0, true, "dataloader"},
+        InputCase{"async_no_kernel_layer", Mode::Async, false, 1, 40, 1.0, 0, true, "dataloader"},
+        // The same wait for input on every rank, and a slow host: never the input.
+        InputCase{"equal_input_slow_host", Mode::Async, true, 20, 20, 1.5, 0, true, "compute"},
+        // Equal input everywhere and nobody slow: nobody.
+        InputCase{"equal_input_balanced", Mode::Async, true, 20, 20, 1.0, 0, true, ""},
+        // GC explains more than its input (30 ms against 10): gc_pause.
+        InputCase{"gc_larger_than_input", Mode::Async, true, 0, 10, 1.0, 30, true, "gc_pause"},
+        // The agent does not look (no Python layer): its wait is host time.
+        InputCase{"not_looked", Mode::Async, true, 1, 40, 1.0, 0, false, "compute"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 // What on its host makes a host straggler late, from the kernel layer: each
 // cause's time above the peers' median, per step, against the lag per step.
 struct KernelCase {

@@ -89,7 +89,8 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
       cgroup_cpu_(*bpf_, registry_, CgroupCpuOptions{cfg.paths.proc_root, cfg.paths.sysfs_root, &counters_}),
       pods_(registry_, pod_options(cfg)),
       python_(*bpf_, registry_, clock,
-              PythonOptions{cfg.paths.proc_root, cfg.python.gc_probes, cfg.python.sample_hz, &counters_}),
+              PythonOptions{cfg.paths.proc_root, cfg.python.gc_probes, cfg.python.sample_hz, &counters_,
+                            cfg.detection.window_seconds}),
       tcp_(*bpf_, registry_, cfg.paths.proc_root, &counters_),
       stuck_calls_([this](int pid) { return !tracker_.heard_from(pid); }, [this] { return clock_.monotonic_ns(); },
                    cfg.paths.proc_root),
@@ -156,7 +157,8 @@ std::vector<TraceRank> AgentRuntime::trace(double seconds, uint64_t* end_ns) con
 // hot events then wait at most that long in the ring (which wakes the agent
 // itself when an eighth full), and the detectors see them drained first.
 int AgentRuntime::next_wait_ms() const {
-  const double due = std::min({next_scan_, next_stats_, discovery_->next_followup()});
+  const double due = std::min({next_scan_, next_stats_, discovery_->next_followup(),
+                               polls_input() ? next_input_poll_ : next_stats_});
   const bool busy = probes_->parses_pending() ||
                     (registry_.tracked_count() > 0 && quiet_turns_ < kQuietTurnsBeforeRest);
   const double cap = busy ? kBusyTurnSeconds : kIdleTurnMaxSeconds;
@@ -182,6 +184,10 @@ void AgentRuntime::run_once(int poll_ms) {
   for (const auto& f : discovery_->run_due(now)) lifecycle_.track_found(f);
   if (now >= next_scan_) scan(now);
   if (now >= next_stats_) stats_pass(now);
+  if (polls_input() && now >= next_input_poll_) {
+    python_.poll_input(now);
+    next_input_poll_ = now + PythonCollector::kInputPollSeconds;
+  }
   heartbeat_ns_ = clock_.monotonic_ns();
 }
 

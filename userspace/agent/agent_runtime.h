@@ -101,6 +101,10 @@ class AgentRuntime final : public ApiSource {
   // for the next thing due, at most kIdleTurnMaxSeconds (well inside /healthz's
   // stall limit).
   static constexpr double kBusyTurnSeconds = 0.05;
+  // Where Python ranks' main threads are (their input waits) is looked at a
+  // few times a second while the Python layer runs and follows a rank's
+  // interpreter (other ranks let the loop rest as before).
+  bool polls_input() const { return cfg_.python.sample_hz > 0 && python_.has_initialised_python(); }
   static constexpr double kIdleTurnMaxSeconds = 2;
   static constexpr int kQuietTurnsBeforeRest = 20;
 
@@ -136,7 +140,7 @@ class AgentRuntime final : public ApiSource {
   SnapshotAssembler assembler_;
 
   std::string python_sampling_error_;  // said by start(): a start-up failure stays one line
-  double next_scan_ = 0, next_stats_ = 0;
+  double next_scan_ = 0, next_stats_ = 0, next_input_poll_ = 0;
   int quiet_turns_ = 0;  // the loop's own thread only
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -7,6 +7,29 @@
 
 namespace argus {
 
+namespace {
+
+// Two seconds of looks (PythonCollector::kInputPollSeconds) before a share is read.
+constexpr int kMinInputPolls = 10;
+
+// Its main thread's share of looks in its DataLoader over the span its lag
+// was measured over (its last steps), or the shortest longer one.
+void set_input_share(RankSignal& sig, const InputWaitView& input, const RankLagStats& lag) {
+  const double lag_span = lag.spread_samples * lag.step_seconds;
+  const InputWaitView::Span* use = nullptr;
+  for (const auto& s : input.spans) {
+    if (s.polls < kMinInputPolls) continue;
+    use = &s;
+    if (s.seconds >= lag_span) break;
+  }
+  if (use == nullptr) return;
+  sig.input_valid = true;
+  sig.input_polls = use->polls;
+  sig.input_share = static_cast<double>(use->in_input) / use->polls;
+}
+
+}  // namespace
+
 RankSignal DetectionPass::signal_of(const RankSnapshot& r, const RankLagStats& lag, const GpuRankView& gpu,
                                     double now_unix) const {
   RankSignal sig;
@@ -26,6 +49,7 @@ RankSignal DetectionPass::signal_of(const RankSnapshot& r, const RankLagStats& l
   sig.gc_span_s = r.python_gc.window_span_seconds;
   sig.gc_pauses = r.python_gc.window_pauses;
   sig.gc_max_pause_s = r.python_gc.window_max_pause_seconds;
+  set_input_share(sig, r.input, lag);
   sig.offcpu_valid = r.offcpu.present && r.offcpu.window_span_seconds > 0;
   sig.runqueue_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_RUNQUEUE];
   sig.io_share = r.offcpu.window_offcpu_share[ARGUS_OFFCPU_IO];

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "userspace/python/stack_groups.h"
 
@@ -96,6 +97,52 @@ void PythonCollector::take_probed_gc(int pid) {
   std::array<uint64_t, 3> counts{};
   for (size_t g = 0; g < 3; ++g) counts[g] = static_cast<uint64_t>(std::max<int64_t>(0, snap->collections[g]));
   facts_.set_python_gc(pid, "", "", counts);
+}
+
+namespace {
+
+// torch.utils.data's iterators (_SingleProcessDataLoaderIter and
+// _MultiProcessingDataLoaderIter) share _BaseDataLoaderIter.__next__: the
+// frame every wait for a batch, and every batch made in the main thread, is under.
+bool in_dataloader_next(const python::PyFrame& f) {
+  const std::string_view q = f.qualname;
+  constexpr std::string_view kNext = "DataLoaderIter.__next__";
+  return q.size() >= kNext.size() && q.substr(q.size() - kNext.size()) == kNext &&
+         f.file.find("torch/utils/data/") != std::string::npos;
+}
+
+}  // namespace
+
+bool PythonCollector::has_initialised_python() const {
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const auto& kv) { return kv.second.proc && kv.second.gc_stats_addr != 0; });
+}
+
+void PythonCollector::poll_input(double now) {
+  python::DumpOptions opts;
+  opts.max_frames = 128;  // a training loop's depth; the iterator sits near the top of the loop
+  opts.retries = 1;
+  for (auto& [pid, pr] : ranks_) {
+    if (!pr.proc || pr.gc_stats_addr == 0) continue;  // not located, or not initialised yet
+    auto dump = python::dump_stacks(*pr.proc, *pr.mem, opts_.proc_root, opts);
+    if (!dump) continue;
+    const auto main = std::find_if(dump->threads.begin(), dump->threads.end(),
+                                   [&](const python::PyThreadStack& t) { return t.native_tid == pid; });
+    if (main == dump->threads.end()) continue;
+    const bool waiting = std::any_of(main->frames.begin(), main->frames.end(), in_dataloader_next);
+    pr.input.emplace_back(now, waiting);
+    while (!pr.input.empty() && pr.input.front().first < now - std::max(5.0, opts_.window_seconds)) pr.input.pop_front();
+    InputWaitView v;
+    const std::array<double, 3> spans{2.0, 5.0, std::max(5.0, opts_.window_seconds)};
+    for (size_t i = 0; i < spans.size(); ++i) {
+      v.spans[i].seconds = spans[i];
+      for (const auto& [t, in] : pr.input) {
+        if (t < now - spans[i]) continue;
+        ++v.spans[i].polls;
+        v.spans[i].in_input += in ? 1 : 0;
+      }
+    }
+    facts_.set_input_polls(pid, v);
+  }
 }
 
 void PythonCollector::rank_ended(int pid) {

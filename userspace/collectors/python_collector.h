@@ -5,6 +5,7 @@
 // Stacks dumped on demand read the process's memory from the caller's thread.
 #pragma once
 #include <array>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@ struct PythonOptions {
   bool gc_probes = true;                         // probe collectors (false: GC counts by polling only)
   uint32_t sample_hz = kDefaultPythonSampleHz;   // 0: no stack sampling
   AgentCounters* counters = nullptr;             // samples pushed out before their time
+  double window_seconds = kDefaultWindowSeconds;  // the input polls handed on cover this long
 };
 
 class PythonCollector final : public HostCollector {
@@ -50,6 +52,16 @@ class PythonCollector final : public HostCollector {
   // config and sampler entry go, and a reused pid is located afresh.
   void rank_ended(int pid) override;
   void retain(const std::set<int>& pids) override { profiles_.retain(pids); }
+
+  // Looks where each Python rank's main thread is now (wall clock, whatever
+  // it is doing: the CPU sampler sees only running threads, and a rank that
+  // waits for its next batch is off CPU), and hands on how often, over the
+  // last window, it was inside a DataLoader's __next__. Event loop; due every
+  // kInputPollSeconds.
+  void poll_input(double now);
+  static constexpr double kInputPollSeconds = 0.2;
+  // Whether some rank's interpreter is located and initialised (poll_input has work).
+  bool has_initialised_python() const;
 
   // Read on the caller's thread (the HTTP server's), never the event loop's.
   Result<python::PyStackDump, python::LocateFailure> stacks(int pid) const;
@@ -73,6 +85,7 @@ class PythonCollector final : public HostCollector {
     double next_try = 0;         // when to try locating it again
     bool configured = false;     // its py_procs entry is written
     bool said = false;           // its refusal was logged
+    std::deque<std::pair<double, bool>> input;  // (when, in its DataLoader's __next__), last window
   };
   void refresh_rank(int pid, PyRank& pr, double now);
   void take_probed_gc(int pid);

@@ -69,6 +69,22 @@ bool StragglerDetector::gc_explains_lag(const RankSignal& r, const std::vector<c
   return v.gc_explained_share >= opts_.min_gc_share;
 }
 
+// Whether the time its main thread spends in its DataLoader's __next__ (the
+// share of the agent's looks, as time per step) above its peers' median
+// explains at least min_input_share of its lag: its input cannot keep up.
+bool StragglerDetector::input_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members,
+                                           Verdict& v) const {
+  if (!r.input_valid || r.lag.step_seconds <= 0 || r.lag.median_lag_s <= 0) return false;
+  std::vector<double> peers;
+  for (const auto* p : members)
+    if (p->pid != r.pid && p->input_valid) peers.push_back(p->input_share);
+  if (peers.empty()) return false;
+  v.input_peer_share = median_of(peers);
+  v.input_excess_per_step_s = std::max(0.0, r.input_share - v.input_peer_share) * r.lag.step_seconds;
+  v.input_explained_share = v.input_excess_per_step_s / r.lag.median_lag_s;
+  return v.input_explained_share >= opts_.min_input_share;
+}
+
 namespace {
 
 HostShares shares_of(const RankSignal& r) {
@@ -99,6 +115,12 @@ HostShares peer_medians(const RankSignal& r, const std::vector<const RankSignal*
 // kernel cause's time above the peers' median, per step, against the lag per step.
 StragglerReason StragglerDetector::host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members,
                                                bool gc_explains, Verdict& v) const {
+  // Its input comes first where it explains more than GC does: a rank that
+  // waits for its next batch is off CPU, or busy making it, not computing.
+  if (input_explains_lag(r, members, v) && (!gc_explains || v.input_explained_share >= v.gc_explained_share)) {
+    v.decided_by = HostTest::kInputExcess;
+    return StragglerReason::kDataloader;
+  }
   if (!r.offcpu_valid) {
     v.decided_by = gc_explains ? HostTest::kGcExcess : HostTest::kNoKernelLayer;
     return gc_explains ? StragglerReason::kGcPause : StragglerReason::kHost;

@@ -67,6 +67,7 @@ struct StragglerOptions {
   int clear_after = 3;  // ... and before it falls
   double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
   double min_gc_share = 0.5;  // GC time above the peers' median per step explains this share of the lag
+  double min_input_share = 0.5;  // waits for the next batch above the peers' median explain this share of the lag
   // Of two peers late alike in their synchronize calls, the one
   // later by this share of its lag (and surely) is the one the other waits for.
   double min_partner_lag_share = 0.10;
@@ -127,6 +128,7 @@ class StragglerDetector {
   void update_flag(JobPass& p, const std::string& job, const RankSignal& r, bool gpu_slow, bool held, double now_unix,
                    std::vector<DetectedEvent>& events);
   bool gc_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
+  bool input_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members, Verdict& v) const;
   std::string gc_summary(const RankSignal& r, const Verdict& v) const;
   StragglerReason host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members, bool gc_explains,
                               Verdict& v) const;

@@ -1,6 +1,7 @@
 // What a straggler event says: the summary a person reads and the evidence
 // behind it, from the detector's verdict (straggler_verdict.h).
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "userspace/detect/numbers.h"
@@ -195,6 +196,18 @@ std::string StragglerDetector::host_cause_summary(const RankSignal& r, const Ver
     return head + pct(v.own.runqueue) + " of its time runnable but waiting for a CPU" + who + ", peers " +
            pct(v.peers.runqueue);
   }
+  if (v.reason == StragglerReason::kDataloader) {
+    const int looks = r.input_polls, in = static_cast<int>(std::lround(r.input_share * looks));
+    std::string how;  // what its main thread did meanwhile, where the kernel layer says
+    if (r.offcpu_valid)
+      how = "; off CPU " + pct(v.own.sleep + v.own.io + v.own.lock) + " of its time (I/O " + pct(v.own.io) +
+            ") vs peers " + pct(v.peers.sleep + v.peers.io + v.peers.lock) + ", on CPU " + pct(v.own.oncpu) +
+            " vs " + pct(v.peers.oncpu);
+    return head + "it waits for its input: its main thread was in its DataLoader's next batch at " +
+           std::to_string(in) + " of the agent's " + std::to_string(looks) + " looks (" + pct(r.input_share) +
+           "), its peers' at " + pct(v.input_peer_share) + ": about " + fmt("%.0f", v.input_excess_per_step_s * 1e3) +
+           " ms a step, " + pct(std::min(9.99, v.input_explained_share)) + " of its lag" + how;
+  }
   if (v.reason == StragglerReason::kThrottled)
     return head + "its cgroup " + (r.cgroup.empty() ? "" : r.cgroup + " ") + "was throttled " + pct(v.own.throttled) +
            " of the time (CPU quota), peers " + pct(v.peers.throttled);
@@ -218,6 +231,13 @@ nlohmann::json StragglerDetector::host_cause_evidence(const RankSignal& r, const
                       {"peers_median_lag_seconds", v.peers_lag_s},
                       {"lag_behind_peers_seconds", v.lag_behind_peers_s},
                       {"step_seconds", r.lag.step_seconds}};
+  if (r.input_valid)
+    j["input"] = {{"looks", r.input_polls},
+                  {"in_dataloader_share", r.input_share},
+                  {"peers_median_share", v.input_peer_share},
+                  {"excess_per_step_seconds", v.input_excess_per_step_s},
+                  {"explained_share", v.input_explained_share},
+                  {"min_explained_share", opts_.min_input_share}};
   if (!r.offcpu_valid) return j;
   j["shares"] = shares(v.own);
   j["peers_median_shares"] = shares(v.peers);
@@ -228,7 +248,8 @@ nlohmann::json StragglerDetector::host_cause_evidence(const RankSignal& r, const
   j["explained_share"] = {{"throttled", v.throttled_explained},
                           {"cpu_contention", v.runqueue_explained},
                           {"io", v.io_explained},
-                          {"gc_pause", v.gc_explained_share}};
+                          {"gc_pause", v.gc_explained_share},
+                          {"dataloader", v.input_explained_share}};
   return j;
 }
 

@@ -25,6 +25,7 @@ enum class HostTest : uint8_t {
   kThrottledExcess,   // its cgroup's throttled time does
   kRunqueueExcess,    // its runqueue time does
   kIoExcess,          // its block I/O wait does
+  kInputExcess,       // its main thread's wait for its next batch, above its peers', does
   kNoneExplains,      // nothing on its host explains it: it computes longer
 };
 
@@ -36,6 +37,7 @@ inline const char* label_of(HostTest t) {
     case HostTest::kThrottledExcess: return "throttled_excess";
     case HostTest::kRunqueueExcess: return "runqueue_excess";
     case HostTest::kIoExcess: return "io_excess";
+    case HostTest::kInputExcess: return "input_excess";
     case HostTest::kNoneExplains: return "none_explains";
   }
   return "";
@@ -50,6 +52,9 @@ struct StragglerDetector::Verdict {
   double gc_peer_median_s = 0;  // the peers' GC seconds in the window (median)
   double gc_excess_per_step_s = 0;  // this rank's GC above it, per step
   double gc_explained_share = 0;    // ... as a share of its lag
+  double input_peer_share = 0;           // the peers' share of looks in their DataLoader's next (median)
+  double input_excess_per_step_s = 0;    // this rank's above it, as time per step
+  double input_explained_share = 0;      // ... as a share of its lag
   // Kernel layer: the rank's shares and its peers' medians (thread-seconds per
   // wall second), each cause's excess per step and the share of the lag it
   // explains, and which test decided the host reason.

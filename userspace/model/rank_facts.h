@@ -26,6 +26,8 @@ class RankFacts {
   // snapshot; "" keeps what is known): counters only grow, the largest is kept.
   virtual void set_python_gc(int pid, const std::string& version, const std::string& anchor,
                              const std::array<uint64_t, 3>& collections) = 0;
+  // Its main thread's input polls over the last window (InputWaitView).
+  virtual void set_input_polls(int /*pid*/, const InputWaitView& /*polls*/) {}
   // New TCP retransmits of its sockets, by remote address.
   virtual void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote) = 0;
   // Its Kubernetes identity and GPU UUID as resolved now (each kept when the new one is unknown).

@@ -104,6 +104,11 @@ struct RankSignal {
   double gc_span_s = 0;  // the span gc_seconds covers (0: the detector's window)
   uint64_t gc_pauses = 0;
   double gc_max_pause_s = 0;
+  // Where its main thread was when the agent looked, last window (InputWaitView):
+  // the share of looks inside its DataLoader's __next__, once there are enough.
+  bool input_valid = false;
+  double input_share = 0;
+  int input_polls = 0;
   // Kernel layer (when the sched_switch probe follows it), last window, in
   // thread-seconds per wall second (OffCpuView): why a host straggler is late.
   bool offcpu_valid = false;

@@ -34,6 +34,20 @@ struct ProcessGroupInfo {
 // gave one, else c10d's name, else "unnamed" (made before the agent attached).
 std::string process_group_label(const ProcessGroupInfo& g);
 
+// Where its main thread was when the agent looked (wall clock, a few times a
+// second, whatever it was doing): how often inside its DataLoader's __next__,
+// waiting for (or making) its next batch, over the last 2 s, 5 s and window
+// (the detector reads the span its lag was measured over: a window that began
+// before training, in the imports, would thin the share).
+struct InputWaitView {
+  struct Span {
+    double seconds = 0;
+    int polls = 0;
+    int in_input = 0;
+  };
+  std::array<Span, 3> spans{};
+};
+
 struct OpCounters {
   uint64_t calls = 0;
   uint64_t bytes = 0;
@@ -224,6 +238,7 @@ struct RankSnapshot : RankDetection {
   GpuRankView gpu;
   std::vector<std::string> libraries;  // probed library files this process maps
   PythonGcView python_gc;
+  InputWaitView input;
   OffCpuView offcpu;
   CgroupCpuView cgroup_cpu;
   ExitCause exit_cause;  // meaningful once exited

@@ -34,6 +34,7 @@ const char* label_of(StragglerReason r) {
     case StragglerReason::kThrottled: return "throttled";
     case StragglerReason::kIo: return "io";
     case StragglerReason::kGcPause: return "gc_pause";
+    case StragglerReason::kDataloader: return "dataloader";
   }
   return "";
 }

@@ -32,6 +32,7 @@ enum class StragglerReason : uint8_t {
   kThrottled,      // its cgroup's CPU quota throttled it
   kIo,             // blocked in block I/O
   kGcPause,        // its Python garbage collector
+  kDataloader,     // its main thread waits for its next batch (its input pipeline cannot keep up)
 };
 const char* label_of(StragglerReason r);  // "host", "sync", ... ("" for kNone)
 

@@ -109,6 +109,12 @@ void RankRegistry::add_tcp_retransmits(int pid, const std::map<std::string, uint
   for (const auto& [remote, n] : by_remote) it->second.snap.tcp_retransmits[remote] += n;
 }
 
+void RankRegistry::set_input_polls(int pid, const InputWaitView& polls) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it != entries_.end()) it->second.snap.input = polls;
+}
+
 void RankRegistry::set_python_gc(int pid, const std::string& version, const std::string& anchor,
                                  const std::array<uint64_t, 3>& collections) {
   std::lock_guard lock(mu_);

@@ -80,6 +80,7 @@ class RankRegistry final : public RankFacts, public RankDirectory {
   // New TCP retransmits of the rank's sockets, by remote address (the
   // registry keeps the totals: BPF forgets idle sockets).
   void add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote) override;
+  void set_input_polls(int pid, const InputWaitView& polls) override;
   void set_python_gc(int pid, const std::string& version, const std::string& anchor,
                      const std::array<uint64_t, 3>& collections) override;
   // Who took the rank's CPU, totals since it was first followed (seconds and
