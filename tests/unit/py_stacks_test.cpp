@@ -206,6 +206,37 @@ TEST_P(PyStacksTest, NestedLinesTidsChurnAndRecursion) {
 
 // Threads that start and end while we read: never an error, never a frame
 // that is not in the script or the threading module.
+// The cheap look at the main thread only: the main thread is in the module's
+// top level (asleep); the worker's frames (inner, ...) are never the main
+// thread's. A second look answers from the cache.
+bool is_module(const PyFrame& f) { return f.function == "<module>"; }
+bool is_inner(const PyFrame& f) { return f.function == "inner"; }
+
+TEST_P(PyStacksTest, MainThreadLookSeesOnlyTheMainThread) {
+  auto in = GetParam();
+  if (!test::have(in)) {
+    test::skip_or_fail(in);
+    return;
+  }
+  TempDir dir("pylook");
+  std::string script = test::write_file(dir.str() + "/nested.py", kScript);
+  test::PyChild child(in.exe, script);
+  child.line();  // ready
+  PythonLocator locator;
+  auto p = locator.locate(child.pid());
+  ASSERT_TRUE(p.ok()) << p.error();
+  auto mem = process_memory(child.pid());
+  MainThreadLook module(is_module), inner(is_inner);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(module.inside(*p, *mem), std::optional<bool>(true)) << i;
+    EXPECT_EQ(inner.inside(*p, *mem), std::optional<bool>(false)) << i;
+  }
+  // A process gone: never a yes.
+  ::kill(child.pid(), SIGKILL);
+  ::waitpid(child.pid(), nullptr, 0);
+  EXPECT_FALSE(module.inside(*p, *mem).value_or(false));
+}
+
 TEST_P(PyStacksTest, ThreadChurnDuringDumps) {
   auto in = GetParam();
   if (!test::have(in)) {

@@ -118,18 +118,13 @@ bool PythonCollector::has_initialised_python() const {
 }
 
 void PythonCollector::poll_input(double now) {
-  python::DumpOptions opts;
-  opts.max_frames = 128;  // a training loop's depth; the iterator sits near the top of the loop
-  opts.retries = 1;
   for (auto& [pid, pr] : ranks_) {
     if (!pr.proc || pr.gc_stats_addr == 0) continue;  // not located, or not initialised yet
-    auto dump = python::dump_stacks(*pr.proc, *pr.mem, opts_.proc_root, opts);
-    if (!dump) continue;
-    const auto main = std::find_if(dump->threads.begin(), dump->threads.end(),
-                                   [&](const python::PyThreadStack& t) { return t.native_tid == pid; });
-    if (main == dump->threads.end()) continue;
-    const bool waiting = std::any_of(main->frames.begin(), main->frames.end(), in_dataloader_next);
-    pr.input.emplace_back(now, waiting);
+    if (!pr.look) pr.look = std::make_unique<python::MainThreadLook>(in_dataloader_next);
+    // The iterator sits near the loop's top, under the whole step's depth.
+    const auto waiting = pr.look->inside(*pr.proc, *pr.mem, 256);
+    if (!waiting) continue;
+    pr.input.emplace_back(now, *waiting);
     while (!pr.input.empty() && pr.input.front().first < now - std::max(5.0, opts_.window_seconds)) pr.input.pop_front();
     InputWaitView v;
     const std::array<double, 3> spans{2.0, 5.0, std::max(5.0, opts_.window_seconds)};

@@ -86,6 +86,7 @@ class PythonCollector final : public HostCollector {
     bool configured = false;     // its py_procs entry is written
     bool said = false;           // its refusal was logged
     std::deque<std::pair<double, bool>> input;  // (when, in its DataLoader's __next__), last window
+    std::unique_ptr<python::MainThreadLook> look;  // made at the first look
   };
   void refresh_rank(int pid, PyRank& pr, double now);
   void take_probed_gc(int pid);

@@ -115,6 +115,10 @@ HostShares peer_medians(const RankSignal& r, const std::vector<const RankSignal*
 // kernel cause's time above the peers' median, per step, against the lag per step.
 StragglerReason StragglerDetector::host_reason(const RankSignal& r, const std::vector<const RankSignal*>& members,
                                                bool gc_explains, Verdict& v) const {
+  if (r.offcpu_valid) {
+    v.own = shares_of(r);
+    v.peers = peer_medians(r, members);
+  }
   // Its input comes first where it explains more than GC does: a rank that
   // waits for its next batch is off CPU, or busy making it, not computing.
   if (input_explains_lag(r, members, v) && (!gc_explains || v.input_explained_share >= v.gc_explained_share)) {
@@ -125,8 +129,6 @@ StragglerReason StragglerDetector::host_reason(const RankSignal& r, const std::v
     v.decided_by = gc_explains ? HostTest::kGcExcess : HostTest::kNoKernelLayer;
     return gc_explains ? StragglerReason::kGcPause : StragglerReason::kHost;
   }
-  v.own = shares_of(r);
-  v.peers = peer_medians(r, members);
   // The lag to explain is the one behind the median peer (the shares are
   // compared with the peers' median too).
   std::vector<double> peer_lags;

@@ -198,15 +198,10 @@ std::string StragglerDetector::host_cause_summary(const RankSignal& r, const Ver
   }
   if (v.reason == StragglerReason::kDataloader) {
     const int looks = r.input_polls, in = static_cast<int>(std::lround(r.input_share * looks));
-    std::string how;  // what its main thread did meanwhile, where the kernel layer says
-    if (r.offcpu_valid)
-      how = "; off CPU " + pct(v.own.sleep + v.own.io + v.own.lock) + " of its time (I/O " + pct(v.own.io) +
-            ") vs peers " + pct(v.peers.sleep + v.peers.io + v.peers.lock) + ", on CPU " + pct(v.own.oncpu) +
-            " vs " + pct(v.peers.oncpu);
     return head + "it waits for its input: its main thread was in its DataLoader's next batch at " +
            std::to_string(in) + " of the agent's " + std::to_string(looks) + " looks (" + pct(r.input_share) +
            "), its peers' at " + pct(v.input_peer_share) + ": about " + fmt("%.0f", v.input_excess_per_step_s * 1e3) +
-           " ms a step, " + pct(std::min(9.99, v.input_explained_share)) + " of its lag" + how;
+           " ms a step, " + pct(std::min(9.99, v.input_explained_share)) + " of its lag";
   }
   if (v.reason == StragglerReason::kThrottled)
     return head + "its cgroup " + (r.cgroup.empty() ? "" : r.cgroup + " ") + "was throttled " + pct(v.own.throttled) +

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "userspace/common/defaults.h"
@@ -147,6 +148,29 @@ struct DumpOptions {
 };
 Result<PyStackDump> dump_stacks(const PyProcess& p, RemoteMemory& mem, const std::string& proc_root,
                                 const DumpOptions& opts = {});
+
+// Whether a process's main thread is inside a function now, looked at often
+// and cheaply: only the main thread (the oldest thread state of the main
+// interpreter), only its frames' code pointers, each code object named once
+// (cached by address, the cache entry trusted while the code's name pointer
+// is unchanged). Reads never stop the process. Not thread-safe.
+class MainThreadLook {
+ public:
+  using Wanted = bool (*)(const PyFrame&);
+  explicit MainThreadLook(Wanted wanted, size_t max_cache = 4096) : wanted_(wanted), max_cache_(max_cache) {}
+  // nullopt when the main thread could not be read now (gone, not initialised).
+  std::optional<bool> inside(const PyProcess& p, RemoteMemory& mem, size_t max_frames = 128);
+
+ private:
+  struct Entry {
+    uint64_t name_ptr = 0;
+    bool wanted = false;
+  };
+  std::optional<bool> wanted_code(const PyProcess& p, RemoteMemory& mem, uint64_t code);
+  Wanted wanted_;
+  size_t max_cache_;
+  std::unordered_map<uint64_t, Entry> cache_;  // code object address -> what it is
+};
 
 // Symbolises the code objects the sampler reports, with a bounded cache keyed
 // by address and validated by ARGUS_PY_CODE_TAG (a freed code object's address

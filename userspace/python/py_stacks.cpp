@@ -418,6 +418,48 @@ Result<PyStackDump> dump_stacks(const PyProcess& p, RemoteMemory& mem, const std
   return dump;
 }
 
+// ---- MainThreadLook -----------------------------------------------------------
+
+std::optional<bool> MainThreadLook::wanted_code(const PyProcess& p, RemoteMemory& mem, uint64_t code) {
+  const auto& l = p.file->layout;
+  uint64_t name = 0;
+  if (!mem.read(code + l.code_name, &name, 8)) return std::nullopt;
+  if (auto it = cache_.find(code); it != cache_.end() && it->second.name_ptr == name) return it->second.wanted;
+  auto c = detail::read_code(mem, l, code, p.code_type_addr);
+  if (!c) return std::nullopt;
+  if (cache_.size() >= max_cache_) cache_.clear();  // a process that makes code objects without end
+  const bool wanted = wanted_(c->frame);
+  cache_[code] = {c->name_ptr, wanted};
+  return wanted;
+}
+
+std::optional<bool> MainThreadLook::inside(const PyProcess& p, RemoteMemory& mem, size_t max_frames) {
+  if (!p.file) return std::nullopt;
+  const auto& l = p.file->layout;
+  uint64_t interp = 0, ts = 0, main = 0;
+  if (!mem.read(p.runtime_addr + l.runtime_interpreters_head, &interp, 8) || interp == 0) return std::nullopt;
+  if (!mem.read(interp + l.interp_threads_head, &ts, 8)) return std::nullopt;
+  for (int n = 0; ts != 0 && n < 4096; ++n) {  // newest first: the main thread's is the last
+    main = ts;
+    if (!mem.read(ts + l.tstate_next, &ts, 8)) return std::nullopt;
+  }
+  if (main == 0) return std::nullopt;
+  uint64_t frame = top_frame(mem, l, main);
+  for (size_t steps = 0; frame != 0 && steps < max_frames; ++steps) {
+    uint64_t code = 0, prev = 0;
+    if (!mem.read(frame + l.frame_code, &code, 8) || !mem.read(frame + l.frame_previous, &prev, 8)) return std::nullopt;
+    uint8_t owner = 0;
+    const bool skip = l.frame_owner && mem.read(frame + *l.frame_owner, &owner, 1) && l.owner_to_skip &&
+                      owner == *l.owner_to_skip;
+    if (!skip) {
+      const auto w = wanted_code(p, mem, code);
+      if (w && *w) return true;  // (an unreadable frame, moved under the walk, is not the one)
+    }
+    frame = prev;
+  }
+  return false;
+}
+
 // ---- CodeSymbolizer -----------------------------------------------------------
 
 struct CodeSymbolizer::Impl {
