@@ -23,7 +23,8 @@ fs::path torch_venv() {
 // `fault` is the script's own environment (PG_TRAIN_SLOW_RANK, PG_TRAIN_HANG_RANK).
 class TorchJob {
  public:
-  TorchJob(const fs::path& dir, const std::string& run_id, std::vector<std::string> fault)
+  TorchJob(const fs::path& dir, const std::string& run_id, std::vector<std::string> fault,
+           const std::string& step_sleep = "0.02")
       : dir_(dir), truth_(dir / "truth") {
     fs::create_directories(truth_);
     fault.push_back("OMP_NUM_THREADS=1");
@@ -32,7 +33,7 @@ class TorchJob {
                                  std::to_string(kRanks), "--rdzv_backend", "c10d", "--rdzv_endpoint",
                                  "127.0.0.1:" + std::to_string(free_port()), "--rdzv_id", run_id,
                                  std::string(ARGUS_SOURCE_DIR) + "/tests/python/pg_train.py", "--steps", "0",
-                                 "--subgroup", "--step-sleep", "0.02", "--truth-dir", truth_.string(), "--ready-file",
+                                 "--subgroup", "--step-sleep", step_sleep, "--truth-dir", truth_.string(), "--ready-file",
                                  (dir / "ready").string(), "--stop-file", (dir / "stop").string(), "--linger", "60"},
         dir / "torchrun.log", fault);
   }
@@ -92,7 +93,10 @@ TEST(FrameworkTorch, GlooGroupsAreNamedCountedExactlyAndAHealthyJobNamesNobody) 
   Agent agent(dir);
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const std::string run_id = "pghealthy" + std::to_string(getpid());
-  TorchJob job(dir, run_id, {});
+  // Steps of ~75 ms: four ranks that computed without pause on this 2-core box
+  // would leave one a few ms behind every step for want of a CPU (seen once in
+  // eight runs at 20 ms: 3 ms a step, named), which is the machine, not the job.
+  TorchJob job(dir, run_id, {}, "0.05");
   ASSERT_TRUE(job.wait_training()) << job.log();
   std::this_thread::sleep_for(25s);  // five detection windows of a steady job
 

@@ -226,6 +226,9 @@ INSTANTIATE_TEST_SUITE_P(
         InputCase{"equal_input_balanced", Mode::Async, true, 20, 20, 1.0, 0, true, ""},
         // GC explains more than its input (30 ms against 10): gc_pause.
         InputCase{"gc_larger_than_input", Mode::Async, true, 0, 10, 1.0, 30, true, "gc_pause"},
+        // A rank 3 ms late a 25 ms step whose main thread was seen in its DataLoader at
+        // 1 look of 25 (the healthy Gloo job that named one so): chance, not its input.
+        InputCase{"one_look_is_chance", Mode::Async, true, 0, 1, 1.1, 0, true, "compute"},
         // The agent does not look (no Python layer): its wait is host time.
         InputCase{"not_looked", Mode::Async, true, 1, 40, 1.0, 0, false, "compute"}),
     [](const auto& info) { return std::string(info.param.name); });

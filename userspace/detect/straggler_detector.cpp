@@ -80,6 +80,10 @@ bool StragglerDetector::input_explains_lag(const RankSignal& r, const std::vecto
     if (p->pid != r.pid && p->input_valid) peers.push_back(p->input_share);
   if (peers.empty()) return false;
   v.input_peer_share = median_of(peers);
+  // A look or two in its DataLoader is chance (every rank calls it once a
+  // step): the share must rest on several looks and stand clear of its peers'.
+  const double in = r.input_share * r.input_polls;
+  if (in < opts_.min_input_looks || r.input_share < 2 * v.input_peer_share + opts_.min_input_share_gap) return false;
   v.input_excess_per_step_s = std::max(0.0, r.input_share - v.input_peer_share) * r.lag.step_seconds;
   v.input_explained_share = v.input_excess_per_step_s / r.lag.median_lag_s;
   return v.input_explained_share >= opts_.min_input_share;

@@ -68,6 +68,8 @@ struct StragglerOptions {
   double min_gpu_gap = 0.10;  // GPU side: NCCL-kernel share at least this much below the median
   double min_gc_share = 0.5;  // GC time above the peers' median per step explains this share of the lag
   double min_input_share = 0.5;  // waits for the next batch above the peers' median explain this share of the lag
+  double min_input_looks = 3;        // ... seen in this many looks at least
+  double min_input_share_gap = 0.1;  // ... and its share above twice its peers' median by this much
   // Of two peers late alike in their synchronize calls, the one
   // later by this share of its lag (and surely) is the one the other waits for.
   double min_partner_lag_share = 0.10;
