@@ -186,7 +186,10 @@ void AgentRuntime::run_once(int poll_ms) {
   if (now >= next_stats_) stats_pass(now);
   if (polls_input() && now >= next_input_poll_) {
     python_.poll_input(now);
-    next_input_poll_ = now + PythonCollector::kInputPollSeconds;
+    // At random intervals around the mean: looks at a fixed period alias with
+    // a step near a multiple of it, and see one phase of the step only (a
+    // rank 56% of its step in its DataLoader read 28% so).
+    next_input_poll_ = now + PythonCollector::kInputPollSeconds * std::uniform_real_distribution<double>(0.5, 1.5)(look_rng_);
   }
   heartbeat_ns_ = clock_.monotonic_ns();
 }

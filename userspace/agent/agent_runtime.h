@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -141,6 +142,7 @@ class AgentRuntime final : public ApiSource {
 
   std::string python_sampling_error_;  // said by start(): a start-up failure stays one line
   double next_scan_ = 0, next_stats_ = 0, next_input_poll_ = 0;
+  std::minstd_rand look_rng_{std::random_device{}()};  // the input looks' intervals
   int quiet_turns_ = 0;  // the loop's own thread only
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -59,7 +59,7 @@ class PythonCollector final : public HostCollector {
   // last window, it was inside a DataLoader's __next__. Event loop; due every
   // kInputPollSeconds.
   void poll_input(double now);
-  static constexpr double kInputPollSeconds = 0.2;
+  static constexpr double kInputPollSeconds = 0.2;  // the mean interval (the caller draws each)
   // Whether some rank's interpreter is located and initialised (poll_input has work).
   bool has_initialised_python() const;
 
