@@ -77,6 +77,16 @@ bool require_torch() {
   return false;
 }
 
+// The job's events of one kind once there is one (a minute at most).
+json await_events(const Agent& agent, const std::string& kind, const std::string& run_id) {
+  json got;
+  for (int i = 0; i < 60 && got.empty(); ++i) {
+    got = events_of(agent, kind, run_id);
+    if (got.empty()) std::this_thread::sleep_for(1s);
+  }
+  return got;
+}
+
 double calls(const std::string& metrics, const std::string& job, int rank, const std::string& group,
              const std::string& op) {
   return metric_value(metrics, "argus_process_group_collectives_total",
@@ -164,11 +174,7 @@ TEST(FrameworkTorch, ARankWithExtraComputeInItsBackwardIsNamedForCompute) {
   const int slow = 2;
   TorchJob job(dir, run_id, {"PG_TRAIN_SLOW_RANK=" + std::to_string(slow) + ":40"});
   ASSERT_TRUE(job.wait_training()) << job.log();
-  json named;
-  for (int i = 0; i < 60 && named.empty(); ++i) {
-    named = events_of(agent, "straggler", run_id);
-    if (named.empty()) std::this_thread::sleep_for(1s);
-  }
+  const json named = await_events(agent, "straggler", run_id);
   const auto truth = job.stop_and_read_truth();
   ASSERT_EQ(truth.size(), 4u) << job.log();
   EXPECT_EQ(truth.at(slow).value("slow_rank", -1), slow);  // the script made it slow
@@ -193,11 +199,7 @@ TEST(FrameworkTorch, ARankWhoseDataLoaderStallsIsNamedForItsInput) {
   const int slow = 1;
   TorchJob job(dir, run_id, {"PG_TRAIN_SLOW_DATA_RANK=" + std::to_string(slow) + ":40"});
   ASSERT_TRUE(job.wait_training()) << job.log();
-  json named;
-  for (int i = 0; i < 60 && named.empty(); ++i) {
-    named = events_of(agent, "straggler", run_id);
-    if (named.empty()) std::this_thread::sleep_for(1s);
-  }
+  const json named = await_events(agent, "straggler", run_id);
   const auto truth = job.stop_and_read_truth();
   ASSERT_EQ(truth.size(), 4u) << job.log();
   EXPECT_EQ(truth.at(slow).value("slow_data_rank", -1), slow);  // the script made its input slow
@@ -228,11 +230,7 @@ TEST(FrameworkTorch, ARankThatNeverReachesItsAllReduceIsNamedByTheHangWithItsSta
   for (int i = 0; i < 600 && !fs::exists(hang_file); ++i) std::this_thread::sleep_for(100ms);
   ASSERT_TRUE(fs::exists(hang_file)) << job.log();
   const json truth = json::parse(read_text(hang_file));
-  json hangs;
-  for (int i = 0; i < 60 && hangs.empty(); ++i) {
-    hangs = events_of(agent, "hang", run_id);
-    if (hangs.empty()) std::this_thread::sleep_for(1s);
-  }
+  const json hangs = await_events(agent, "hang", run_id);
   ASSERT_FALSE(hangs.empty()) << agent.log();
   const json& h = hangs[0];
   EXPECT_EQ(h.value("rank", -1), stuck) << h.dump(1);
