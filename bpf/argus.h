@@ -89,7 +89,7 @@ enum argus_stat_kind {
 	ARGUS_STAT_BLOCK_IO_HIST = 15, /* sub = log2 bucket of one request's latency, code = enum argus_block_op */
 	ARGUS_STAT_NCCL_GROUP = 16,   /* sub 0: count = outermost ncclGroupEnd calls, sum = operations grouped in them */
 	ARGUS_STAT_NCCL_GROUP_WAIT = 17, /* sub 0: count = outermost ncclGroupEnd calls timed (with operations), sum = ns inside */
-	ARGUS_STAT_C10D_CALLS = 18,   /* sub = op, code|pad = the c10d backend's address (low|high 32 bits): count = calls */
+	ARGUS_STAT_C10D_CALLS = 18,   /* sub = op | backend kind << 8, code|pad = the c10d backend's address (low|high 32 bits): count = calls */
 };
 
 /* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's
@@ -409,9 +409,11 @@ struct argus_call_done_event {
 	__u64 ptr;  /* collectives: the communicator */
 };
 
-/* PyTorch's c10d layer (libtorch_cpu): process groups seen from outside. */
+/* PyTorch's c10d layer (libtorch_cpu, libtorch_cuda): process groups seen
+ * from outside. */
 enum argus_c10d_backend_kind {
 	ARGUS_C10D_GLOO = 1,
+	ARGUS_C10D_NCCL = 2, /* ProcessGroupNCCL: its calls are NCCL's calls, on its thread */
 };
 
 /* A backend constructed: its rank and size in its group. The group's name
@@ -446,6 +448,8 @@ struct argus_c10d_coll_event {
 	__u64 seq;  /* collectives on this backend by this process, from 1; 0 for p2p */
 	__u32 op;   /* enum argus_nccl_op, or ARGUS_C10D_OP_BARRIER */
 	__s32 peer; /* send/recv: the other side's rank in the group; -1 otherwise */
+	__u32 kind; /* enum argus_c10d_backend_kind: whose method was called */
+	__u32 pad;
 };
 
 /* Both compilers check the layout: BPF (clang -target bpf) and the agent (g++). */
@@ -473,6 +477,6 @@ ARGUS_ASSERT_SIZE(argus_gpu_name_event, 32 + ARGUS_GPU_NAME_MAX);
 ARGUS_ASSERT_SIZE(argus_call_done_event, 56);
 ARGUS_ASSERT_SIZE(argus_c10d_backend_event, 48);
 ARGUS_ASSERT_SIZE(argus_c10d_group_event, 104);
-ARGUS_ASSERT_SIZE(argus_c10d_coll_event, 48);
+ARGUS_ASSERT_SIZE(argus_c10d_coll_event, 56);
 
 #endif /* ARGUS_BPF_ARGUS_H */

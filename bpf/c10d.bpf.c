@@ -1,5 +1,5 @@
-/* PyTorch's c10d process groups, from libtorch_cpu's exported methods: a Gloo
- * backend made (its rank and size in its group), a process group named or
+/* PyTorch's c10d process groups, from libtorch_cpu's and libtorch_cuda's
+ * exported methods: a Gloo or NCCL backend made (its rank and size in its group), a process group named or
  * described (the std::string argument), and every collective or point-to-point
  * call made on a backend. Every training script's collectives pass through
  * these, whatever the Python API above them.
@@ -7,10 +7,12 @@
  * The collective methods return c10::intrusive_ptr<Work> by value, a class
  * with a non-trivial destructor: the Itanium C++ ABI passes the return slot as
  * the first argument and `this` as the second. The cookie says where `this`
- * (the comm arg) and a send/recv's peer are, as for NCCL. */
+ * (the comm arg) and a send/recv's peer are, as for NCCL, and its flags whose
+ * backend the method is (ProcessGroupNCCL's constructor has Gloo's shape). */
 #include "helpers.bpf.h"
 
-/* ProcessGroupGloo(this, const intrusive_ptr<Store>&, int rank, int size, intrusive_ptr<Options>). */
+/* ProcessGroupGloo / ProcessGroupNCCL(this, intrusive_ptr<Store>, int rank, int size,
+ * intrusive_ptr<Options>): the intrusive_ptr arguments travel by reference. */
 SEC("uprobe")
 int BPF_KPROBE(argus_c10d_backend_init)
 {
@@ -73,16 +75,18 @@ int BPF_KPROBE(argus_c10d_coll_enter)
 
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u32 op = ARGUS_COOKIE_ID(cookie);
+	__u32 kind = ARGUS_COOKIE_FLAGS(cookie);
 	__u64 backend = argus_arg(ctx, ARGUS_COOKIE_COMM_ARG(cookie));
 	__u32 peer_arg = ARGUS_COOKIE_PEER_ARG(cookie);
 	__s32 peer = peer_arg ? (__s32)argus_arg(ctx, peer_arg) : -1;
 
 	/* Counted per (process, backend, op) in BPF, so that a lost event loses no
-	 * count: the key's code and pad hold the backend's address. */
+	 * count: the key's code and pad hold the backend's address, its sub the op
+	 * and the backend's kind (a backend made before the agent attached). */
 	struct argus_stat_key key = {
 		.tgid = tgid,
 		.kind = ARGUS_STAT_C10D_CALLS,
-		.sub = (__u16)op,
+		.sub = (__u16)(op | (kind << 8)),
 		.code = (__s32)(__u32)backend,
 		.pad = (__u32)(backend >> 32),
 	};
@@ -98,6 +102,8 @@ int BPF_KPROBE(argus_c10d_coll_enter)
 		ev->seq = seq;
 		ev->op = op;
 		ev->peer = peer;
+		ev->kind = kind;
+		ev->pad = 0;
 		argus_submit_hot(ev);
 	}
 	return 0;

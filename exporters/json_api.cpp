@@ -24,8 +24,20 @@ json error_list(const std::map<std::pair<std::string, std::string>, uint64_t>& e
 // The kernel layer's view of a rank's CPU: totals, last window's shares
 // (thread-seconds per wall second), who took its CPU, and its cgroup's quota.
 
-// The c10d groups it joined, each with its calls by op.
-json process_groups_json(const RankSnapshot& r) {
+// The job ranks of each c10d group's members on this node ("<job>/pg:<name>"
+// is the same on every member).
+using GroupMembers = std::map<std::string, std::vector<int>>;
+GroupMembers group_members(const Snapshot& snap) {
+  GroupMembers out;
+  for (const auto& r : snap.ranks)
+    for (const auto& g : r.process_groups)
+      if (!g.comm_id.empty() && r.rank >= 0) out[g.comm_id].push_back(r.rank);
+  for (auto& [id, ranks] : out) std::sort(ranks.begin(), ranks.end());
+  return out;
+}
+
+// The c10d groups it joined, each with its calls by op and its members here.
+json process_groups_json(const RankSnapshot& r, const GroupMembers& members) {
   json out = json::array();
   for (const auto& g : r.process_groups) {
     const std::string label = process_group_label(g);
@@ -39,6 +51,8 @@ json process_groups_json(const RankSnapshot& r) {
                    {"rank", g.rank},
                    {"size", g.size},
                    {"comm", g.comm_id},
+                   {"nccl_comm", g.nccl_comm.empty() ? json() : json(g.nccl_comm)},
+                   {"members", members.count(g.comm_id) ? json(members.at(g.comm_id)) : json::array()},
                    {"calls", std::move(calls)}});
   }
   return out;
@@ -86,7 +100,7 @@ json pod_json(const PodIdentityView& p) {
           {"container_id", str_or_null(p.container_id)}, {"source", p.source}};
 }
 
-json rank_json(const RankSnapshot& r) {
+json rank_json(const RankSnapshot& r, const GroupMembers& members) {
   json nccl = json::object();
   for (const auto& [op, c] : r.nccl) {
     nccl[op] = {{"calls", c.calls}, {"bytes", c.bytes}, {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9}};
@@ -171,7 +185,7 @@ json rank_json(const RankSnapshot& r) {
                {"memcpy", std::move(copies)},
                {"errors", error_list(r.cuda_errors)}};
   j["nccl_errors"] = error_list(r.nccl_errors);
-  j["process_groups"] = process_groups_json(r);
+  j["process_groups"] = process_groups_json(r, members);
   j["libraries"] = r.libraries;
   j["python"] = nullptr;  // not Python, or not followed yet
   if (r.python_gc.present) {
@@ -199,8 +213,9 @@ json ranks_json(const Snapshot& snap) {
   auto key = [](const RankSnapshot* r) { return std::make_tuple(r->job_id.empty(), r->job_id, r->rank < 0, r->rank, r->pid); };
   std::sort(order.begin(), order.end(), [&](const RankSnapshot* a, const RankSnapshot* b) { return key(a) < key(b); });
 
+  const GroupMembers members = group_members(snap);
   json ranks = json::array();
-  for (const auto* r : order) ranks.push_back(rank_json(*r));
+  for (const auto* r : order) ranks.push_back(rank_json(*r, members));
   json doc = json::object();
   doc["node"] = snap.agent.node;
   doc["version"] = snap.agent.version;
@@ -222,6 +237,8 @@ nlohmann::json comms_json(const Snapshot& snap) {
   for (const auto& c : snap.comms) {
     list.push_back({{"job_id", c.job_id.empty() ? nlohmann::json() : nlohmann::json(c.job_id)},
                     {"comm", c.comm},
+                    {"group", c.group.empty() ? nlohmann::json() : nlohmann::json(c.group)},
+                    {"ranks", c.ranks},
                     {"nranks", c.nranks},
                     {"ranks_here", c.ranks_here},
                     {"newest_seq", c.newest_seq},

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "tests/integration/harness.h"
 
@@ -151,10 +152,14 @@ TEST(FrameworkTorch, GlooGroupsAreNamedCountedExactlyAndAHealthyJobNamesNobody) 
     EXPECT_EQ(by_label["default_pg"].value("rank", -1), rank);
     EXPECT_EQ(by_label["default_pg"].value("size", -1), 4);
     EXPECT_EQ(by_label["default_pg"].value("comm", ""), run_id + "/pg:0");
+    // Members by job rank, as every member's process here made the group.
+    EXPECT_EQ(by_label["default_pg"]["members"], json({0, 1, 2, 3})) << r["process_groups"].dump();
+    EXPECT_TRUE(by_label["default_pg"]["nccl_comm"].is_null());  // Gloo: no NCCL communicator
     EXPECT_EQ(by_label.count("pair_group"), rank < 2 ? 1u : 0u);
     if (rank < 2) {
       EXPECT_EQ(by_label["pair_group"].value("size", -1), 2);
       EXPECT_EQ(by_label["pair_group"].value("rank", -1), rank);
+      EXPECT_EQ(by_label["pair_group"]["members"], json({0, 1})) << r["process_groups"].dump();
     }
   }
   EXPECT_EQ(seen, 4) << ranks->dump(1);
@@ -182,6 +187,11 @@ TEST(FrameworkTorch, ARankWithExtraComputeInItsBackwardIsNamedForCompute) {
   for (const auto& e : events_of(agent, "straggler", run_id)) {
     EXPECT_EQ(e.value("rank", -1), slow) << e.dump(1);
     EXPECT_EQ(e["evidence"].value("reason", ""), "compute") << e.dump(1);
+    // Where it was late is named as the framework names it.
+    std::set<std::string> groups;
+    for (const auto& c : e["evidence"]["late_on"])
+      if (c["group"].is_string()) groups.insert(c["group"].get<std::string>());
+    EXPECT_TRUE(groups.count("default_pg")) << e["evidence"]["late_on"].dump(1);
   }
   EXPECT_EQ(events_of(agent, "hang", run_id).size(), 0u);
 }
@@ -236,7 +246,8 @@ TEST(FrameworkTorch, ARankThatNeverReachesItsAllReduceIsNamedByTheHangWithItsSta
   EXPECT_EQ(h.value("rank", -1), stuck) << h.dump(1);
   EXPECT_EQ(h["evidence"].value("cause", ""), "missing_rank") << h.dump(1);
   EXPECT_EQ(h["evidence"].value("group", ""), "default_pg") << h.dump(1);
-  EXPECT_NE(h.value("summary", "").find("on default_pg"), std::string::npos) << h.dump(1);
+  EXPECT_NE(h.value("summary", "").find("on default_pg (ranks 0-3)"), std::string::npos) << h.dump(1);
+  EXPECT_EQ(h["evidence"]["group_ranks"], json({0, 1, 2, 3})) << h.dump(1);
   ASSERT_EQ(h["evidence"]["missing"].size(), 1u) << h.dump(1);
   EXPECT_EQ(h["evidence"]["missing"][0].value("pid", 0), truth.value("pid", -1));
   EXPECT_NE(h["evidence"].dump().find("wait_for_checkpoint"), std::string::npos) << h.dump(1);

@@ -431,26 +431,67 @@ TEST(AttachPlan, C10dGlooMethodsByMangledPrefix) {
 
 // The real wheel (the torch venv scripts/install-deps.sh caches): every method
 // the plan names is exported, and each gets exactly one probe.
-TEST(AttachPlan, RealLibtorchCpu) {
+std::optional<elf::SymbolTable> real_torch_library(const std::string& name) {
   const char* cache = std::getenv("ARGUS_CACHE_DIR");
   const std::string lib = std::string(cache && *cache ? cache : "/var/cache/argus") +
-                          "/torch-venv/lib/python3.11/site-packages/torch/lib/libtorch_cpu.so";
-  if (!std::filesystem::exists(lib)) GTEST_SKIP() << lib << " not installed";
+                          "/torch-venv/lib/python3.11/site-packages/torch/lib/" + name;
+  if (!std::filesystem::exists(lib)) return std::nullopt;
   elf::ReadOptions dyn;
   dyn.include_symtab = false;
   auto t = elf::read_symbols(lib, dyn);
-  ASSERT_TRUE(t.ok()) << t.error();
-  ASSERT_EQ(classify_library(*t), LibraryKind::Torch);
-  auto plan = plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
+  EXPECT_TRUE(t.ok()) << t.error();
+  if (!t.ok()) return std::nullopt;
+  return std::move(*t);
+}
+
+std::map<ProbeProgram, int> probes_per_program(const std::vector<ProbeSpec>& plan) {
   std::map<ProbeProgram, int> per_program;
   std::set<uint64_t> offsets;
   for (const auto& s : plan) {
     ++per_program[s.program];
     EXPECT_TRUE(offsets.insert(s.file_offset).second) << s.symbol;
   }
+  return per_program;
+}
+
+TEST(AttachPlan, RealLibtorchCpu) {
+  auto t = real_torch_library("libtorch_cpu.so");
+  if (!t) GTEST_SKIP() << "the torch venv is not installed";
+  ASSERT_EQ(classify_library(*t), LibraryKind::Torch);
+  auto plan = plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
+  auto per_program = probes_per_program(plan);
   EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);  // C1 and C2 share an address
   EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 2);
   EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);  // one per method of the plan (torch 2.15)
+  for (const auto& s : plan) {
+    if (s.program == ProbeProgram::C10dCollEnter) {
+      EXPECT_EQ(ARGUS_COOKIE_FLAGS(s.cookie), static_cast<uint32_t>(ARGUS_C10D_GLOO)) << s.symbol;
+    }
+  }
+}
+
+// libtorch_cuda holds ProcessGroupNCCL (the group naming stays in
+// libtorch_cpu): its constructor and the same 19 methods, each call marked as
+// NCCL's so that the agent joins it with the NCCL call it makes.
+TEST(AttachPlan, RealLibtorchCudaHasTheNcclBackend) {
+  auto t = real_torch_library("libtorch_cuda.so");
+  if (!t) GTEST_SKIP() << "the torch venv is not installed";
+  ASSERT_EQ(classify_library(*t), LibraryKind::Torch);
+  auto plan = plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
+  auto per_program = probes_per_program(plan);
+  EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);
+  EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 0);
+  EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);
+  std::set<std::string> methods;
+  for (const auto& s : plan) {
+    const uint32_t expect_kind = s.program == ProbeProgram::C10dBackendInit ? ARGUS_COOKIE_ID(s.cookie)
+                                                                             : ARGUS_COOKIE_FLAGS(s.cookie);
+    EXPECT_EQ(expect_kind, static_cast<uint32_t>(ARGUS_C10D_NCCL)) << s.symbol;
+    EXPECT_EQ(s.symbol.rfind("_ZN4c10d16ProcessGroupNCCL", 0), 0u) << s.symbol;
+    if (s.program == ProbeProgram::C10dCollEnter) methods.insert(s.symbol);
+  }
+  // The internal out-of-place broadcast an uneven allgather makes is not a user's call.
+  for (const auto& m : methods) EXPECT_EQ(m.find("_broadcast_oop"), std::string::npos) << m;
 }
 
 }  // namespace

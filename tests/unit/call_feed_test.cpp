@@ -68,9 +68,10 @@ struct Feed {
     e.key = key;
     feed.on_nccl_child(e);
   }
-  void call(int pid, uint64_t comm, uint32_t op, uint64_t seq, int peer = -1) {
+  void call(int pid, uint64_t comm, uint32_t op, uint64_t seq, int peer = -1, uint32_t tid = 0) {
     argus_nccl_coll_event e{};
     e.hdr = header(ARGUS_EV_NCCL_COLL, pid, ts++);
+    if (tid != 0) e.hdr.tid = tid;
     e.comm = comm;
     e.op = op;
     e.seq = seq;
@@ -78,14 +79,14 @@ struct Feed {
     e.bytes = 4096;
     feed.on_collective(e);
   }
-  void c10d_backend(int pid, uint32_t tid, uint64_t backend, int rank, int size) {
+  void c10d_backend(int pid, uint32_t tid, uint64_t backend, int rank, int size, uint32_t kind = ARGUS_C10D_GLOO) {
     argus_c10d_backend_event e{};
     e.hdr = header(ARGUS_EV_C10D_BACKEND, pid, ts++);
     e.hdr.tid = tid;
     e.backend = backend;
     e.rank = rank;
     e.size = size;
-    e.kind = ARGUS_C10D_GLOO;
+    e.kind = kind;
     feed.on_c10d_backend(e);
   }
   void c10d_text(int pid, uint32_t tid, uint64_t group, uint32_t what, const std::string& text) {
@@ -98,13 +99,15 @@ struct Feed {
     std::snprintf(e.text, sizeof e.text, "%s", text.c_str());
     feed.on_c10d_group(e);
   }
-  void c10d_call(int pid, uint64_t backend, uint32_t op, uint64_t seq, int peer = -1) {
+  void c10d_call(int pid, uint64_t backend, uint32_t op, uint64_t seq, int peer = -1,
+                 uint32_t kind = ARGUS_C10D_GLOO) {
     argus_c10d_coll_event e{};
     e.hdr = header(ARGUS_EV_C10D_COLL, pid, ts++);
     e.backend = backend;
     e.op = op;
     e.seq = seq;
     e.peer = peer;
+    e.kind = kind;
     feed.on_c10d_collective(e);
   }
   const CommView* view(const std::string& name) const {
@@ -332,6 +335,75 @@ TEST(CallFeed, C10dGroupsWithoutDescriptionOrMakingAreStillFollowed) {
   // A naming with no backend made before it on its thread names nothing.
   f.c10d_text(100, 100, 0xa2, ARGUS_C10D_GROUP_NAME, "2");
   EXPECT_EQ(f.view("j/pg:2"), nullptr);
+}
+
+// ProcessGroupNCCL: its calls are the NCCL calls it makes on the caller's
+// thread. The NCCL communicator its first call runs on keeps the group's
+// label; its calls are counted once (as NCCL's: no "pg:" communicator); a
+// send outside a batch runs on a pair communicator, labelled "<group> p2p".
+TEST(CallFeed, ANcclBackendIsJoinedWithTheNcclCommunicatorItsCallsRunOn) {
+  Feed f;
+  f.track(100, 0);
+  f.track(101, 1);
+  for (int pid : {100, 101}) {
+    f.c10d_backend(pid, pid, 0xb000 + pid, pid - 100, 2, ARGUS_C10D_NCCL);
+    f.c10d_text(pid, pid, 0xa000, ARGUS_C10D_GROUP_NAME, "0");
+    f.c10d_text(pid, pid, 0xa000, ARGUS_C10D_GROUP_DESC, "default_pg");
+    f.c10d_backend(pid, pid, 0xc000 + pid, pid - 100, 2, ARGUS_C10D_NCCL);
+    f.c10d_text(pid, pid, 0xa100, ARGUS_C10D_GROUP_NAME, "1");
+    f.c10d_text(pid, pid, 0xa100, ARGUS_C10D_GROUP_DESC, "tp");
+  }
+  EXPECT_EQ(f.view("j/pg:0"), nullptr);  // the NCCL communicator is the group's
+  // The first collective makes the communicator (lazily, inside the c10d call), then runs on it.
+  for (int pid : {100, 101}) {
+    f.c10d_call(pid, 0xb000 + pid, ARGUS_OP_ALL_REDUCE, 1, -1, ARGUS_C10D_NCCL);
+    f.init(pid, 0xe000 + pid, pid - 100, 2, 0x11);
+    f.call(pid, 0xe000 + pid, ARGUS_OP_ALL_REDUCE, 1);
+  }
+  const std::string world = f.names.name_of(100, 0xe064);
+  const CommView* v = f.view(world);
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->label, "default_pg");
+  EXPECT_EQ(v->newest_seq, 1u);  // one collective, not two
+  EXPECT_EQ(v->members.at(100).last_seq, 1u);
+  EXPECT_EQ(f.view("j/pg:0"), nullptr);
+
+  // A raw NCCL call with no c10d call before it on its thread joins nothing;
+  // a c10d call's join waits for an NCCL call on its own thread.
+  f.init(100, 0xe200, 0, 2, 0x22);
+  f.call(100, 0xe200, ARGUS_OP_ALL_REDUCE, 1);
+  f.c10d_call(100, 0xc064, ARGUS_OP_ALL_REDUCE, 1, -1, ARGUS_C10D_NCCL);
+  f.call(100, 0xe200, ARGUS_OP_ALL_REDUCE, 2, -1, 555);
+  EXPECT_EQ(f.view(f.names.name_of(100, 0xe200))->label, "");
+
+  // A send outside a batch: c10d's pair communicator, "tp p2p"; the group's
+  // own communicator is still the one its collectives run on.
+  f.init(100, 0xe300, 0, 2, 0x33);
+  f.init(101, 0xe301, 1, 2, 0x33);
+  f.c10d_call(100, 0xc064, ARGUS_OP_SEND, 0, 1, ARGUS_C10D_NCCL);
+  f.call(100, 0xe300, ARGUS_OP_SEND, 0, 1);
+  f.c10d_call(100, 0xc064, ARGUS_OP_ALL_REDUCE, 2, -1, ARGUS_C10D_NCCL);
+  f.init(100, 0xe400, 0, 2, 0x44);
+  f.call(100, 0xe400, ARGUS_OP_ALL_REDUCE, 1);
+  // A later p2p join on the group's communicator does not relabel it.
+  f.c10d_call(100, 0xc064, ARGUS_OP_RECV, 0, 1, ARGUS_C10D_NCCL);
+  f.call(100, 0xe400, ARGUS_OP_RECV, 0, 1);
+  EXPECT_EQ(f.view(f.names.name_of(100, 0xe400))->label, "tp");
+  const std::string pair = f.names.name_of(100, 0xe300);
+  bool labelled = false;
+  for (const auto& c : f.tracker.comms())
+    if (c.comm == pair) labelled = c.label == "tp p2p";
+  EXPECT_TRUE(labelled);
+
+  for (const auto& r : f.registry.snapshot()) {
+    if (r.pid != 100) continue;
+    ASSERT_EQ(r.process_groups.size(), 2u);
+    for (const auto& g : r.process_groups) {
+      EXPECT_EQ(g.backend_kind, "nccl");
+      const std::string expect = g.name == "0" ? world : f.names.name_of(100, 0xe400);
+      EXPECT_EQ(g.nccl_comm, expect) << g.name;
+    }
+  }
 }
 
 }  // namespace

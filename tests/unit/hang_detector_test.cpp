@@ -152,6 +152,20 @@ TEST(Detectors, BlockingHangNamesTheMissingRankWhileItsPeersSitInTheCall) {
       << ev[0].summary;
 }
 
+// A framework's group is named as users know it, with its members' job ranks.
+TEST(Detectors, AHangOnAFrameworkGroupNamesTheGroupAndItsRanks) {
+  HangReplay r;
+  r.facts[4].exited = false;
+  r.t.set_label("c", "tp");
+  for (int p : {1, 2, 4}) r.t.on_arrival("c", p, 100, r.t100 + p * kMs);
+  HangDetector h(HangOptions{10, 5});
+  auto ev = h.evaluate(r.t.comms(), {}, r.facts, r.t100 + 11'000 * kMs, 1);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_NE(ev[0].summary.find("collective #100 on tp (ranks 0-3) of job j"), std::string::npos) << ev[0].summary;
+  EXPECT_EQ(ev[0].evidence["group"], "tp");
+  EXPECT_EQ(ev[0].evidence["group_ranks"], nlohmann::json({0, 1, 2, 3}));
+}
+
 TEST(Detectors, EqualCountsHangSaysTheCollectiveItselfIsStuck) {
   HangReplay r;
   r.facts[4].exited = false;

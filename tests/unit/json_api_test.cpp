@@ -122,6 +122,8 @@ TEST(JsonApi, RoundTripsThroughNlohmann) {
                                            {"rank", 1},
                                            {"size", 4},
                                            {"comm", "j/pg:0"},
+                                           {"nccl_comm", nullptr},
+                                           {"members", {1}},
                                            {"calls", {{"all_reduce", 390}}}}));
   EXPECT_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["calls"], 5);
   EXPECT_DOUBLE_EQ(a1["cuda"]["sync"]["cuStreamSynchronize"]["wait_seconds"].get<double>(), 0.25);

@@ -74,7 +74,8 @@ TEST(RankRegistry, TotalsReplaceNeverAdd) {
 
 // c10d calls are kept per (process, backend, op) in BPF (the key's code and pad
 // hold the backend's address): labelled by the group the backend belongs to,
-// "unnamed" while its making was not seen; totals replace as the others do.
+// "unnamed" while its making was not seen (of the backend the key's sub names
+// with its op); totals replace as the others do.
 TEST(RankRegistry, ProcessGroupCallsByGroupLabel) {
   FakeClock clock;
   RankRegistry reg(clock, {"node-a", 60, 10, false});
@@ -90,11 +91,11 @@ TEST(RankRegistry, ProcessGroupCallsByGroupLabel) {
   pair.name = "1";
   pair.desc = "undefined";
   reg.on_process_group(100, pair);
-  auto key = [](uint64_t backend, uint16_t op, uint64_t n) {
+  auto key = [](uint64_t backend, uint16_t op, uint64_t n, uint16_t kind = ARGUS_C10D_GLOO) {
     StatEntry e{};
     e.key.tgid = 100;
     e.key.kind = ARGUS_STAT_C10D_CALLS;
-    e.key.sub = op;
+    e.key.sub = static_cast<uint16_t>(op | (kind << 8));
     e.key.code = static_cast<int32_t>(static_cast<uint32_t>(backend));
     e.key.pad = static_cast<uint32_t>(backend >> 32);
     e.value.count = n;
@@ -103,7 +104,8 @@ TEST(RankRegistry, ProcessGroupCallsByGroupLabel) {
   const std::vector<AggregateRecord> totals{key(world.backend, ARGUS_OP_ALL_REDUCE, 390),
                                             key(world.backend, ARGUS_C10D_OP_BARRIER, 1),
                                             key(pair.backend, ARGUS_OP_ALL_REDUCE, 12),
-                                            key(0x7f00'0000'3000, ARGUS_OP_BROADCAST, 4)};
+                                            key(0x7f00'0000'3000, ARGUS_OP_BROADCAST, 4),
+                                            key(0x7f00'0000'4000, ARGUS_OP_ALL_GATHER, 6, ARGUS_C10D_NCCL)};
   reg.apply_totals(100, totals);
   reg.apply_totals(100, totals);
   const auto snap = reg.snapshot();
@@ -113,7 +115,8 @@ TEST(RankRegistry, ProcessGroupCallsByGroupLabel) {
   EXPECT_EQ(s->process_group_calls, (std::map<K, uint64_t>{{{"default_pg", "gloo", "all_reduce"}, 390},
                                                            {{"default_pg", "gloo", "barrier"}, 1},
                                                            {{"1", "gloo", "all_reduce"}, 12},
-                                                           {{"unnamed", "gloo", "broadcast"}, 4}}));
+                                                           {{"unnamed", "gloo", "broadcast"}, 4},
+                                                           {{"unnamed", "nccl", "all_gather"}, 6}}));
   EXPECT_TRUE(s->nccl.empty());  // not NCCL's calls
   // A description learnt later replaces the group's record, not adds one.
   pair.desc = "pair_group";

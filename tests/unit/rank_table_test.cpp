@@ -51,8 +51,9 @@ json make_doc() {
       {"pid": 101, "job_id": "train-7", "rank": 0, "state": "exited", "exit_reason": "oom",
        "collective_wait_ratio": 0.5, "nccl": {}, "cuda": {"sync": {}, "kernel_launches": null, "errors": []}},
       {"pid": 50, "job_id": "alpha", "rank": 10, "state": "running",
-       "process_groups": [{"group": "default_pg", "calls": {"all_reduce": 390, "broadcast": 4}},
-                          {"group": "pair_group", "calls": {"all_reduce": 6}}]}
+       "process_groups": [{"group": "default_pg", "members": [8, 9, 10, 11], "calls": {"all_reduce": 390, "broadcast": 4}},
+                          {"group": "pair", "members": [10, 11], "calls": {"all_reduce": 6}},
+                          {"group": "tp", "backend": "nccl", "members": [10], "calls": {"all_reduce": 50}}]}
     ]})");
 }
 
@@ -65,7 +66,7 @@ TEST(RankTable, ColumnsAndValues) {
   // Sorted by job, then rank.
   EXPECT_EQ(fields(lines[1]),
             (std::vector<std::string>{"alpha", "10", "50", "running", "400", "0.00", "0.0", "0.0", "-", "-", "-", "-", "0",
-                                      "-", "default_pg,pair_group"}));
+                                      "-", "default_pg(8-11),pair(10-11..."}));
   EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "50.0", "0.0",
                                                         "-", "-", "-", "-", "0", "-", "-"}));
   EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "12.3", "45.7",

@@ -132,30 +132,48 @@ std::string CallFeed::comm_key(int pid, uint64_t handle) {
 }
 
 void CallFeed::on_collective(const argus_nccl_coll_event& e) {
-  on_call(static_cast<int>(e.hdr.tgid), {e.comm, e.op, e.peer, e.seq, e.bytes, e.hdr.ts_ns, nccl_op_label(e.op)});
+  const int pid = static_cast<int>(e.hdr.tgid);
+  const std::string key = on_call(pid, {e.comm, e.op, e.peer, e.seq, e.bytes, e.hdr.ts_ns, nccl_op_label(e.op)});
+  if (auto j = groups_.on_nccl_call(pid, e.hdr.tid, key)) join_nccl_group(pid, key, *j);
+}
+
+// A ProcessGroupNCCL's communicator keeps the group's label; the group lists
+// it. Its point-to-point communicators (one per peer pair) are "<label> p2p".
+void CallFeed::join_nccl_group(int pid, const std::string& comm, const ProcessGroups::NcclJoin& j) {
+  const std::string label = process_group_label(j.group);
+  tracker_.set_label(comm, j.p2p ? label + " p2p" : label);
+  if (!j.p2p) registry_.on_process_group(pid, j.group);
+  spdlog::debug("pid {}: NCCL communicator {} is c10d group {}{}", pid, comm, label, j.p2p ? " (p2p)" : "");
 }
 
 // c10d's calls carry no size (a tensor list the probe does not walk): a
-// late-attached rank's are numbered by order alone.
+// late-attached rank's are numbered by order alone. ProcessGroupNCCL's are
+// the NCCL calls they make, which the NCCL probes see: counted there once,
+// and only joined here.
 void CallFeed::on_c10d_collective(const argus_c10d_coll_event& e) {
-  on_call(static_cast<int>(e.hdr.tgid), {e.backend, e.op, e.peer, e.seq, 0, e.hdr.ts_ns, c10d_op_label(e.op)});
+  const int pid = static_cast<int>(e.hdr.tgid);
+  if (e.kind == ARGUS_C10D_NCCL) {
+    groups_.on_nccl_backend_call(pid, e.hdr.tid, e.backend, e.op == ARGUS_OP_SEND || e.op == ARGUS_OP_RECV);
+    return;
+  }
+  on_call(pid, {e.backend, e.op, e.peer, e.seq, 0, e.hdr.ts_ns, c10d_op_label(e.op)});
 }
 
 // The communicator a call ran on, by the name all its ranks share; a
 // late-attached rank's collectives held back until numbered like its peers'.
-void CallFeed::on_call(int pid, const Call& c) {
-  const std::string key = comm_key(pid, c.handle);
+std::string CallFeed::on_call(int pid, const Call& c) {
+  std::string key = comm_key(pid, c.handle);
   timeline_.on_collective_enter(pid, c.ts_ns, tracker_.step_seconds(pid));
   timeline_.on_collective_call(pid, c.label, key, c.ts_ns);
-  if (key.empty()) return;  // the process keeps its most names (counted)
+  if (key.empty()) return key;  // the process keeps its most names (counted)
   if (c.op == ARGUS_OP_SEND || c.op == ARGUS_OP_RECV) {
     tracker_.on_p2p(key, pid, c.op == ARGUS_OP_SEND, c.peer, c.ts_ns);
-    return;
+    return key;
   }
-  if (c.seq == 0) return;
+  if (c.seq == 0) return key;
   const bool init_seen = names_.anchored(pid, c.handle);
   const auto a = aligner_.on_arrival(key, pid, init_seen, c.seq, c.ts_ns, {c.op, c.bytes});
-  if (!a) return;
+  if (!a) return key;
   if (a->first && !init_seen) {
     const auto m = registry_.membership(pid);
     tracker_.add_member(key, pid, m ? m->world_size : 0);
@@ -164,6 +182,7 @@ void CallFeed::on_call(int pid, const Call& c) {
                  pid, key, label_of(a->how), a->shift);
   }
   tracker_.on_arrival(key, pid, a->seq, a->ts_ns, c.op, c.bytes);
+  return key;
 }
 
 // A backend is named by the next naming of a group on the thread that made it.
@@ -183,7 +202,7 @@ void CallFeed::on_c10d_group(const argus_c10d_group_event& e) {
   const std::string text(e.text, strnlen(e.text, sizeof e.text));
   if (e.what == ARGUS_C10D_GROUP_DESC) {
     for (const auto& b : groups_.on_desc(pid, e.group, text)) {
-      tracker_.set_label(b.comm_id, process_group_label(b));
+      tracker_.set_label(b.nccl_comm.empty() ? b.comm_id : b.nccl_comm, process_group_label(b));
       registry_.on_process_group(pid, b);
     }
     return;
@@ -191,8 +210,9 @@ void CallFeed::on_c10d_group(const argus_c10d_group_event& e) {
   if (e.what != ARGUS_C10D_GROUP_NAME || text.empty()) return;
   const std::string id = process_group_comm_id(job_of(pid), pid, text);
   for (const auto& b : groups_.on_name(pid, e.hdr.tid, e.group, text, id)) {
-    if (names_.on_init(pid, b.backend, id)) tracker_.add_member(id, pid, b.size, b.rank);
-    tracker_.set_label(id, process_group_label(b));
+    // An NCCL backend's calls are its NCCL communicator's (joined at its first call).
+    if (b.backend_kind != "nccl" && names_.on_init(pid, b.backend, id)) tracker_.add_member(id, pid, b.size, b.rank);
+    tracker_.set_label(b.nccl_comm.empty() ? id : b.nccl_comm, process_group_label(b));
     registry_.on_process_group(pid, b);
   }
 }

@@ -64,7 +64,9 @@ class CallFeed {
     uint64_t ts_ns = 0;
     const char* label = "";
   };
-  void on_call(int pid, const Call& c);
+  // Returns the communicator's name ("" when capped).
+  std::string on_call(int pid, const Call& c);
+  void join_nccl_group(int pid, const std::string& comm, const ProcessGroups::NcclJoin& j);
 
   RankRegistry& registry_;
   CommNames& names_;

@@ -119,10 +119,15 @@ std::vector<CommSnapshot> DetectionPass::comm_health(const std::vector<CommView>
     cs.nranks = c.nranks;
     cs.ranks_here = static_cast<int>(c.members.size());
     cs.newest_seq = c.newest_seq;
+    cs.group = c.label;
     for (const auto& [pid, m] : c.members) {
       seqs[pid][c.comm] = m.last_seq;
-      if (auto f = facts.find(pid); cs.job_id.empty() && f != facts.end()) cs.job_id = f->second.job_id;
+      auto f = facts.find(pid);
+      if (f == facts.end()) continue;
+      if (cs.job_id.empty()) cs.job_id = f->second.job_id;
+      if (f->second.rank >= 0) cs.ranks.push_back(f->second.rank);
     }
+    std::sort(cs.ranks.begin(), cs.ranks.end());
     if (auto h = hangs_.health().find(c.comm); h != hangs_.health().end()) {
       cs.stalled_seconds = h->second.stalled_seconds;
       cs.hung = h->second.hung;

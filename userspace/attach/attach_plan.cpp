@@ -127,19 +127,29 @@ constexpr std::array<NamedId, 6> kCudaLaunch{{
     {"cuLaunchCooperativeKernel_ptsz", ARGUS_CU_LAUNCH_COOPERATIVE_KERNEL},
 }};
 
-// c10d's Gloo backend (libtorch_cpu), by the mangled name's prefix: namespace,
-// class and method, so that a signature changed between PyTorch versions still
-// matches (each overload found is probed). The methods return
+// c10d's backends, Gloo (libtorch_cpu) and NCCL (libtorch_cuda), by the
+// mangled name's prefix: namespace, class and method, so that a signature
+// changed between PyTorch versions still matches (each overload found is
+// probed). Both backends override the same methods. They return
 // c10::intrusive_ptr<Work> by value: the return slot is argument 1, `this` 2,
-// and send/recv's (tensors, peer, tag) follow as 3, 4, 5.
+// and send/recv's (tensors, peer, tag) follow as 3, 4, 5. Methods one of
+// these calls internally (NCCL's _broadcast_oop, under an uneven allgather)
+// are left out: one user call is one count.
 struct C10dMethod {
   const char* name;
   uint32_t op;
   uint8_t peer_arg = 0;
 };
-constexpr const char* kGlooPrefix = "_ZN4c10d16ProcessGroupGloo";
+struct C10dBackend {
+  const char* prefix;  // "_ZN4c10d16ProcessGroupGloo"
+  uint32_t kind;       // enum argus_c10d_backend_kind
+};
+constexpr std::array<C10dBackend, 2> kC10dBackends{{
+    {"_ZN4c10d16ProcessGroupGloo", ARGUS_C10D_GLOO},
+    {"_ZN4c10d16ProcessGroupNCCL", ARGUS_C10D_NCCL},
+}};
 constexpr uint8_t kC10dThisArg = 2;
-constexpr std::array<C10dMethod, 19> kGlooMethods{{
+constexpr std::array<C10dMethod, 19> kC10dMethods{{
     {"allreduce", ARGUS_OP_ALL_REDUCE},
     {"allreduce_coalesced", ARGUS_OP_ALL_REDUCE},
     {"allreduce_sparse", ARGUS_OP_ALL_REDUCE},
@@ -195,8 +205,14 @@ std::vector<const elf::Symbol*> probeable_with_prefix(const elf::SymbolTable& sy
 }
 
 // "_ZN4c10d16ProcessGroupGloo" "9allreduce" "E": a method's mangled prefix.
-std::string gloo_method_prefix(std::string_view method) {
-  return std::string(kGlooPrefix) + std::to_string(method.size()) + std::string(method) + "E";
+std::string c10d_method_prefix(const C10dBackend& backend, std::string_view method) {
+  return std::string(backend.prefix) + std::to_string(method.size()) + std::string(method) + "E";
+}
+
+bool has_c10d_backend(const elf::SymbolTable& symbols, const C10dBackend& backend) {
+  return std::any_of(kC10dMethods.begin(), kC10dMethods.end(), [&](const C10dMethod& m) {
+    return !probeable_with_prefix(symbols, c10d_method_prefix(backend, m.name)).empty();
+  });
 }
 
 class Planner {
@@ -246,23 +262,32 @@ void plan_nccl(const elf::SymbolTable& symbols, Planner& plan) {
   }
 }
 
-// Nothing when no collective method is found (a build without Gloo, or names
-// this agent does not know): the caller says so and counts it.
+// A backend's constructor and methods, where its library defines them. The
+// cookie's flags say whose method a call was: NCCL's are joined with the NCCL
+// calls they make.
+void plan_c10d_backend(const elf::SymbolTable& symbols, const C10dBackend& backend, Planner& plan) {
+  // Constructors C1 (complete) and C2 (base) share an address: one probe.
+  for (const char* ctor : {"C1E", "C2E"})
+    for (const auto* sym : probeable_with_prefix(symbols, std::string(backend.prefix) + ctor))
+      plan.add(*sym, ProbeProgram::C10dBackendInit, false, ARGUS_COOKIE(backend.kind, 0, 0, 0, 0));
+  for (const auto& m : kC10dMethods)
+    for (const auto* sym : probeable_with_prefix(symbols, c10d_method_prefix(backend, m.name)))
+      plan.add(*sym, ProbeProgram::C10dCollEnter, false,
+               ARGUS_COOKIE_P2P(m.op, 0, 0, kC10dThisArg, m.peer_arg) | ARGUS_COOKIE(0, 0, 0, 0, backend.kind));
+}
+
+// Nothing when no backend's collective method is found (a build without
+// Gloo, or names this agent does not know): the caller says so and counts it.
+// libtorch_cpu holds Gloo and the group naming; libtorch_cuda holds NCCL's.
 void plan_c10d(const elf::SymbolTable& symbols, Planner& plan) {
   bool any = false;
-  for (const auto& m : kGlooMethods) any = any || !probeable_with_prefix(symbols, gloo_method_prefix(m.name)).empty();
+  for (const auto& b : kC10dBackends) any = has_c10d_backend(symbols, b) || any;
   if (!any) return;
-  // Constructors C1 (complete) and C2 (base) share an address: one probe.
-  for (const auto* sym : probeable_with_prefix(symbols, std::string(kGlooPrefix) + "C1E"))
-    plan.add(*sym, ProbeProgram::C10dBackendInit, false, ARGUS_COOKIE(ARGUS_C10D_GLOO, 0, 0, 0, 0));
-  for (const auto* sym : probeable_with_prefix(symbols, std::string(kGlooPrefix) + "C2E"))
-    plan.add(*sym, ProbeProgram::C10dBackendInit, false, ARGUS_COOKIE(ARGUS_C10D_GLOO, 0, 0, 0, 0));
   for (const auto& t : kC10dGroupText)
     for (const auto* sym : probeable_with_prefix(symbols, t.name))
       plan.add(*sym, ProbeProgram::C10dGroupText, false, ARGUS_COOKIE(t.id, 0, 0, 0, 0));
-  for (const auto& m : kGlooMethods)
-    for (const auto* sym : probeable_with_prefix(symbols, gloo_method_prefix(m.name)))
-      plan.add(*sym, ProbeProgram::C10dCollEnter, false, ARGUS_COOKIE_P2P(m.op, 0, 0, kC10dThisArg, m.peer_arg));
+  for (const auto& b : kC10dBackends)
+    if (has_c10d_backend(symbols, b)) plan_c10d_backend(symbols, b, plan);
 }
 
 void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
@@ -342,9 +367,12 @@ LibraryKind classify_library(const elf::SymbolTable& symbols) {
   const bool cuda = probeable(symbols, "cuInit") != nullptr && probeable(symbols, "cuLaunchKernel") != nullptr;
   if (cuda) return LibraryKind::Cuda;
   if (python::looks_like_python(symbols)) return LibraryKind::Python;
-  // c10d is there when its ProcessGroup is; its backends may not be (planned apart).
+  // c10d is there when its ProcessGroup is (libtorch_cpu), or one of its
+  // backends (libtorch_cuda holds NCCL's); a library may hold neither backend
+  // (planned apart).
   if (!probeable_with_prefix(symbols, kC10dGroupText[0].name).empty() ||
-      !probeable_with_prefix(symbols, gloo_method_prefix("allreduce")).empty())
+      std::any_of(kC10dBackends.begin(), kC10dBackends.end(),
+                  [&](const C10dBackend& b) { return has_c10d_backend(symbols, b); }))
     return LibraryKind::Torch;
   if (probeable(symbols, kLoaderHookSymbol) != nullptr) return LibraryKind::Loader;
   return LibraryKind::None;

@@ -1,5 +1,7 @@
 #include "userspace/cli/rank_table.h"
 
+#include "userspace/model/snapshot.h"
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -14,6 +16,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kMaxJobWidth = 24;
+constexpr std::size_t kMaxGroupsWidth = 30;  // the last column: a line stays within 140
 
 const json* member(const json& j, const char* key) {
   if (!j.is_object()) return nullptr;
@@ -83,7 +86,8 @@ struct Row {
   std::array<std::string, 15> cells;
 };
 
-// The c10d groups' labels ("-": none), their calls added to `calls`.
+// The c10d groups' labels with their members here ("tp(4-5)"; "-": none),
+// their calls added to `calls`.
 std::string groups_of(const json& r, double& calls) {
   std::string out;
   const json* groups = member(r, "process_groups");
@@ -91,11 +95,19 @@ std::string groups_of(const json& r, double& calls) {
   for (const auto& g : *groups) {
     const json* label = member(g, "group");
     if (!label || !label->is_string()) continue;
-    if (const json* c = member(g, "calls"); c && c->is_object())
+    // ProcessGroupNCCL's calls are its NCCL calls, already in NCCL's count.
+    const json* backend = member(g, "backend");
+    const bool nccl = backend && backend->is_string() && backend->get<std::string>() == "nccl";
+    if (const json* c = member(g, "calls"); c && c->is_object() && !nccl)
       for (const auto& [op, n] : c->items()) calls += n.is_number() ? n.get<double>() : 0.0;
-    out += (out.empty() ? "" : ",") + printable(label->get<std::string>());
+    std::vector<int> ranks;
+    if (const json* m = member(g, "members"); m && m->is_array())
+      for (const auto& r : *m)
+        if (r.is_number_integer()) ranks.push_back(r.get<int>());
+    const std::string who = rank_list_text(ranks);
+    out += (out.empty() ? "" : ",") + printable(label->get<std::string>()) + (who.empty() ? "" : "(" + who + ")");
   }
-  if (out.size() > kMaxJobWidth) out = out.substr(0, kMaxJobWidth - 3) + "...";
+  if (out.size() > kMaxGroupsWidth) out = out.substr(0, kMaxGroupsWidth - 3) + "...";
   return out.empty() ? "-" : out;
 }
 

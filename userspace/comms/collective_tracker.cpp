@@ -295,6 +295,10 @@ RankLagStats CollectiveTracker::lag_stats_at(int pid, uint64_t now_ns, double st
   }
   out.step_seconds = step_s;
   out.comms = order_.of(pid, out.step_seconds, now_ns);
+  for (auto& c : out.comms) {
+    const std::string name = is_p2p(c) ? c.comm.substr(0, c.comm.size() - kP2pSuffix.size()) : c.comm;
+    if (auto it = comms_.find(name); it != comms_.end()) c.label = it->second.view.label;
+  }
   // The summary is the communicator where it is most surely late.
   const CommLateness* worst = nullptr;
   for (const auto& c : out.comms)

@@ -40,6 +40,39 @@ std::vector<ProcessGroupInfo> ProcessGroups::on_desc(int pid, uint64_t group, co
   return it->second;
 }
 
+void ProcessGroups::on_nccl_backend_call(int pid, uint32_t tid, uint64_t backend, bool p2p) {
+  auto& calls = procs_[pid].nccl_calls;
+  if (calls.size() >= max_ && !calls.count(tid)) return;  // threads past the cap: not joined
+  calls[tid] = {backend, p2p};
+}
+
+ProcessGroupInfo* ProcessGroups::named_backend(Proc& p, uint64_t backend) {
+  for (auto& [group, backends] : p.named)
+    for (auto& b : backends)
+      if (b.backend == backend) return &b;
+  return nullptr;
+}
+
+std::optional<ProcessGroups::NcclJoin> ProcessGroups::on_nccl_call(int pid, uint32_t tid, const std::string& comm_id) {
+  auto pit = procs_.find(pid);
+  if (pit == procs_.end() || comm_id.empty()) return std::nullopt;
+  Proc& p = pit->second;
+  auto call = p.nccl_calls.find(tid);
+  if (call == p.nccl_calls.end()) return std::nullopt;
+  const PendingCall c = call->second;
+  p.nccl_calls.erase(call);  // one c10d call, one NCCL call joined to it
+  // A communicator is joined once; a collective's join outranks a p2p one
+  // (a batched send/recv runs on the group's own communicator).
+  auto seen = p.joined.find(comm_id);
+  if (seen != p.joined.end() && (!seen->second || c.p2p)) return std::nullopt;
+  ProcessGroupInfo* b = named_backend(p, c.backend);
+  if (b == nullptr) return std::nullopt;
+  if (seen == p.joined.end() && p.joined.size() >= max_) return std::nullopt;
+  p.joined[comm_id] = c.p2p;
+  if (!c.p2p) b->nccl_comm = comm_id;
+  return NcclJoin{*b, c.p2p};
+}
+
 void ProcessGroups::retain(const std::set<int>& pids) {
   std::erase_if(procs_, [&](const auto& kv) { return !pids.count(kv.first); });
 }

@@ -36,13 +36,35 @@ class ProcessGroups final : public PidScoped {
   // A group described: the backends it named, with their description.
   std::vector<ProcessGroupInfo> on_desc(int pid, uint64_t group, const std::string& desc);
 
+  // ProcessGroupNCCL makes its NCCL call on the caller's thread, inside the
+  // c10d call (after a first call's lazy ncclCommInitRank or split): the next
+  // NCCL collective or p2p call on that thread ran on the group's
+  // communicator. A send or receive outside a batch runs on a 2-rank
+  // communicator c10d makes per peer pair.
+  void on_nccl_backend_call(int pid, uint32_t tid, uint64_t backend, bool p2p);
+  struct NcclJoin {
+    ProcessGroupInfo group;  // its nccl_comm set where the call was a collective
+    bool p2p = false;
+  };
+  // An NCCL call on `comm_id`: the group whose c10d call made it, the first
+  // time that communicator is joined (nullopt after, or when no c10d call
+  // waits on this thread, or its backend was made before the agent attached).
+  std::optional<NcclJoin> on_nccl_call(int pid, uint32_t tid, const std::string& comm_id);
+
   void retain(const std::set<int>& pids) override;
 
  private:
+  struct PendingCall {
+    uint64_t backend = 0;
+    bool p2p = false;
+  };
   struct Proc {
     std::map<uint32_t, std::vector<ProcessGroupInfo>> unnamed;  // tid -> backends made, not yet named
     std::map<uint64_t, std::vector<ProcessGroupInfo>> named;    // group -> its backends
+    std::map<uint32_t, PendingCall> nccl_calls;                 // tid -> its last ProcessGroupNCCL call
+    std::map<std::string, bool> joined;                         // NCCL communicator -> joined by a p2p call
   };
+  ProcessGroupInfo* named_backend(Proc& p, uint64_t backend);
   size_t max_;
   std::map<int, Proc> procs_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "userspace/detect/numbers.h"
+#include "userspace/model/snapshot.h"
 
 namespace argus {
 
@@ -153,7 +154,13 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
   ev.kind = EventKind::kHang;
   ev.job_id = h.job_id;
   const int here = static_cast<int>(c.members.size());
-  const std::string on = c.label.empty() ? "" : " on " + c.label;
+  // A framework's group is named as users know it: "tp (ranks 4-5)".
+  std::vector<int> member_ranks;
+  for (const auto& [pid, m] : c.members)
+    if (auto it = ranks.find(pid); it != ranks.end()) member_ranks.push_back(it->second.rank);
+  std::sort(member_ranks.begin(), member_ranks.end());
+  const std::string group = c.label.empty() ? "" : group_phrase(c.label, member_ranks, c.nranks);
+  const std::string on = group.empty() ? "" : " on " + group;
   const std::string head = "collective #" + std::to_string(c.newest_seq) + on + " of job " + h.job_id + " has not moved for " +
                            fmt("%.0f", h.stalled_seconds) + " s";
   HangCause cause;
@@ -182,6 +189,7 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
   }
   ev.evidence = {{"comm", c.comm},
                  {"group", c.label},
+                 {"group_ranks", member_ranks},
                  {"newest_seq", c.newest_seq},
                  {"stalled_seconds", h.stalled_seconds},
                  {"stall_threshold_seconds", limit},

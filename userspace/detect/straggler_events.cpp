@@ -126,6 +126,7 @@ DetectedEvent StragglerDetector::straggler_event(const std::string& job, const R
   nlohmann::json late_on = nlohmann::json::array();
   for (const auto* c : v.late_on)
     late_on.push_back({{"comm", c->comm},
+                       {"group", c->label.empty() ? nlohmann::json() : nlohmann::json(c->label)},
                        {"peers", c->peers},
                        {"steps", c->bins},
                        {"late_share", c->late_share},

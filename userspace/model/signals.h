@@ -21,6 +21,7 @@ namespace argus {
 struct CommLateness {
   // "<comm>" for collectives, "<comm>/p2p" (p2p_name) for matched sends and receives
   std::string comm;
+  std::string label;  // what the framework calls it (a c10d group's label), "" when not known
   int peers = 0;     // the peers it was compared with (at its newest step)
   size_t bins = 0;   // steps compared
   double ops_per_step = 1;  // its operations here in a step (median over the steps compared)

@@ -29,10 +29,18 @@ struct ProcessGroupInfo {
   std::string name;     // c10d's group name: the same on every member ("0" for the world)
   std::string desc;     // what the framework calls it ("default_pg", a Megatron group's), "" when unset
   std::string comm_id;  // its communicator's name in the agent ("<job>/pg:<name>")
+  std::string nccl_comm;  // NCCL backends: the NCCL communicator its collectives ran on ("" until joined)
 };
 // How metrics and events name a group: its description where the framework
 // gave one, else c10d's name, else "unnamed" (made before the agent attached).
 std::string process_group_label(const ProcessGroupInfo& g);
+// Ranks as a short list: "4-5", "0, 2, 4", "0-3, 8-11" (unknown ranks, -1,
+// left out; past 6 pieces, "..."): how users name a group's members.
+std::string rank_list_text(std::vector<int> ranks);
+// A group as users say it: "tp (ranks 4-5)"; where this node holds only some
+// of its members, "dp (ranks 0, 1 here, of 8)". The label alone when no rank
+// is known.
+std::string group_phrase(const std::string& label, const std::vector<int>& ranks_here, int nranks);
 
 // Where its main thread was when the agent looked (wall clock, a few times a
 // second, whatever it was doing): how often inside its DataLoader's __next__,
@@ -291,6 +299,8 @@ struct AgentSnapshot {
 struct CommSnapshot {
   std::string job_id;
   std::string comm;  // comm_id_from_uid of its ncclUniqueId (a hash): the same on every node
+  std::string group;  // the c10d group it is, as the framework labels it ("" when not known)
+  std::vector<int> ranks;  // the job ranks of its members here, sorted
   int nranks = 0;    // the whole communicator
   int ranks_here = 0;
   uint64_t newest_seq = 0;

@@ -10,15 +10,15 @@ namespace argus {
 namespace {
 
 // A backend's calls under its group's label; one whose making the agent did
-// not see (it attached late) is "unnamed", of the only backend probed: Gloo.
+// not see (it attached late) is "unnamed", of the backend its method was.
 void add_process_group_calls(const AggregateRecord& r, RankSnapshot& s) {
-  std::string label = "unnamed", kind = "gloo";
+  std::string label = "unnamed", kind = c10d_backend_label(r.sub >> 8);
   for (const auto& g : s.process_groups)
     if (g.backend == r.object) {
       label = process_group_label(g);
       kind = g.backend_kind;
     }
-  s.process_group_calls[{label, kind, c10d_op_label(r.sub)}] += r.count;
+  s.process_group_calls[{label, kind, c10d_op_label(r.sub & 0xff)}] += r.count;
 }
 
 }  // namespace

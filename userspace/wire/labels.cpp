@@ -35,7 +35,13 @@ const char* nccl_op_label(uint32_t op) {
 
 const char* c10d_op_label(uint32_t op) { return op == ARGUS_C10D_OP_BARRIER ? "barrier" : nccl_op_label(op); }
 
-const char* c10d_backend_label(uint32_t kind) { return kind == ARGUS_C10D_GLOO ? "gloo" : "unknown"; }
+const char* c10d_backend_label(uint32_t kind) {
+  switch (kind) {
+    case ARGUS_C10D_GLOO: return "gloo";
+    case ARGUS_C10D_NCCL: return "nccl";
+    default: return "unknown";
+  }
+}
 
 const char* nccl_init_api_label(uint32_t api) {
   switch (api) {
