@@ -25,7 +25,7 @@ fs::path torch_venv() {
 class TorchJob {
  public:
   TorchJob(const fs::path& dir, const std::string& run_id, std::vector<std::string> fault,
-           const std::string& step_sleep = "0.02")
+           const std::string& step_sleep = "0.02", int workers = 0)
       : dir_(dir), truth_(dir / "truth") {
     fs::create_directories(truth_);
     fault.push_back("OMP_NUM_THREADS=1");
@@ -35,7 +35,8 @@ class TorchJob {
                                  "127.0.0.1:" + std::to_string(free_port()), "--rdzv_id", run_id,
                                  std::string(ARGUS_SOURCE_DIR) + "/tests/python/pg_train.py", "--steps", "0",
                                  "--subgroup", "--step-sleep", step_sleep, "--truth-dir", truth_.string(), "--ready-file",
-                                 (dir / "ready").string(), "--stop-file", (dir / "stop").string(), "--linger", "60"},
+                                 (dir / "ready").string(), "--stop-file", (dir / "stop").string(), "--linger", "60",
+                                 "--workers", std::to_string(workers)},
         dir / "torchrun.log", fault);
   }
   static constexpr int kRanks = 4;
@@ -196,9 +197,10 @@ TEST(FrameworkTorch, ARankWithExtraComputeInItsBackwardIsNamedForCompute) {
   EXPECT_EQ(events_of(agent, "hang", run_id).size(), 0u);
 }
 
-// A rank whose input pipeline cannot keep up (its DataLoader's collate waits
-// 40 ms a batch, as on slow storage): named, alone, for its dataloader, with
-// where its main thread was when the agent looked.
+// A rank whose input pipeline cannot keep up (its one DataLoader worker's
+// collate waits 80 ms a batch, as on slow storage): named, alone, for its
+// dataloader, with where its main thread was when the agent looked and what
+// its worker process cost.
 TEST(FrameworkTorch, ARankWhoseDataLoaderStallsIsNamedForItsInput) {
   ARGUS_REQUIRE_ROOT();
   if (!require_torch()) GTEST_SKIP() << "no torch venv at " << torch_venv();
@@ -207,7 +209,7 @@ TEST(FrameworkTorch, ARankWhoseDataLoaderStallsIsNamedForItsInput) {
   ASSERT_TRUE(agent.wait_ready()) << agent.log();
   const std::string run_id = "pginput" + std::to_string(getpid());
   const int slow = 1;
-  TorchJob job(dir, run_id, {"PG_TRAIN_SLOW_DATA_RANK=" + std::to_string(slow) + ":40"});
+  TorchJob job(dir, run_id, {"PG_TRAIN_SLOW_DATA_RANK=" + std::to_string(slow) + ":80"}, "0.02", 1);
   ASSERT_TRUE(job.wait_training()) << job.log();
   const json named = await_events(agent, "straggler", run_id);
   const auto truth = job.stop_and_read_truth();
@@ -219,6 +221,10 @@ TEST(FrameworkTorch, ARankWhoseDataLoaderStallsIsNamedForItsInput) {
     EXPECT_EQ(e["evidence"].value("reason", ""), "dataloader") << e.dump(1);
     const json& input = e["evidence"]["host_cause"]["input"];
     EXPECT_GT(input.value("in_dataloader_share", 0.0), input.value("peers_median_share", 1.0)) << e.dump(1);
+    // Its worker, and each peer's, found among its children as the script made them.
+    ASSERT_TRUE(input["workers"].is_object()) << e.dump(1);
+    EXPECT_EQ(input["workers"].value("count", -1), truth.at(slow).value("workers", -2)) << e.dump(1);
+    EXPECT_EQ(input["peers_median_workers"].value("count", -1), truth.at(0).value("workers", -2)) << e.dump(1);
     EXPECT_NE(e.value("summary", "").find("DataLoader"), std::string::npos) << e.dump(1);
   }
   EXPECT_EQ(events_of(agent, "hang", run_id).size(), 0u);

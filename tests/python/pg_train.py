@@ -171,7 +171,7 @@ def main():
                  "finished": finished,
                  "calls": counter.calls,
                  "slow_rank": slow_rank, "slow_ms": slow_ms,
-                 "slow_data_rank": slow_data_rank, "slow_data_ms": slow_data_ms}
+                 "slow_data_rank": slow_data_rank, "slow_data_ms": slow_data_ms, "workers": args.workers}
         tmp = os.path.join(args.truth_dir, f"rank-{rank}.json.tmp")
         with open(tmp, "w") as f:
             json.dump(truth, f)

@@ -53,6 +53,7 @@ struct Replay {
   bool with_gc = false;  // the ranks' collectors are probed
   std::map<int, double> input_ms;  // per step, off CPU waiting for the next batch
   bool with_input = false;         // the agent looks where the main threads are
+  std::map<int, InputWorkersView> workers;  // their DataLoader workers, as read from /proc
   std::map<int, double> input_ns;
   std::map<int, double> gc_ns;
   std::map<int, uint64_t> gc_pauses;
@@ -174,6 +175,7 @@ struct Replay {
       s.input_valid = with_input;
       s.input_polls = 25;
       s.input_share = input_ns[p] / span;
+      if (workers.count(p)) s.input_workers = workers.at(p);
       s.offcpu_valid = with_kernel;
       if (with_kernel) {
         s.runqueue_share = runqueue_ns[p] / span;

@@ -108,6 +108,8 @@ TEST_P(GcReason, GcPauseOnlyWhenItsGcExplainsTheLag) {
   for (int p = 0; p < 8; ++p) r.gc_ms[100 + p] = c.gc_others_ms;
   r.gc_ms[105] = c.gc_slow_ms;
   if (c.host_slow != 1.0) r.host[105] = c.host_slow;
+  // Two DataLoader workers a rank; rank 5's busier on CPU (evidence, not the decision).
+  for (int p = 0; p < 8; ++p) r.workers[100 + p] = {true, 2, 5.0, p == 5 ? 1.9 : 0.3, 2e6, p == 5 ? 8e6 : 0.0};
   r.join();
   StragglerDetector d;
   auto events = r.run(d, 4);
@@ -192,6 +194,8 @@ TEST_P(InputReason, DataloaderOnlyWhenItsInputWaitExplainsTheLag) {
   r.input_ms[105] = c.input_slow_ms;
   if (c.gc_slow_ms > 0) r.gc_ms[105] = c.gc_slow_ms;
   if (c.host_slow != 1.0) r.host[105] = c.host_slow;
+  // Two DataLoader workers a rank; rank 5's busier on CPU (evidence, not the decision).
+  for (int p = 0; p < 8; ++p) r.workers[100 + p] = {true, 2, 5.0, p == 5 ? 1.9 : 0.3, 2e6, p == 5 ? 8e6 : 0.0};
   r.join();
   StragglerDetector d;
   auto events = r.run(d, 4);
@@ -210,6 +214,14 @@ TEST_P(InputReason, DataloaderOnlyWhenItsInputWaitExplainsTheLag) {
   EXPECT_GT(input["in_dataloader_share"].get<double>(), input["peers_median_share"].get<double>());
   EXPECT_NEAR(input["excess_per_step_seconds"].get<double>(), (c.input_slow_ms - c.input_others_ms) / 1e3, 0.01);
   EXPECT_NE(events[0].summary.find("it waits for its input: its main thread was in its DataLoader's next batch at"),
+            std::string::npos)
+      << events[0].summary;
+  EXPECT_EQ(input["workers"]["count"], 2);
+  EXPECT_DOUBLE_EQ(input["workers"]["cpu_seconds_per_second"].get<double>(), 1.9);
+  EXPECT_DOUBLE_EQ(input["workers"]["read_bytes_per_second"].get<double>(), 8e6);
+  EXPECT_DOUBLE_EQ(input["peers_median_workers"]["cpu_seconds_per_second"].get<double>(), 0.3);
+  EXPECT_DOUBLE_EQ(input["peers_median_workers"]["read_bytes_per_second"].get<double>(), 0.0);
+  EXPECT_NE(events[0].summary.find("its 2 DataLoader workers used 1.90 CPU-s/s (peers' 0.30) and read 2.0 MB/s (peers' 2.0)"),
             std::string::npos)
       << events[0].summary;
 }

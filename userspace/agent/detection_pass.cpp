@@ -26,6 +26,7 @@ void set_input_share(RankSignal& sig, const InputWaitView& input, const RankLagS
   sig.input_valid = true;
   sig.input_polls = use->polls;
   sig.input_share = static_cast<double>(use->in_input) / use->polls;
+  sig.input_workers = use->workers;
 }
 
 }  // namespace

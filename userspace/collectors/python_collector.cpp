@@ -1,5 +1,7 @@
 #include "userspace/collectors/python_collector.h"
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -121,6 +123,10 @@ void PythonCollector::poll_input(double now) {
   for (auto& [pid, pr] : ranks_) {
     if (!pr.proc || pr.gc_stats_addr == 0) continue;  // not located, or not initialised yet
     if (!pr.look) pr.look = std::make_unique<python::MainThreadLook>(in_dataloader_next);
+    if (!pr.workers)
+      pr.workers = std::make_unique<DataLoaderWorkers>(opts_.proc_root, std::max(5.0, opts_.window_seconds),
+                                                       sysconf(_SC_CLK_TCK));
+    pr.workers->sample(pid, now);
     // The iterator sits near the loop's top, under the whole step's depth.
     const auto waiting = pr.look->inside(*pr.proc, *pr.mem, 256);
     if (!waiting) continue;
@@ -135,6 +141,7 @@ void PythonCollector::poll_input(double now) {
         ++v.spans[i].polls;
         v.spans[i].in_input += in ? 1 : 0;
       }
+      v.spans[i].workers = pr.workers->rates(spans[i]);
     }
     facts_.set_input_polls(pid, v);
   }

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "userspace/collectors/dataloader_workers.h"
 #include "userspace/common/clock.h"
 #include "userspace/common/defaults.h"
 #include "userspace/model/agent_counters.h"
@@ -87,6 +88,7 @@ class PythonCollector final : public HostCollector {
     bool said = false;           // its refusal was logged
     std::deque<std::pair<double, bool>> input;  // (when, in its DataLoader's __next__), last window
     std::unique_ptr<python::MainThreadLook> look;  // made at the first look
+    std::unique_ptr<DataLoaderWorkers> workers;     // made at the first look
   };
   void refresh_rank(int pid, PyRank& pr, double now);
   void take_probed_gc(int pid);

@@ -72,6 +72,34 @@ bool StragglerDetector::gc_explains_lag(const RankSignal& r, const std::vector<c
 // Whether the time its main thread spends in its DataLoader's __next__ (the
 // share of the agent's looks, as time per step) above its peers' median
 // explains at least min_input_share of its lag: its input cannot keep up.
+namespace {
+
+// The peers' DataLoader workers, each figure their median: what this rank's
+// workers are compared with in the evidence (they do not decide the reason:
+// the main thread's waits do).
+InputWorkersView peer_workers(const RankSignal& r, const std::vector<const RankSignal*>& members) {
+  std::vector<double> count, span, cpu, rchar, read;
+  for (const auto* p : members) {
+    if (p->pid == r.pid || !p->input_valid || !p->input_workers.valid) continue;
+    count.push_back(p->input_workers.workers);
+    span.push_back(p->input_workers.seconds);
+    cpu.push_back(p->input_workers.cpu_per_s);
+    rchar.push_back(p->input_workers.rchar_per_s);
+    read.push_back(p->input_workers.read_bytes_per_s);
+  }
+  InputWorkersView out;
+  if (count.empty()) return out;
+  out.valid = true;
+  out.workers = static_cast<int>(std::lround(median_of(count)));
+  out.seconds = median_of(span);
+  out.cpu_per_s = median_of(cpu);
+  out.rchar_per_s = median_of(rchar);
+  out.read_bytes_per_s = median_of(read);
+  return out;
+}
+
+}  // namespace
+
 bool StragglerDetector::input_explains_lag(const RankSignal& r, const std::vector<const RankSignal*>& members,
                                            Verdict& v) const {
   if (!r.input_valid || r.lag.step_seconds <= 0 || r.lag.median_lag_s <= 0) return false;
@@ -80,6 +108,7 @@ bool StragglerDetector::input_explains_lag(const RankSignal& r, const std::vecto
     if (p->pid != r.pid && p->input_valid) peers.push_back(p->input_share);
   if (peers.empty()) return false;
   v.input_peer_share = median_of(peers);
+  v.input_peer_workers = peer_workers(r, members);
   // A look or two in its DataLoader is chance (every rank calls it once a
   // step): the share must rest on several looks and stand clear of its peers'.
   const double in = r.input_share * r.input_polls;

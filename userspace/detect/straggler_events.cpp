@@ -46,6 +46,29 @@ std::string alike_text(const std::map<int, int>& alike) {
          "GPU layer nothing tells them apart";
 }
 
+// Its DataLoader workers: null before the agent has read them twice.
+nlohmann::json workers_evidence(const InputWorkersView& w) {
+  if (!w.valid) return nullptr;
+  return {{"count", w.workers},
+          {"span_seconds", w.seconds},
+          {"cpu_seconds_per_second", w.cpu_per_s},
+          {"read_bytes_per_second", w.read_bytes_per_s},
+          {"chars_read_per_second", w.rchar_per_s}};
+}
+
+// What its workers say of the wait: none (the batch is made in the main
+// thread), busy on CPU, or neither (waiting on something else: storage, a lock).
+std::string workers_phrase(const InputWorkersView& own, const InputWorkersView& peers) {
+  if (!own.valid) return "";
+  if (own.workers == 0) return "; it has no DataLoader workers (its batches are made in its main thread)";
+  std::string s = "; its " + std::to_string(own.workers) + " DataLoader worker" + (own.workers > 1 ? "s" : "") +
+                  " used " + fmt("%.2f", own.cpu_per_s) + " CPU-s/s";
+  if (peers.valid) s += " (peers' " + fmt("%.2f", peers.cpu_per_s) + ")";
+  s += " and read " + fmt("%.1f", own.rchar_per_s / 1e6) + " MB/s";
+  if (peers.valid) s += " (peers' " + fmt("%.1f", peers.rchar_per_s / 1e6) + ")";
+  return s;
+}
+
 }  // namespace
 
 DetectedEvent StragglerDetector::straggler_event(const std::string& job, const RankSignal& r, const Verdict& v,
@@ -202,7 +225,8 @@ std::string StragglerDetector::host_cause_summary(const RankSignal& r, const Ver
     return head + "it waits for its input: its main thread was in its DataLoader's next batch at " +
            std::to_string(in) + " of the agent's " + std::to_string(looks) + " looks (" + pct(r.input_share) +
            "), its peers' at " + pct(v.input_peer_share) + ": about " + fmt("%.0f", v.input_excess_per_step_s * 1e3) +
-           " ms a step, " + pct(std::min(9.99, v.input_explained_share)) + " of its lag";
+           " ms a step, " + pct(std::min(9.99, v.input_explained_share)) + " of its lag" +
+           workers_phrase(r.input_workers, v.input_peer_workers);
   }
   if (v.reason == StragglerReason::kThrottled)
     return head + "its cgroup " + (r.cgroup.empty() ? "" : r.cgroup + " ") + "was throttled " + pct(v.own.throttled) +
@@ -227,13 +251,16 @@ nlohmann::json StragglerDetector::host_cause_evidence(const RankSignal& r, const
                       {"peers_median_lag_seconds", v.peers_lag_s},
                       {"lag_behind_peers_seconds", v.lag_behind_peers_s},
                       {"step_seconds", r.lag.step_seconds}};
-  if (r.input_valid)
+  if (r.input_valid) {
     j["input"] = {{"looks", r.input_polls},
                   {"in_dataloader_share", r.input_share},
                   {"peers_median_share", v.input_peer_share},
                   {"excess_per_step_seconds", v.input_excess_per_step_s},
                   {"explained_share", v.input_explained_share},
                   {"min_explained_share", opts_.min_input_share}};
+    j["input"]["workers"] = workers_evidence(r.input_workers);
+    j["input"]["peers_median_workers"] = workers_evidence(v.input_peer_workers);
+  }
   if (!r.offcpu_valid) return j;
   j["shares"] = shares(v.own);
   j["peers_median_shares"] = shares(v.peers);

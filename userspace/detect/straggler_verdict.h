@@ -55,6 +55,7 @@ struct StragglerDetector::Verdict {
   double input_peer_share = 0;           // the peers' share of looks in their DataLoader's next (median)
   double input_excess_per_step_s = 0;    // this rank's above it, as time per step
   double input_explained_share = 0;      // ... as a share of its lag
+  InputWorkersView input_peer_workers;   // the peers' DataLoader workers (median of each figure)
   // Kernel layer: the rank's shares and its peers' medians (thread-seconds per
   // wall second), each cause's excess per step and the share of the lag it
   // explains, and which test decided the host reason.

@@ -110,6 +110,7 @@ struct RankSignal {
   bool input_valid = false;
   double input_share = 0;
   int input_polls = 0;
+  InputWorkersView input_workers;  // its DataLoader workers over the same span
   // Kernel layer (when the sched_switch probe follows it), last window, in
   // thread-seconds per wall second (OffCpuView): why a host straggler is late.
   bool offcpu_valid = false;

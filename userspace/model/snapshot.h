@@ -47,11 +47,23 @@ std::string group_phrase(const std::string& label, const std::vector<int>& ranks
 // waiting for (or making) its next batch, over the last 2 s, 5 s and window
 // (the detector reads the span its lag was measured over: a window that began
 // before training, in the imports, would thin the share).
+// Its DataLoader workers over a span (DataLoaderWorkers): how many, their CPU
+// seconds and bytes read per second, summed.
+struct InputWorkersView {
+  bool valid = false;
+  int workers = 0;
+  double seconds = 0;  // the span the rates cover
+  double cpu_per_s = 0;
+  double rchar_per_s = 0;       // read() bytes, page cache and pipes included
+  double read_bytes_per_s = 0;  // bytes fetched from storage
+};
+
 struct InputWaitView {
   struct Span {
     double seconds = 0;
     int polls = 0;
     int in_input = 0;
+    InputWorkersView workers;
   };
   std::array<Span, 3> spans{};
 };
