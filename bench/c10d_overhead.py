@@ -15,7 +15,8 @@ a. Per call: a one-rank Gloo group (real torch, from the cached venv) times
    rounds is ~10%, more than a uprobe; so the kernel's own accounting
    (kernel.bpf_stats_enabled, on during the traced rounds) also gives each
    tracer's BPF program's ns per run: Argus's argus_c10d_coll_enter against
-   bpftrace's counting program, on the same calls.
+   bpftrace's counting program, on the same calls, and Argus's timing of the
+   call's Work::wait (argus_c10d_wait_enter and its return).
 b. The training loop: tests/python/pg_train.py, 2 ranks under torchrun (DDP,
    Gloo, no sleep between steps), steps per second with no agent, the agent as
    deployed, and its probes alone, alternating rounds.
@@ -138,9 +139,14 @@ def one_call_round(work, condition, calls, agent_port, bpf=None):
             # means it was loaded for this round): its first reading is taken before it loaded.
             name = "argus_c10d_coll_enter" if condition == "argus" else None
             base = before if condition == "argus" else bpf.get("baseline", {})
-            per_run = ns_per_run(base, prog_stats(), calls, name)
+            after = prog_stats()
+            per_run = ns_per_run(base, after, calls, name)
             if per_run is not None:
                 bpf.setdefault(condition, []).append(per_run)
+            if condition == "argus":  # the synchronous call's Work::wait: entry and return
+                waits = [ns_per_run(base, after, calls, n) for n in ("argus_c10d_wait_enter", "argus_c10d_wait_exit")]
+                if None not in waits:
+                    bpf.setdefault("argus_wait", []).append(sum(waits))
         return json.loads(out.strip().splitlines()[-1])["ns_per_call"]
     finally:
         if proc.poll() is None:
@@ -246,6 +252,8 @@ def main():
         line += f", with bpftrace's uprobe x{med['bpftrace'] / med['none']:.3f} (+{med['bpftrace'] - med['none']:.0f} ns)"
     if "argus" in bmed:
         line += f"; BPF per call: argus_c10d_coll_enter {bmed['argus']:.0f} ns"
+        if "argus_wait" in bmed:
+            line += f" (and its Work::wait's entry and return {bmed['argus_wait']:.0f} ns)"
         if "bpftrace" in bmed:
             line += f", bpftrace's count {bmed['bpftrace']:.0f} ns (x{bmed['argus'] / bmed['bpftrace']:.2f})"
     line += (f"; 2-rank DDP training loop {tmed['none']:.1f} steps/s, with argus x{tmed['argus'] / tmed['none']:.3f}, "

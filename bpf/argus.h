@@ -90,6 +90,7 @@ enum argus_stat_kind {
 	ARGUS_STAT_NCCL_GROUP = 16,   /* sub 0: count = outermost ncclGroupEnd calls, sum = operations grouped in them */
 	ARGUS_STAT_NCCL_GROUP_WAIT = 17, /* sub 0: count = outermost ncclGroupEnd calls timed (with operations), sum = ns inside */
 	ARGUS_STAT_C10D_CALLS = 18,   /* sub = op | backend kind << 8, code|pad = the c10d backend's address (low|high 32 bits): count = calls */
+	ARGUS_STAT_C10D_WAIT = 19,    /* sub = the thread's last c10d op (ARGUS_C10D_OP_MAX: none): count = Work::wait returns, sum = ns inside */
 };
 
 /* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's

@@ -65,6 +65,21 @@ int BPF_KPROBE(argus_c10d_group_text)
 	return 0;
 }
 
+/* A thread's last call on a c10d backend: the work a Work::wait on that
+ * thread waits for is, nearly always, the one that call made (a synchronous
+ * dist.all_reduce, a barrier). LRU: threads come and go. */
+struct argus_c10d_last_call {
+	__u64 backend;
+	__u32 op;
+	__u32 pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct argus_c10d_last_call);
+} c10d_last_call SEC(".maps");
+
 SEC("uprobe")
 int BPF_KPROBE(argus_c10d_coll_enter)
 {
@@ -91,6 +106,8 @@ int BPF_KPROBE(argus_c10d_coll_enter)
 		.pad = (__u32)(backend >> 32),
 	};
 	argus_stat_add_key(&key, 1, 0);
+	struct argus_c10d_last_call last = { .backend = backend, .op = op };
+	bpf_map_update_elem(&c10d_last_call, &pid_tgid, &last, BPF_ANY);
 	/* Collectives are numbered per backend: a group's n-th collective is the
 	 * same call on every member (c10d's own rule). p2p pairs by order. */
 	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : argus_next_count(tgid, ARGUS_SEQ_COLL, backend);
@@ -106,6 +123,28 @@ int BPF_KPROBE(argus_c10d_coll_enter)
 		ev->pad = 0;
 		argus_submit_hot(ev);
 	}
+	return 0;
+}
+
+/* Work::wait(timeout) entry (Gloo's works, and SendWork/RecvWork's own):
+ * the caller blocks until its collective is done. Timed as a collective call
+ * is (argus_c10d_wait_exit), charged to the backend of the thread's last c10d
+ * call: a host blocked here is inside a collective, for the hang detector and
+ * COLL%. A wait with no c10d call seen on its thread is timed, uncharged. */
+SEC("uprobe")
+int BPF_KPROBE(argus_c10d_wait_enter)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!argus_should_trace(pid_tgid >> 32, ARGUS_SRC_NCCL))
+		return 0;
+	struct argus_c10d_last_call *last = bpf_map_lookup_elem(&c10d_last_call, &pid_tgid);
+	struct argus_inflight st = {
+		.start_ns = bpf_ktime_get_ns(),
+		.ptr = last ? last->backend : 0,
+		.id = last ? last->op : ARGUS_C10D_OP_MAX,
+		.kind = ARGUS_STAT_C10D_WAIT,
+	};
+	argus_inflight_begin(ARGUS_CLS_NCCL, &st);
 	return 0;
 }
 

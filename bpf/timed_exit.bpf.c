@@ -66,4 +66,20 @@ int BPF_KRETPROBE(argus_nccl_group_exit, int ret)
 		return 0; /* a collective whose return was never seen: not this call's time */
 	timed_call_returned(pid_tgid, ARGUS_CLS_NCCL, &st, 0, ARGUS_STAT_NCCL_ERROR, ARGUS_NCCL_ERR_GROUP_END, ret);
 	return 0;
+}/* Work::wait's return (argus_c10d_wait_enter): its time; it returns a bool
+ * (true when done), never an error code, so nothing is counted as one. A
+ * slot of another kind was not this call's. */
+SEC("uretprobe")
+int BPF_KRETPROBE(argus_c10d_wait_exit)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct argus_inflight st;
+	if (!argus_inflight_take(ARGUS_CLS_NCCL, pid_tgid, &st))
+		return 0;
+	if (st.kind != ARGUS_STAT_C10D_WAIT)
+		return 0;
+	timed_call_returned(pid_tgid, ARGUS_CLS_NCCL, &st, st.id, 0, 0, 0);
+	return 0;
 }
+
+

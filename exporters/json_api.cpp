@@ -186,6 +186,8 @@ json rank_json(const RankSnapshot& r, const GroupMembers& members) {
                {"errors", error_list(r.cuda_errors)}};
   j["nccl_errors"] = error_list(r.nccl_errors);
   j["process_groups"] = process_groups_json(r, members);
+  j["process_group_waits"] = {{"calls", r.process_group_waits.calls},
+                              {"wait_seconds", static_cast<double>(r.process_group_waits.wait_ns) / 1e9}};
   j["libraries"] = r.libraries;
   j["python"] = nullptr;  // not Python, or not followed yet
   if (r.python_gc.present) {

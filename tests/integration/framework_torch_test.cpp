@@ -160,6 +160,11 @@ TEST(FrameworkTorch, GlooGroupsAreNamedCountedExactlyAndAHealthyJobNamesNobody) 
     if (rank < 2) {
       EXPECT_EQ(by_label["pair_group"].value("size", -1), 2);
       EXPECT_EQ(by_label["pair_group"].value("rank", -1), rank);
+      // Each synchronous all_reduce on the pair waited on its work (DDP's
+      // buckets wait on futures, not timed; setup's broadcasts add some).
+      EXPECT_GE(r["process_group_waits"].value("calls", 0),
+                truth.at(rank)["calls"]["pair_group"]["all_reduce"].get<int>())
+          << r["process_group_waits"].dump();
       EXPECT_EQ(by_label["pair_group"]["members"], json({0, 1})) << r["process_groups"].dump();
     }
   }

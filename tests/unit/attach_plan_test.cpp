@@ -446,10 +446,10 @@ std::optional<elf::SymbolTable> real_torch_library(const std::string& name) {
 
 std::map<ProbeProgram, int> probes_per_program(const std::vector<ProbeSpec>& plan) {
   std::map<ProbeProgram, int> per_program;
-  std::set<uint64_t> offsets;
+  std::set<std::pair<uint64_t, ProbeProgram>> probes;  // an entry and its return share an offset
   for (const auto& s : plan) {
     ++per_program[s.program];
-    EXPECT_TRUE(offsets.insert(s.file_offset).second) << s.symbol;
+    EXPECT_TRUE(probes.insert({s.file_offset, s.program}).second) << s.symbol;
   }
   return per_program;
 }
@@ -463,6 +463,9 @@ TEST(AttachPlan, RealLibtorchCpu) {
   EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);  // C1 and C2 share an address
   EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 2);
   EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);  // one per method of the plan (torch 2.15)
+  // Work::wait, SendWork::wait, RecvWork::wait: entry and return each.
+  EXPECT_EQ(per_program[ProbeProgram::C10dWaitEnter], 3);
+  EXPECT_EQ(per_program[ProbeProgram::C10dWaitExit], 3);
   for (const auto& s : plan) {
     if (s.program == ProbeProgram::C10dCollEnter) {
       EXPECT_EQ(ARGUS_COOKIE_FLAGS(s.cookie), static_cast<uint32_t>(ARGUS_C10D_GLOO)) << s.symbol;
@@ -482,6 +485,7 @@ TEST(AttachPlan, RealLibtorchCudaHasTheNcclBackend) {
   EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);
   EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 0);
   EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);
+  EXPECT_EQ(per_program[ProbeProgram::C10dWaitEnter], 0);  // WorkNCCL::wait blocks the stream, not the host
   std::set<std::string> methods;
   for (const auto& s : plan) {
     const uint32_t expect_kind = s.program == ProbeProgram::C10dBackendInit ? ARGUS_COOKIE_ID(s.cookie)

@@ -366,6 +366,27 @@ TEST(RankRegistry, GroupEndTimeIsCollectiveWait) {
   EXPECT_EQ((s.nccl_errors.at({"ncclGroupEnd", "ncclInternalError"})), 1u);
 }
 
+// A Gloo rank blocked in Work::wait is inside a collective: COLL%, and its
+// waits in /api/v1/ranks; not NCCL's per-op figures.
+TEST(RankRegistry, C10dWorkWaitsAreCollectiveWait) {
+  FakeClock clock;
+  RankRegistry reg(clock, {"n", 30, 10, false});
+  reg.track(1, 1, "a", env_identity("j", 0), {});
+  uint64_t waits = 0, wait_ns = 0;
+  for (int i = 0; i <= 20; ++i) {
+    reg.apply_totals(1, {{1, ARGUS_STAT_C10D_WAIT, ARGUS_OP_ALL_REDUCE, 0, waits, wait_ns}});
+    reg.tick();
+    clock.advance(1);
+    waits += 25;
+    wait_ns += 250'000'000;  // 0.25 s a second
+  }
+  const auto s = reg.snapshot()[0];
+  EXPECT_NEAR(s.collective_wait_ratio, 0.25, 1e-9);
+  EXPECT_EQ(s.process_group_waits.calls, 500u);
+  EXPECT_EQ(s.process_group_waits.wait_ns, 20ull * 250'000'000);
+  EXPECT_TRUE(s.nccl.empty());
+}
+
 TEST(RankRegistry, WaitRatioOverTheWindow) {
   FakeClock clock;
   RankRegistry reg(clock, {"n", 30, 10, false});

@@ -170,6 +170,15 @@ constexpr std::array<C10dMethod, 19> kC10dMethods{{
     {"send", ARGUS_OP_SEND, 4},
     {"recv", ARGUS_OP_RECV, 4},
 }};
+// The waits on a Gloo backend's work objects: c10d::Work::wait (Gloo's
+// collectives' AsyncWork keeps the base's) and the send and receive works'
+// own. ProcessGroupNCCL's WorkNCCL::wait blocks the stream, not the host (by
+// default): its host waits are the CUDA synchronize calls, probed as such.
+constexpr std::array<const char*, 3> kGlooWaits{{
+    "_ZN4c10d4Work4waitE",
+    "_ZN4c10d16ProcessGroupGloo8SendWork4waitE",
+    "_ZN4c10d16ProcessGroupGloo8RecvWork4waitE",
+}};
 // Names the process groups: ProcessGroup::setGroupName / setGroupDesc(const std::string&).
 constexpr std::array<NamedId, 2> kC10dGroupText{{
     {"_ZN4c10d12ProcessGroup12setGroupNameE", ARGUS_C10D_GROUP_NAME},
@@ -288,6 +297,12 @@ void plan_c10d(const elf::SymbolTable& symbols, Planner& plan) {
       plan.add(*sym, ProbeProgram::C10dGroupText, false, ARGUS_COOKIE(t.id, 0, 0, 0, 0));
   for (const auto& b : kC10dBackends)
     if (has_c10d_backend(symbols, b)) plan_c10d_backend(symbols, b, plan);
+  if (!has_c10d_backend(symbols, kC10dBackends[0])) return;  // the waits timed are Gloo's
+  for (const char* wait : kGlooWaits)
+    for (const auto* sym : probeable_with_prefix(symbols, wait)) {
+      plan.add(*sym, ProbeProgram::C10dWaitEnter, false, 0);
+      plan.add(*sym, ProbeProgram::C10dWaitExit, true, 0);
+    }
 }
 
 void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
@@ -357,6 +372,8 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::C10dBackendInit: return "argus_c10d_backend_init";
     case ProbeProgram::C10dGroupText: return "argus_c10d_group_text";
     case ProbeProgram::C10dCollEnter: return "argus_c10d_coll_enter";
+    case ProbeProgram::C10dWaitEnter: return "argus_c10d_wait_enter";
+    case ProbeProgram::C10dWaitExit: return "argus_c10d_wait_exit";
   }
   return "unknown";
 }

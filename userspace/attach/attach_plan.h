@@ -47,6 +47,8 @@ enum class ProbeProgram {
   C10dBackendInit, // argus_c10d_backend_init: a ProcessGroupGloo made (rank, size)
   C10dGroupText,  // argus_c10d_group_text: a process group named or described
   C10dCollEnter,  // argus_c10d_coll_enter: a collective or p2p call on a backend
+  C10dWaitEnter,  // argus_c10d_wait_enter: a Work::wait begins (Gloo's works)
+  C10dWaitExit,   // argus_c10d_wait_exit (uretprobe): ... its time
 };
 
 struct ProbeSpec {

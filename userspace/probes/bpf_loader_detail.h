@@ -36,6 +36,8 @@ inline bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::C10dBackendInit: return skel->progs.argus_c10d_backend_init;
     case ProbeProgram::C10dGroupText: return skel->progs.argus_c10d_group_text;
     case ProbeProgram::C10dCollEnter: return skel->progs.argus_c10d_coll_enter;
+    case ProbeProgram::C10dWaitEnter: return skel->progs.argus_c10d_wait_enter;
+    case ProbeProgram::C10dWaitExit: return skel->progs.argus_c10d_wait_exit;
   }
   return nullptr;
 }

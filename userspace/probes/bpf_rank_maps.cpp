@@ -126,7 +126,7 @@ std::vector<InflightCall> BpfLoader::read_inflight_waits() const {
     std::memcpy(&value, d.value(i), sizeof value);
     if (value.start_ns == 0) continue;  // the thread's slot, free between calls
     if (value.kind != ARGUS_STAT_NCCL_WAIT && value.kind != ARGUS_STAT_NCCL_GROUP_WAIT &&
-        value.kind != ARGUS_STAT_CUDA_SYNC)
+        value.kind != ARGUS_STAT_CUDA_SYNC && value.kind != ARGUS_STAT_C10D_WAIT)
       continue;
     out.push_back({static_cast<uint32_t>(key.pid_tgid >> 32), static_cast<uint32_t>(key.pid_tgid), value.start_ns,
                    value.ptr, value.id, value.kind});

@@ -344,7 +344,7 @@ void RankRegistry::tick() {
     Sample smp;
     smp.mono_ns = now;
     // A grouped exchange waits in its ncclGroupEnd, not in its sends and receives.
-    smp.coll_ns = sum_wait_ns(e.snap.nccl) + e.snap.nccl_groups.wait_ns;
+    smp.coll_ns = sum_wait_ns(e.snap.nccl) + e.snap.nccl_groups.wait_ns + e.snap.process_group_waits.wait_ns;
     smp.sync_ns = sum_wait_ns(e.snap.sync);
     smp.gc_ns = gc.ns;
     smp.gc_pauses = gc.timed;

@@ -47,6 +47,7 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
   s.offcpu.offcpu_ns.fill(0);
   s.offcpu.oncpu_ns = 0;
   s.process_group_calls.clear();
+  s.process_group_waits = {};
   for (const auto& r : records) {
     switch (r.kind) {
       case ARGUS_STAT_NCCL_CALLS: {
@@ -113,6 +114,10 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
         break;
       case ARGUS_STAT_C10D_CALLS:
         add_process_group_calls(r, s);
+        break;
+      case ARGUS_STAT_C10D_WAIT:
+        s.process_group_waits.calls += r.count;
+        s.process_group_waits.wait_ns += r.sum;
         break;
       case ARGUS_STAT_NCCL_ERROR: {
         s.nccl_errors[{nccl_error_api_label(r.sub), nccl_result_name(r.code)}] += r.count;

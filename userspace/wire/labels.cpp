@@ -61,7 +61,9 @@ const char* nccl_error_api_label(uint32_t sub) {
 }
 
 const char* nccl_call_label(uint32_t kind, uint32_t id) {
-  return kind == ARGUS_STAT_NCCL_GROUP_WAIT ? "ncclGroupEnd" : nccl_op_label(id);
+  if (kind == ARGUS_STAT_NCCL_GROUP_WAIT) return "ncclGroupEnd";
+  if (kind == ARGUS_STAT_C10D_WAIT) return "Work::wait";
+  return nccl_op_label(id);
 }
 
 const char* cuda_api_label(uint32_t api) {
