@@ -200,9 +200,9 @@ TEST(Detection, HungRankNamedAlone) {
   auto evs = events_of(agent, "hang", job);
   ASSERT_GE(evs.size(), 1u);
   EXPECT_EQ(evs[0]["rank"], hung);
-  // It is alive, in no NCCL or CUDA call (the sim's --hang sleeps), and said to be.
+  // It is alive, in no collective or CUDA call (the sim's --hang sleeps), and said to be.
   EXPECT_NE(evs[0]["summary"].get<std::string>().find("rank " + std::to_string(hung) +
-                                                      " (it is alive and in no NCCL or CUDA call"),
+                                                      " (it is alive and in no collective or CUDA call"),
             std::string::npos)
       << evs[0]["summary"];
   EXPECT_NE(evs[0]["summary"].get<std::string>().find("never issued it"), std::string::npos) << evs[0]["summary"];

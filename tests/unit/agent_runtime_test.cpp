@@ -265,7 +265,7 @@ TEST(AgentRuntime, ARankThatStopsIssuingIsNamedMissingWhileItsPeersSitInSynchron
     if (e.kind == EventKind::kHang) hangs.push_back(e);
   ASSERT_EQ(hangs.size(), 1u);
   EXPECT_EQ(hangs[0].rank, 3);
-  EXPECT_NE(hangs[0].summary.find("rank 3 (it is alive and in no NCCL or CUDA call) never issued it; its peers here: 3 wait in a CUDA synchronize"),
+  EXPECT_NE(hangs[0].summary.find("rank 3 (it is alive and in no collective or CUDA call) never issued it; its peers here: 3 wait in a CUDA synchronize"),
             std::string::npos)
       << hangs[0].summary;
   const auto comms = r.rt->snapshot().comms;

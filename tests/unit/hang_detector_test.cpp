@@ -99,7 +99,7 @@ TEST(Detectors, AsyncHangNamesTheRankThatNeverIssuedItWhileItsPeersSitInSynchron
   EXPECT_FALSE(h.missing(1));
   EXPECT_EQ(ev[0].kind, EventKind::kHang);
   EXPECT_EQ(ev[0].rank, 2);
-  EXPECT_NE(ev[0].summary.find("collective #100 of job j has not moved for 10 s: rank 2 (it is alive and in no NCCL or CUDA call), rank 3 "
+  EXPECT_NE(ev[0].summary.find("collective #100 of job j has not moved for 10 s: rank 2 (it is alive and in no collective or CUDA call), rank 3 "
                                "(it died: signal 9) never issued it; its peers here: 2 wait in a CUDA synchronize"),
             std::string::npos)
       << ev[0].summary;
@@ -148,7 +148,7 @@ TEST(Detectors, BlockingHangNamesTheMissingRankWhileItsPeersSitInTheCall) {
   auto ev = h.evaluate(r.t.comms(), inflight, r.facts, r.t100 + 11'000 * kMs, 1);
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].rank, 2);
-  EXPECT_NE(ev[0].summary.find("rank 2 (it is alive and in no NCCL or CUDA call) never issued it; its peers here: 3 in the collective call"), std::string::npos)
+  EXPECT_NE(ev[0].summary.find("rank 2 (it is alive and in no collective or CUDA call) never issued it; its peers here: 3 in the collective call"), std::string::npos)
       << ev[0].summary;
 }
 

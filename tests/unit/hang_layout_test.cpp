@@ -149,7 +149,7 @@ TEST(HangLayouts, AMissingRankThatIsBusyIsSaidToBeWithItsCpuAndIo) {
   HangDetector h2;
   for (const auto& e : h2.evaluate(job.t.comms(), inflight, job.facts, stop + 11'000 * kMs, 0)) {
     EXPECT_EQ(e.evidence.at("cause"), "missing_rank");
-    EXPECT_NE(e.summary.find("in no NCCL or CUDA call, idle"), std::string::npos) << e.summary;
+    EXPECT_NE(e.summary.find("in no collective or CUDA call, idle"), std::string::npos) << e.summary;
   }
 }
 
@@ -252,7 +252,7 @@ TEST(HangLayouts, APipelineReceiveThatNeverGetsItsSendNamesBothRanks) {
   EXPECT_EQ(ev[0].evidence.at("waiting").at("rank"), 1);
   EXPECT_EQ(ev[0].evidence.at("missing").at("rank"), 0);
   EXPECT_EQ(ev[0].summary,
-            "rank 1 of job j has waited 11 s for its point-to-point receive from rank 0 (it is alive and in no NCCL or "
+            "rank 1 of job j has waited 11 s for its point-to-point receive from rank 0 (it is alive and in no collective or "
             "CUDA call): it never sent it");
   // Reported once; gone once the send comes.
   EXPECT_TRUE(h.evaluate(t.comms(), inflight, facts, now + 12'000 * kMs, 2, t.p2p().pending()).empty());
@@ -296,7 +296,7 @@ TEST(HangLayouts, AHangInProgressWhenTheAgentStartedIsStillReported) {
   EXPECT_NE(ev[0].summary.find("3 of its 4 ranks here have been blocked inside NCCL or CUDA since before the agent started"),
             std::string::npos)
       << ev[0].summary;
-  EXPECT_NE(ev[0].summary.find("they wait for rank 3 (it is alive and in no NCCL or CUDA call)"), std::string::npos)
+  EXPECT_NE(ev[0].summary.find("they wait for rank 3 (it is alive and in no collective or CUDA call)"), std::string::npos)
       << ev[0].summary;
   EXPECT_TRUE(h.evaluate({}, inflight, facts, seen + 12'000 * kMs, 2).empty());  // once
   // A job the agent heard from is judged by its calls, not this way.

@@ -52,7 +52,7 @@ bool behind_newest(const CommView& c, const CommMember& m) {
   return c.newest_seq != 0 && static_cast<int64_t>(m.last_seq - c.newest_seq) < 0;
 }
 
-// A live rank in no NCCL or CUDA call is busy when the kernel layer sees it on
+// A live rank in no collective or CUDA call is busy when the kernel layer sees it on
 // CPU or in I/O (a checkpoint, an evaluation), idle otherwise.
 constexpr double kBusyShare = 0.2;
 bool busy(const RankInfoForHang& r) { return r.offcpu_valid && r.oncpu_share + r.io_share >= kBusyShare; }
@@ -97,7 +97,7 @@ std::pair<std::string, std::string> whereabouts(int pid, const RankInfoForHang& 
     return {"busy", "it is alive and busy outside NCCL and CUDA (on CPU " + fmt("%.0f", info.oncpu_share * 100) +
                         "%, in I/O " + fmt("%.0f", info.io_share * 100) +
                         "% of the time): a checkpoint or an evaluation? see its Python stack"};
-  return {"idle", std::string("it is alive and in no NCCL or CUDA call") + (info.offcpu_valid ? ", idle" : "")};
+  return {"idle", std::string("it is alive and in no collective or CUDA call") + (info.offcpu_valid ? ", idle" : "")};
 }
 
 DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,

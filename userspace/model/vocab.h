@@ -43,7 +43,7 @@ enum class HangCause : uint8_t {
   kPeersExited,         // every rank here issued it; some then exited cleanly, the rest wait
   kNoLocalRankMissing,  // every rank here issued it and waits; the communicator has ranks elsewhere
   kCollectiveStuck,     // every rank of the communicator is here, issued it, and waits
-  kRankBusy,            // the rank holding it up is alive, in no NCCL or CUDA call, and busy (a checkpoint, an eval)
+  kRankBusy,            // the rank holding it up is alive, in no collective or CUDA call, and busy (a checkpoint, an eval)
   kPeerNeverSent,       // a point-to-point receive (a pipeline stage's input) never got its send
 };
 const char* label_of(HangCause c);  // "missing_rank", "rank_died", ...
