@@ -446,7 +446,7 @@ struct argus_c10d_group_event {
 struct argus_c10d_coll_event {
 	struct argus_event_header hdr;
 	__u64 backend;
-	__u64 seq;  /* collectives on this backend by this process, from 1; 0 for p2p */
+	__u64 seq;  /* collectives on this backend by this process, from 1; 0 for p2p and NCCL's backend */
 	__u32 op;   /* enum argus_nccl_op, or ARGUS_C10D_OP_BARRIER */
 	__s32 peer; /* send/recv: the other side's rank in the group; -1 otherwise */
 	__u32 kind; /* enum argus_c10d_backend_kind: whose method was called */

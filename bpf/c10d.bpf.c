@@ -1,6 +1,6 @@
 /* PyTorch's c10d process groups, from libtorch_cpu's and libtorch_cuda's
- * exported methods: a Gloo or NCCL backend made (its rank and size in its group), a process group named or
- * described (the std::string argument), and every collective or point-to-point
+ * exported methods: a Gloo or NCCL backend made (its rank and size in its
+ * group), a process group named or described (the std::string argument), and every collective or point-to-point
  * call made on a backend. Every training script's collectives pass through
  * these, whatever the Python API above them.
  *
@@ -106,11 +106,18 @@ int BPF_KPROBE(argus_c10d_coll_enter)
 		.pad = (__u32)(backend >> 32),
 	};
 	argus_stat_add_key(&key, 1, 0);
-	struct argus_c10d_last_call last = { .backend = backend, .op = op };
-	bpf_map_update_elem(&c10d_last_call, &pid_tgid, &last, BPF_ANY);
-	/* Collectives are numbered per backend: a group's n-th collective is the
-	 * same call on every member (c10d's own rule). p2p pairs by order. */
-	__u64 seq = (op == ARGUS_OP_SEND || op == ARGUS_OP_RECV) ? 0 : argus_next_count(tgid, ARGUS_SEQ_COLL, backend);
+	/* ProcessGroupNCCL's call is only joined with the NCCL call it makes (the
+	 * NCCL probes number it, and its waits are not the host's): no number, no
+	 * last call kept. */
+	__u64 seq = 0;
+	if (kind != ARGUS_C10D_NCCL) {
+		struct argus_c10d_last_call last = { .backend = backend, .op = op };
+		bpf_map_update_elem(&c10d_last_call, &pid_tgid, &last, BPF_ANY);
+		/* Collectives are numbered per backend: a group's n-th collective is the
+		 * same call on every member (c10d's own rule). p2p pairs by order. */
+		if (op != ARGUS_OP_SEND && op != ARGUS_OP_RECV)
+			seq = argus_next_count(tgid, ARGUS_SEQ_COLL, backend);
+	}
 
 	struct argus_c10d_coll_event *ev =
 		argus_reserve_at(sizeof(*ev), ARGUS_EV_C10D_COLL, ARGUS_SRC_NCCL, pid_tgid, bpf_ktime_get_ns());

@@ -66,7 +66,9 @@ int BPF_KRETPROBE(argus_nccl_group_exit, int ret)
 		return 0; /* a collective whose return was never seen: not this call's time */
 	timed_call_returned(pid_tgid, ARGUS_CLS_NCCL, &st, 0, ARGUS_STAT_NCCL_ERROR, ARGUS_NCCL_ERR_GROUP_END, ret);
 	return 0;
-}/* Work::wait's return (argus_c10d_wait_enter): its time; it returns a bool
+}
+
+/* Work::wait's return (argus_c10d_wait_enter): its time; it returns a bool
  * (true when done), never an error code, so nothing is counted as one. A
  * slot of another kind was not this call's. */
 SEC("uretprobe")
@@ -81,5 +83,3 @@ int BPF_KRETPROBE(argus_c10d_wait_exit)
 	timed_call_returned(pid_tgid, ARGUS_CLS_NCCL, &st, st.id, 0, 0, 0);
 	return 0;
 }
-
-

@@ -9,7 +9,10 @@
 #include <filesystem>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "bpf/argus.h"
 #include "userspace/wire/labels.h"
@@ -444,6 +447,15 @@ std::optional<elf::SymbolTable> real_torch_library(const std::string& name) {
   return std::move(*t);
 }
 
+// The real library's plan, classified as PyTorch's; nullopt when the venv is
+// not installed (or the library is not PyTorch's: a failure).
+std::optional<std::vector<ProbeSpec>> real_torch_plan(const std::string& name) {
+  auto t = real_torch_library(name);
+  if (!t) return std::nullopt;
+  EXPECT_EQ(classify_library(*t), LibraryKind::Torch) << name;
+  return plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
+}
+
 std::map<ProbeProgram, int> probes_per_program(const std::vector<ProbeSpec>& plan) {
   std::map<ProbeProgram, int> per_program;
   std::set<std::pair<uint64_t, ProbeProgram>> probes;  // an entry and its return share an offset
@@ -455,18 +467,16 @@ std::map<ProbeProgram, int> probes_per_program(const std::vector<ProbeSpec>& pla
 }
 
 TEST(AttachPlan, RealLibtorchCpu) {
-  auto t = real_torch_library("libtorch_cpu.so");
-  if (!t) GTEST_SKIP() << "the torch venv is not installed";
-  ASSERT_EQ(classify_library(*t), LibraryKind::Torch);
-  auto plan = plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
-  auto per_program = probes_per_program(plan);
+  const auto plan = real_torch_plan("libtorch_cpu.so");
+  if (!plan) GTEST_SKIP() << "the torch venv is not installed";
+  auto per_program = probes_per_program(*plan);
   EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);  // C1 and C2 share an address
   EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 2);
   EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);  // one per method of the plan (torch 2.15)
   // Work::wait, SendWork::wait, RecvWork::wait: entry and return each.
   EXPECT_EQ(per_program[ProbeProgram::C10dWaitEnter], 3);
   EXPECT_EQ(per_program[ProbeProgram::C10dWaitExit], 3);
-  for (const auto& s : plan) {
+  for (const auto& s : *plan) {
     if (s.program == ProbeProgram::C10dCollEnter) {
       EXPECT_EQ(ARGUS_COOKIE_FLAGS(s.cookie), static_cast<uint32_t>(ARGUS_C10D_GLOO)) << s.symbol;
     }
@@ -477,17 +487,15 @@ TEST(AttachPlan, RealLibtorchCpu) {
 // libtorch_cpu): its constructor and the same 19 methods, each call marked as
 // NCCL's so that the agent joins it with the NCCL call it makes.
 TEST(AttachPlan, RealLibtorchCudaHasTheNcclBackend) {
-  auto t = real_torch_library("libtorch_cuda.so");
-  if (!t) GTEST_SKIP() << "the torch venv is not installed";
-  ASSERT_EQ(classify_library(*t), LibraryKind::Torch);
-  auto plan = plan_probes(*t, LibraryKind::Torch, ProbeSet::Default);
-  auto per_program = probes_per_program(plan);
+  const auto plan = real_torch_plan("libtorch_cuda.so");
+  if (!plan) GTEST_SKIP() << "the torch venv is not installed";
+  auto per_program = probes_per_program(*plan);
   EXPECT_EQ(per_program[ProbeProgram::C10dBackendInit], 1);
   EXPECT_EQ(per_program[ProbeProgram::C10dGroupText], 0);
   EXPECT_EQ(per_program[ProbeProgram::C10dCollEnter], 19);
   EXPECT_EQ(per_program[ProbeProgram::C10dWaitEnter], 0);  // WorkNCCL::wait blocks the stream, not the host
   std::set<std::string> methods;
-  for (const auto& s : plan) {
+  for (const auto& s : *plan) {
     const uint32_t expect_kind = s.program == ProbeProgram::C10dBackendInit ? ARGUS_COOKIE_ID(s.cookie)
                                                                              : ARGUS_COOKIE_FLAGS(s.cookie);
     EXPECT_EQ(expect_kind, static_cast<uint32_t>(ARGUS_C10D_NCCL)) << s.symbol;

@@ -406,5 +406,32 @@ TEST(CallFeed, ANcclBackendIsJoinedWithTheNcclCommunicatorItsCallsRunOn) {
   }
 }
 
+// Every structure of a process stops at its cap; what is refused is counted.
+TEST(ProcessGroupsCaps, EachStructureStopsAndCountsWhatItRefuses) {
+  AgentCounters caps;
+  ProcessGroups g(&caps, 2);
+  ProcessGroupInfo b;
+  b.backend_kind = "nccl";
+  for (uint64_t i = 1; i <= 3; ++i) {  // one thread making backends it never names
+    b.backend = i;
+    g.on_backend(7, 70, b);
+  }
+  EXPECT_EQ(caps.get(Cap::kProcessGroups), 1u);
+  for (uint32_t tid = 71; tid <= 72; ++tid) g.on_backend(7, tid, b);  // a third thread waiting: refused
+  EXPECT_EQ(caps.get(Cap::kProcessGroups), 2u);
+  EXPECT_EQ(g.on_name(7, 70, 0xa0, "0", "j/pg:0").size(), 2u);
+  EXPECT_EQ(g.on_name(7, 71, 0xa1, "1", "j/pg:1").size(), 1u);
+  EXPECT_EQ(g.on_name(7, 72, 0xa2, "2", "j/pg:2").size(), 0u);  // tid 72 was refused
+  // Calls to join: two threads kept, a third refused; the same thread again is no refusal.
+  for (uint32_t tid : {80u, 81u, 80u, 82u}) g.on_nccl_backend_call(7, tid, 1, false);
+  EXPECT_EQ(caps.get(Cap::kProcessGroups), 3u);
+  ASSERT_TRUE(g.on_nccl_call(7, 80, "c-a"));
+  ASSERT_TRUE(g.on_nccl_call(7, 81, "c-b"));
+  g.on_nccl_backend_call(7, 80, 1, false);
+  EXPECT_FALSE(g.on_nccl_call(7, 80, "c-c"));  // the joined communicators are full
+  EXPECT_EQ(caps.get(Cap::kProcessGroups), 4u);
+  EXPECT_STREQ(label_of(Cap::kProcessGroups), "process_groups");
+}
+
 }  // namespace
 }  // namespace argus

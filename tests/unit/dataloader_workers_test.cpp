@@ -4,11 +4,11 @@
 #include "userspace/collectors/dataloader_workers.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/temp_dir.h"
 #include "userspace/procfs/proc_children.h"
 
 namespace argus {
@@ -42,11 +42,6 @@ TEST(ProcChildren, ParsesTheIoFile) {
 
 class WorkersFake : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = (fs::temp_directory_path() / ("argus-workers-test-" + std::to_string(::getpid()))).string();
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
   void put(const std::string& rel, const std::string& content) {
     fs::create_directories(fs::path(root_ + "/" + rel).parent_path());
     std::ofstream(root_ + "/" + rel, std::ios::binary) << content;
@@ -61,7 +56,8 @@ class WorkersFake : public ::testing::Test {
     put(std::to_string(pid) + "/io", "rchar: " + std::to_string(rchar) + "\nwchar: 0\nread_bytes: " +
                                         std::to_string(read_bytes) + "\nwrite_bytes: 0\n");
   }
-  std::string root_;
+  testing_support::TempDir dir_{"workers"};
+  std::string root_ = dir_.str();
 };
 
 TEST_F(WorkersFake, SumsTheWorkersCpuAndReadsOverTheSpan) {

@@ -72,6 +72,7 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
                                        .caps = &counters_,
                                        .sched_probe = sched_probe_up(*bpf_)}),
       names_(&counters_),
+      groups_(&counters_),
       aligner_(&counters_),
       tracker_(TrackerOptions{.window_seconds = cfg.detection.window_seconds, .caps = &counters_}),
       timeline_(NodeTimelineOptions{.gpu = gpu::TimelineOptions{.window_seconds = cfg.detection.window_seconds},

@@ -211,7 +211,8 @@ void CallFeed::on_c10d_group(const argus_c10d_group_event& e) {
   const std::string id = process_group_comm_id(job_of(pid), pid, text);
   for (const auto& b : groups_.on_name(pid, e.hdr.tid, e.group, text, id)) {
     // An NCCL backend's calls are its NCCL communicator's (joined at its first call).
-    if (b.backend_kind != "nccl" && names_.on_init(pid, b.backend, id)) tracker_.add_member(id, pid, b.size, b.rank);
+    const bool nccl = b.backend_kind == c10d_backend_label(ARGUS_C10D_NCCL);
+    if (!nccl && names_.on_init(pid, b.backend, id)) tracker_.add_member(id, pid, b.size, b.rank);
     tracker_.set_label(b.nccl_comm.empty() ? id : b.nccl_comm, process_group_label(b));
     registry_.on_process_group(pid, b);
   }

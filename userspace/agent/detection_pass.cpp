@@ -121,14 +121,11 @@ std::vector<CommSnapshot> DetectionPass::comm_health(const std::vector<CommView>
     cs.ranks_here = static_cast<int>(c.members.size());
     cs.newest_seq = c.newest_seq;
     cs.group = c.label;
+    cs.ranks = member_ranks(c, facts);
     for (const auto& [pid, m] : c.members) {
       seqs[pid][c.comm] = m.last_seq;
-      auto f = facts.find(pid);
-      if (f == facts.end()) continue;
-      if (cs.job_id.empty()) cs.job_id = f->second.job_id;
-      if (f->second.rank >= 0) cs.ranks.push_back(f->second.rank);
+      if (auto f = facts.find(pid); cs.job_id.empty() && f != facts.end()) cs.job_id = f->second.job_id;
     }
-    std::sort(cs.ranks.begin(), cs.ranks.end());
     if (auto h = hangs_.health().find(c.comm); h != hangs_.health().end()) {
       cs.stalled_seconds = h->second.stalled_seconds;
       cs.hung = h->second.hung;

@@ -9,8 +9,13 @@ std::string process_group_comm_id(const std::optional<std::string>& job_id, int 
 }
 
 void ProcessGroups::on_backend(int pid, uint32_t tid, const ProcessGroupInfo& backend) {
-  auto& waiting = procs_[pid].unnamed[tid];
-  if (waiting.size() >= max_) return;  // a thread making backends it never names
+  auto& unnamed = procs_[pid].unnamed;
+  if (!room(unnamed, tid)) return;
+  auto& waiting = unnamed[tid];
+  if (waiting.size() >= max_) {  // a thread making backends it never names
+    count_into(counters_, Cap::kProcessGroups);
+    return;
+  }
   waiting.push_back(backend);
 }
 
@@ -27,7 +32,7 @@ std::vector<ProcessGroupInfo> ProcessGroups::on_name(int pid, uint32_t tid, uint
     b.name = name;
     b.comm_id = comm_id;
   }
-  if (p.named.size() < max_) p.named[group] = backends;
+  if (room(p.named, group)) p.named[group] = backends;
   return backends;
 }
 
@@ -42,8 +47,7 @@ std::vector<ProcessGroupInfo> ProcessGroups::on_desc(int pid, uint64_t group, co
 
 void ProcessGroups::on_nccl_backend_call(int pid, uint32_t tid, uint64_t backend, bool p2p) {
   auto& calls = procs_[pid].nccl_calls;
-  if (calls.size() >= max_ && !calls.count(tid)) return;  // threads past the cap: not joined
-  calls[tid] = {backend, p2p};
+  if (room(calls, tid)) calls[tid] = {backend, p2p};  // threads past the cap: not joined
 }
 
 ProcessGroupInfo* ProcessGroups::named_backend(Proc& p, uint64_t backend) {
@@ -67,7 +71,7 @@ std::optional<ProcessGroups::NcclJoin> ProcessGroups::on_nccl_call(int pid, uint
   if (seen != p.joined.end() && (!seen->second || c.p2p)) return std::nullopt;
   ProcessGroupInfo* b = named_backend(p, c.backend);
   if (b == nullptr) return std::nullopt;
-  if (seen == p.joined.end() && p.joined.size() >= max_) return std::nullopt;
+  if (!room(p.joined, comm_id)) return std::nullopt;
   p.joined[comm_id] = c.p2p;
   if (!c.p2p) b->nccl_comm = comm_id;
   return NcclJoin{*b, c.p2p};

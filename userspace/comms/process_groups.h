@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "userspace/model/agent_counters.h"
 #include "userspace/model/pid_scoped.h"
 #include "userspace/model/snapshot.h"
 
@@ -25,7 +26,10 @@ std::string process_group_comm_id(const std::optional<std::string>& job_id, int 
 
 class ProcessGroups final : public PidScoped {
  public:
-  explicit ProcessGroups(size_t max_per_process = kDefaultMaxCommsPerRank) : max_(max_per_process) {}
+  // Each structure of a process stops at max_per_process entries; what is
+  // refused then is counted (Cap::kProcessGroups).
+  explicit ProcessGroups(AgentCounters* counters = nullptr, size_t max_per_process = kDefaultMaxCommsPerRank)
+      : counters_(counters), max_(max_per_process) {}
 
   // A backend made on thread `tid`: held until a naming on that thread.
   void on_backend(int pid, uint32_t tid, const ProcessGroupInfo& backend);
@@ -65,6 +69,14 @@ class ProcessGroups final : public PidScoped {
     std::map<std::string, bool> joined;                         // NCCL communicator -> joined by a p2p call
   };
   ProcessGroupInfo* named_backend(Proc& p, uint64_t backend);
+  // Whether `m` may take `key`: it holds it, or has room; a refusal is counted.
+  template <typename Map, typename Key>
+  bool room(const Map& m, const Key& key) {
+    if (m.size() < max_ || m.count(key)) return true;
+    count_into(counters_, Cap::kProcessGroups);
+    return false;
+  }
+  AgentCounters* counters_;
   size_t max_;
   std::map<int, Proc> procs_;
 };

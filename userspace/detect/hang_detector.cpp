@@ -155,11 +155,8 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
   ev.job_id = h.job_id;
   const int here = static_cast<int>(c.members.size());
   // A framework's group is named as users know it: "tp (ranks 4-5)".
-  std::vector<int> member_ranks;
-  for (const auto& [pid, m] : c.members)
-    if (auto it = ranks.find(pid); it != ranks.end()) member_ranks.push_back(it->second.rank);
-  std::sort(member_ranks.begin(), member_ranks.end());
-  const std::string group = c.label.empty() ? "" : group_phrase(c.label, member_ranks, c.nranks);
+  const std::vector<int> group_ranks = member_ranks(c, ranks);
+  const std::string group = c.label.empty() ? "" : group_phrase(c.label, group_ranks, c.nranks);
   const std::string on = group.empty() ? "" : " on " + group;
   const std::string head = "collective #" + std::to_string(c.newest_seq) + on + " of job " + h.job_id + " has not moved for " +
                            fmt("%.0f", h.stalled_seconds) + " s";
@@ -189,7 +186,7 @@ DetectedEvent hang_event(const CommView& c, const CommHealth& h, double limit,
   }
   ev.evidence = {{"comm", c.comm},
                  {"group", c.label},
-                 {"group_ranks", member_ranks},
+                 {"group_ranks", group_ranks},
                  {"newest_seq", c.newest_seq},
                  {"stalled_seconds", h.stalled_seconds},
                  {"stall_threshold_seconds", limit},

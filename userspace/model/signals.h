@@ -2,6 +2,7 @@
 // communicators as the collective tracker sees them, and the calls hosts are
 // blocked in now. Plain values, built by the detection pass from state.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -155,5 +156,15 @@ struct RankInfoForHang {
   std::string exit_summary{};  // exited: how it died ("killed by SIGKILL from pid 900 (`kill`)"); see rank_exit.h
   nlohmann::json exit_cause = nullptr;  // exited: its rank_exit evidence
 };
+
+// The job ranks of a communicator's members here, sorted (unknown ranks left
+// out): a group as users name it ("tp (ranks 4-5)", group_phrase).
+inline std::vector<int> member_ranks(const CommView& c, const std::map<int, RankInfoForHang>& ranks) {
+  std::vector<int> out;
+  for (const auto& [pid, m] : c.members)
+    if (auto it = ranks.find(pid); it != ranks.end() && it->second.rank >= 0) out.push_back(it->second.rank);
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 }  // namespace argus

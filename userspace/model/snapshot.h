@@ -253,10 +253,7 @@ struct RankSnapshot : RankDetection {
   // c10d collective and p2p calls: (group label, backend, op) -> calls
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> process_group_calls;
   // Its waits on c10d work objects (Gloo's Work::wait): a host blocked in a collective.
-  struct {
-    uint64_t calls = 0;
-    uint64_t wait_ns = 0;
-  } process_group_waits;
+  SyncCounters process_group_waits;
 
   double collective_wait_ratio = 0;  // last window: time inside collective calls / wall time
   double sync_wait_ratio = 0;        // last window: time inside CUDA synchronize calls / wall time

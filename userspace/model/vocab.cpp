@@ -127,6 +127,7 @@ const char* label_of(Cap c) {
     case Cap::kRankCommInits: return "rank_comm_inits";
     case Cap::kDetectedEvents: return "detected_events";
     case Cap::kPythonSamples: return "python_samples";
+    case Cap::kProcessGroups: return "process_groups";
   }
   return "unknown";
 }

@@ -109,6 +109,7 @@ enum class Cap : uint8_t {
   kRankCommInits,       // an ncclCommInitRank of a process not kept
   kDetectedEvents,      // a detected event pushed out of the event log
   kPythonSamples,       // a Python stack sample pushed out of a rank's profile before its time
+  kProcessGroups,       // a c10d backend, group or NCCL join of a process not kept
 };
 
 const char* label_of(Cap c);  // "step_sketch_time", "kernel_names", ...

@@ -1,24 +1,6 @@
 #include "userspace/procfs/proc_children.h"
 
-#include <charconv>
-#include <optional>
-
 namespace argus::procfs {
-namespace {
-
-ReadError malformed_file(const std::string& what) {
-  return make_error(ErrorKind::kMalformed, "malformed: " + what);
-}
-
-template <typename T>
-std::optional<T> number(std::string_view s) {
-  T v{};
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-}  // namespace
 
 ReadResult<std::vector<int>> parse_children(std::string_view content) {
   std::vector<int> out;
@@ -28,8 +10,8 @@ ReadResult<std::vector<int>> parse_children(std::string_view content) {
     size_t j = i;
     while (j < content.size() && content[j] != ' ' && content[j] != '\n') ++j;
     if (j == i) break;
-    const auto pid = number<int>(content.substr(i, j - i));
-    if (!pid || *pid <= 0) return malformed_file("children: \"" + std::string(content.substr(i, j - i)) + "\"");
+    const auto pid = parse_num<int>(content.substr(i, j - i));
+    if (!pid || *pid <= 0) return malformed("children: \"" + std::string(content.substr(i, j - i)) + "\"");
     out.push_back(*pid);
     i = j;
   }
@@ -58,12 +40,12 @@ ReadResult<ProcIo> parse_io(std::string_view content) {
     std::string_view value = line.substr(colon + 1);
     while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
     if (key != "rchar" && key != "read_bytes") continue;
-    const auto v = number<uint64_t>(value);
-    if (!v) return malformed_file("io: " + std::string(key) + " \"" + std::string(value) + "\"");
+    const auto v = parse_num<uint64_t>(value);
+    if (!v) return malformed("io: " + std::string(key) + " \"" + std::string(value) + "\"");
     (key == "rchar" ? io.rchar : io.read_bytes) = *v;
     (key == "rchar" ? rchar : read_bytes) = true;
   }
-  if (!rchar || !read_bytes) return malformed_file("io: no rchar or read_bytes line");
+  if (!rchar || !read_bytes) return malformed("io: no rchar or read_bytes line");
   return io;
 }
 

@@ -25,16 +25,6 @@ ReadError errno_error(const std::string& what, int err) {
   return make_error(ErrorKind::kOther, msg);
 }
 
-ReadError malformed(const std::string& what) { return make_error(ErrorKind::kMalformed, std::string(kMalformed) + what); }
-
-template <typename T>
-std::optional<T> parse_num(std::string_view s, int base) {
-  T v{};
-  if (s.empty()) return std::nullopt;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
 
 // '\n' too: a stat line ends with one.
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -138,6 +128,8 @@ struct Fd {
 };
 
 }  // namespace
+
+ReadError malformed(const std::string& what) { return make_error(ErrorKind::kMalformed, std::string(kMalformed) + what); }
 
 ParsedMaps parse_maps(std::string_view content) {
   ParsedMaps out;

@@ -4,8 +4,10 @@
 // the parsers take the file contents so that they are tested on plain strings.
 #pragma once
 #include <cstddef>
+#include <charconv>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +73,19 @@ struct ProcStat {
 };
 // comm may contain spaces, '(' and ')': it ends at the LAST ')'.
 ReadResult<ProcStat> parse_stat(std::string_view content);
+
+// ---- Helpers for the parsers of other /proc files ---------------------------
+// A kMalformed error: "malformed: <what>".
+ReadError malformed(const std::string& what);
+// The whole of `s` as a number in `base`; nullopt for empty, partial or out of range.
+template <typename T>
+std::optional<T> parse_num(std::string_view s, int base = 10) {
+  T v{};
+  if (s.empty()) return std::nullopt;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
 
 // ---- Files and processes ---------------------------------------------------
 // The whole file, read until EOF (st_size is 0 for /proc files). A file larger
