@@ -14,6 +14,7 @@
 #define ARGUS_CLS_NCCL 1 /* in-flight slot classes: one per library */
 #define ARGUS_CLS_CUDA 2
 #define ARGUS_CLS_LAUNCH 3 /* --probes deep: a kernel launch timed entry->return */
+#define ARGUS_CLS_MEM 4    /* a device memory call: its arguments kept for its return */
 
 /* Values of the tracked-tgid map. A tgid absent from the map that calls into a
  * probed library is auto-tracked (ARGUS_TGID_AUTO) and reported once. */
@@ -39,6 +40,7 @@ enum argus_event_type {
 	ARGUS_EV_C10D_BACKEND = 12, /* a PyTorch c10d backend (ProcessGroupGloo) was made */
 	ARGUS_EV_C10D_GROUP = 13,   /* a c10d process group was named or described */
 	ARGUS_EV_C10D_COLL = 14,    /* a collective or p2p call entered on a c10d backend */
+	ARGUS_EV_GPU_OOM = 15,      /* a device memory allocation failed with CUDA_ERROR_OUT_OF_MEMORY */
 };
 
 /* Event sources, for argus_agent_events_total{source} and ..._lost_total{source}. */
@@ -91,6 +93,10 @@ enum argus_stat_kind {
 	ARGUS_STAT_NCCL_GROUP_WAIT = 17, /* sub 0: count = outermost ncclGroupEnd calls timed (with operations), sum = ns inside */
 	ARGUS_STAT_C10D_CALLS = 18,   /* sub = op | backend kind << 8, code|pad = the c10d backend's address (low|high 32 bits): count = calls */
 	ARGUS_STAT_C10D_WAIT = 19,    /* sub = the thread's last c10d op (ARGUS_C10D_OP_MAX: none): count = Work::wait returns, sum = ns inside */
+	ARGUS_STAT_GPU_ALLOC = 20,    /* sub = api: count = device allocations that succeeded, sum = bytes; also marks a memory call's in-flight slot */
+	ARGUS_STAT_GPU_FREE = 21,     /* sub = api: count = frees paired with an allocation seen, sum = its bytes */
+	ARGUS_STAT_GPU_FREE_UNPAIRED = 22, /* sub = api: count = frees of memory whose allocation was not seen */
+	ARGUS_STAT_GPU_MAP = 23,      /* sub = api (cuMemMap, cuMemUnmap): count = calls that succeeded, sum = bytes */
 };
 
 /* Why a rank's thread was off CPU (ARGUS_STAT_OFFCPU's sub): the contract's
@@ -138,7 +144,8 @@ enum argus_bpf_error {
 	ARGUS_ERR_EXIT_INFO_FULL = 14,  /* exit cause map full: a fatal signal or OOM kill not remembered */
 	ARGUS_ERR_TCP_MAP_FULL = 15,    /* TCP retransmit map full: a retransmit not counted */
 	ARGUS_ERR_BLOCK_MAP_FULL = 16,  /* block request map full: a request's latency not timed */
-	ARGUS_ERR_MAX = 17,
+	ARGUS_ERR_GPU_ALLOC_MAP_FULL = 17, /* device allocation map full: an allocation counted, not held (its free will be unpaired) */
+	ARGUS_ERR_MAX = 18,
 };
 
 /* CUDA driver APIs the agent probes. Variants (_v2, _ptsz, _ptds) share the id of
@@ -163,7 +170,15 @@ enum argus_cuda_api {
 	ARGUS_CU_MEMCPY_HTOD_ASYNC = 16,
 	ARGUS_CU_MEMCPY_DTOH_ASYNC = 17,
 	ARGUS_CU_MEMCPY_DTOD_ASYNC = 18,
-	ARGUS_CU_API_MAX = 19,
+	ARGUS_CU_MEM_CREATE = 19,      /* physical memory of the virtual memory API (expandable segments) */
+	ARGUS_CU_MEM_FREE = 20,
+	ARGUS_CU_MEM_FREE_ASYNC = 21,
+	ARGUS_CU_MEM_RELEASE = 22,
+	ARGUS_CU_MEM_MAP = 23,
+	ARGUS_CU_MEM_UNMAP = 24,
+	ARGUS_CU_MEM_GET_INFO = 25,    /* read for the GPU's total memory */
+	ARGUS_CU_DEVICE_TOTAL_MEM = 26, /* ... likewise */
+	ARGUS_CU_API_MAX = 27,
 };
 
 /* How a communicator was made: the NCCL API that returned it (sub of
@@ -210,6 +225,28 @@ enum argus_nccl_init_api {
  * legacy ABI: the register's upper half is garbage). */
 #define ARGUS_COOKIE_COPY_DIR(flags) ((flags) & 0x7)
 #define ARGUS_COOKIE_COPY_U32 8
+
+/* Flags of the device memory programs (bpf/cuda_mem.bpf.c): where the call
+ * keeps what it hands out, frees or reports. */
+enum argus_mem_shape {
+	ARGUS_MEM_ALLOC = 1,       /* (CUdeviceptr *out, size_t bytes, ...) */
+	ARGUS_MEM_ALLOC_U32 = 2,   /* the legacy 32-bit ABI: (unsigned *out, unsigned bytes) */
+	ARGUS_MEM_ALLOC_PITCH = 3, /* (CUdeviceptr *out, size_t *pitch, width, height, ...): pitch x height */
+	ARGUS_MEM_CREATE = 4,      /* (CUmemGenericAllocationHandle *out, size_t bytes, ...) */
+	ARGUS_MEM_FREE = 5,        /* (CUdeviceptr, ...) */
+	ARGUS_MEM_FREE_U32 = 6,    /* (unsigned) */
+	ARGUS_MEM_RELEASE = 7,     /* (CUmemGenericAllocationHandle) */
+	ARGUS_MEM_MAP = 8,         /* cuMemMap / cuMemUnmap: (CUdeviceptr, size_t bytes, ...) */
+	ARGUS_MEM_INFO = 9,        /* cuMemGetInfo: (size_t *free, size_t *total) */
+	ARGUS_MEM_TOTAL = 10,      /* cuDeviceTotalMem: (size_t *bytes, CUdevice) */
+};
+
+/* What an allocation's key names: device addresses and the virtual memory
+ * API's handles are apart, so neither pairs with the other. */
+enum argus_mem_family {
+	ARGUS_MEM_FAMILY_ADDRESS = 0,
+	ARGUS_MEM_FAMILY_HANDLE = 1,
+};
 
 #define ARGUS_NCCL_UID_PREFIX 16 /* bytes of ncclUniqueId copied: identifies a communicator job-wide */
 
@@ -453,6 +490,40 @@ struct argus_c10d_coll_event {
 	__u32 pad;
 };
 
+/* One live device allocation (the gpu_allocs map): paired with its free by
+ * (process, family, address or handle). */
+struct argus_gpu_alloc_key {
+	__u32 tgid;
+	__u32 family; /* enum argus_mem_family */
+	__u64 addr;   /* the device address, or the cuMemCreate handle */
+};
+
+struct argus_gpu_alloc {
+	__u64 bytes;
+	__u32 api; /* enum argus_cuda_api that made it */
+	__u32 pad;
+};
+
+/* Per process (the gpu_mem map): device memory held through the driver. */
+struct argus_gpu_mem {
+	__s64 held;  /* allocations seen less their frees (bytes) */
+	__u64 peak;  /* the most held */
+	__u64 total; /* the GPU's total memory, as the process's own cuMemGetInfo / cuDeviceTotalMem returned it; 0 unknown */
+	__u64 pad;
+};
+
+/* An allocation failed with CUDA_ERROR_OUT_OF_MEMORY: what it asked for and
+ * what the process held then. */
+struct argus_gpu_oom_event {
+	struct argus_event_header hdr;
+	__u64 asked;  /* bytes requested */
+	__s64 held;   /* held before the call */
+	__u64 peak;
+	__u64 total;  /* 0 unknown */
+	__u32 api;    /* enum argus_cuda_api */
+	__s32 result; /* CUresult */
+};
+
 /* Both compilers check the layout: BPF (clang -target bpf) and the agent (g++). */
 #ifdef __cplusplus
 #define ARGUS_ASSERT_SIZE(type, size) static_assert(sizeof(struct type) == (size), #type " layout")
@@ -479,5 +550,9 @@ ARGUS_ASSERT_SIZE(argus_call_done_event, 56);
 ARGUS_ASSERT_SIZE(argus_c10d_backend_event, 48);
 ARGUS_ASSERT_SIZE(argus_c10d_group_event, 104);
 ARGUS_ASSERT_SIZE(argus_c10d_coll_event, 56);
+ARGUS_ASSERT_SIZE(argus_gpu_alloc_key, 16);
+ARGUS_ASSERT_SIZE(argus_gpu_alloc, 16);
+ARGUS_ASSERT_SIZE(argus_gpu_mem, 32);
+ARGUS_ASSERT_SIZE(argus_gpu_oom_event, 64);
 
 #endif /* ARGUS_BPF_ARGUS_H */

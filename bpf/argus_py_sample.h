@@ -21,6 +21,7 @@ struct argus_py_sample_frame {
 
 #define ARGUS_PY_SAMPLE_TRUNCATED 1 /* more frames than ARGUS_PY_SAMPLE_MAX_FRAMES */
 #define ARGUS_PY_SAMPLE_BAD_FRAME 2 /* the walk stopped at an unreadable or invalid frame */
+#define ARGUS_PY_SAMPLE_AT_OOM 4    /* not a sample: the stack where a device allocation failed out of memory */
 
 struct argus_py_sample {
 	__u32 tgid;

@@ -104,8 +104,9 @@ static long py_frame_step(__u32 index, void *unused)
 	return 0;
 }
 
-SEC("perf_event")
-int argus_py_sample(struct bpf_perf_event_data *ctx)
+/* Walks the current thread's Python stack, if it is a Python rank's thread
+ * that runs Python code, and sends it flagged `flags`. */
+static __always_inline int py_sample_current(__u16 flags)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
@@ -141,7 +142,7 @@ int argus_py_sample(struct bpf_perf_event_data *ctx)
 	w->s.tid = (__u32)id;
 	w->s.ts_ns = bpf_ktime_get_ns();
 	w->s.nframes = 0;
-	w->s.flags = 0;
+	w->s.flags = flags;
 	w->s.pad = 0;
 	bpf_loop(ARGUS_PY_SAMPLE_MAX_FRAMES + ARGUS_PY_WALK_EXTRA, py_frame_step, 0, 0);
 	if (w->frame && w->s.nframes >= ARGUS_PY_SAMPLE_MAX_FRAMES)
@@ -149,4 +150,22 @@ int argus_py_sample(struct bpf_perf_event_data *ctx)
 	if (bpf_ringbuf_output(&py_samples, &w->s, sizeof(w->s), 0))
 		argus_count_error(ARGUS_ERR_PY_SAMPLES_LOST);
 	return 0;
+}
+
+SEC("perf_event")
+int argus_py_sample(struct bpf_perf_event_data *ctx)
+{
+	return py_sample_current(0);
+}
+
+/* The return of a device memory allocation (bpf/cuda_mem.bpf.c's calls): one
+ * that failed with CUDA_ERROR_OUT_OF_MEMORY takes the thread's Python stack
+ * there and then, before the framework unwinds it into an exception (the
+ * agent pairs it with the oom event by thread and time). */
+SEC("uretprobe")
+int BPF_KRETPROBE(argus_py_stack_at_oom, int ret)
+{
+	if (ret != 2 /* CUDA_ERROR_OUT_OF_MEMORY */)
+		return 0;
+	return py_sample_current(ARGUS_PY_SAMPLE_AT_OOM);
 }

@@ -15,6 +15,32 @@ using nlohmann::json;
 json int_or_null(int v) { return v < 0 ? json(nullptr) : json(v); }
 json str_or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 
+// What the rank holds through the driver and the calls that moved it; null
+// until one of its device memory calls was seen.
+json gpu_memory_json(const RankSnapshot& r) {
+  const GpuMemoryView& m = r.gpu_memory;
+  if (!m.seen() && m.held_bytes == 0) return nullptr;
+  auto calls = [](const std::map<std::string, CopyCounters>& by_api) {
+    json j = json::object();
+    for (const auto& [api, c] : by_api) j[api] = {{"calls", c.calls}, {"bytes", c.bytes}};
+    return j;
+  };
+  const GpuMemoryVerdict& v = r.gpu_memory_verdict;
+  return {{"held_bytes", m.held_bytes},
+          {"peak_bytes", m.peak_bytes},
+          {"total_bytes", m.total_bytes != 0 ? json(m.total_bytes) : json(nullptr)},
+          {"allocations", calls(m.allocations)},
+          {"frees", calls(m.frees)},
+          {"maps", calls(m.maps)},
+          {"unpaired_frees", m.unpaired_frees},
+          {"failures", m.failures},
+          {"growing", v.growth_bytes_per_second > 0},
+          {"growth_bytes_per_second", v.growth_bytes_per_second},
+          {"growth_window_seconds", v.growth_bytes_per_second > 0 ? json(v.growth_window_seconds) : json(nullptr)},
+          {"pressure", v.pressure},
+          {"seconds_to_full", v.seconds_to_full >= 0 ? json(v.seconds_to_full) : json(nullptr)}};
+}
+
 json error_list(const std::map<std::pair<std::string, std::string>, uint64_t>& errors) {
   json out = json::array();
   for (const auto& [k, v] : errors) out.push_back({{"api", k.first}, {"code", k.second}, {"count", v}});
@@ -184,6 +210,7 @@ json rank_json(const RankSnapshot& r, const GroupMembers& members) {
                {"launch_timing", std::move(timing)},
                {"memcpy", std::move(copies)},
                {"errors", error_list(r.cuda_errors)}};
+  j["gpu_memory"] = gpu_memory_json(r);
   j["nccl_errors"] = error_list(r.nccl_errors);
   j["process_groups"] = process_groups_json(r, members);
   j["process_group_waits"] = {{"calls", r.process_group_waits.calls},

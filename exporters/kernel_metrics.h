@@ -34,6 +34,8 @@ void append_net_metrics(const std::vector<RankGroup>& groups,
                         std::vector<prometheus::MetricFamily>& out);
 // PyTorch's process groups (framework_metrics.cpp).
 void append_framework_metrics(const std::vector<RankGroup>& groups, std::vector<prometheus::MetricFamily>& out);
+// Device memory per rank (issue 32): held, peak, the GPU's total, the calls, failures, the growth verdict.
+void append_gpu_memory_metrics(const std::vector<RankGroup>& groups, std::vector<prometheus::MetricFamily>& out);
 // The GPU driver's Xid lines (userspace/kmsg): following = the kernel log is read.
 std::vector<prometheus::MetricFamily> xid_metrics(const kmsg::XidCounts& counts, bool following);
 

@@ -122,7 +122,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   auto sync_ratio = family("argus_sync_wait_ratio",
                            "Share of wall time blocked in CUDA synchronize (stream, event, context), last window.",
                            MetricType::Gauge);
-  auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason: exit, signal (a fatal signal), oom (the OOM killer).", MetricType::Counter);
+  auto exits = family("argus_rank_exits_total", "Rank processes that ended, by reason: exit, signal (a fatal signal), oom (the OOM killer, or an error exit after a GPU out-of-memory).", MetricType::Counter);
   auto lag = family("argus_nccl_arrival_lag_seconds",
                     "Mean lag behind the earliest rank of this node at the same collective, last window.",
                     MetricType::Gauge);
@@ -338,6 +338,7 @@ std::vector<MetricFamily> collect_metrics(const Snapshot& snap) {
   append_sched_metrics(rank_group_list, out);
   append_net_metrics(rank_group_list, out);
   append_framework_metrics(rank_group_list, out);
+  append_gpu_memory_metrics(rank_group_list, out);
   return out;
 }
 

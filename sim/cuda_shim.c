@@ -22,7 +22,8 @@
  * cuda_shim_engine.c, the emulated GPU's timeline (and the GPU thread that
  * times work queued behind an NCCL kernel); cuda_shim_records.c, the GPU
  * activity records and the USDT probes they cross; cuda_shim_mem.c, device
- * memory and copies; cuda_shim_errors.c, the error strings;
+ * memory and copies; cuda_shim_vmm.c, virtual memory management (reserved
+ * ranges, physical handles and their mappings); cuda_shim_errors.c, the error strings;
  * cuda_shim_internal.h, what they share (one lock, g_mu, over the whole
  * emulated device). The sim-private functions are described in sim_gpu.h. */
 #define _GNU_SOURCE
@@ -63,7 +64,7 @@ struct func {
 
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_initialized;
-static int g_device_count = 8;
+int g_device_count = 8;
 
 struct stream *g_streams; /* [0] = the default stream */
 size_t g_nstreams;
@@ -167,7 +168,7 @@ static CUresult do_init(unsigned int flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&g_mu);
 	if (!g_initialized) {
-		g_capacity = env_ull("ARGUS_SIM_GPU_MEM_MB", 81920ull) << 20;
+		g_capacity = env_ull(ARGUS_SIM_GPU_MEM_MB_ENV, ARGUS_SIM_GPU_MEM_MB_DEFAULT) << 20;
 		unsigned long long n = env_ull("ARGUS_SIM_GPU_COUNT", 8);
 		g_device_count = (n >= 1 && n <= 64) ? (int)n : 8;
 		if (!grow((void **)&g_streams, &g_capstreams, 0, sizeof *g_streams)) {

@@ -36,6 +36,8 @@ static const char *describe(CUresult e)
 		return "an illegal memory access was encountered";
 	case 719:
 		return "unspecified launch failure";
+	case 801:
+		return "operation not supported";
 	case 999:
 		return "unknown error";
 	default:

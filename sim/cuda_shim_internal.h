@@ -23,6 +23,46 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* never dereferenced */
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+/* The virtual memory management structs, as cuda.h lays them out (enums are ints). */
+typedef struct CUmemLocation_st {
+	int type; /* CU_MEM_LOCATION_TYPE_* */
+	int id;
+} CUmemLocation;
+
+typedef struct CUmemAllocationProp_st {
+	int type;                 /* CU_MEM_ALLOCATION_TYPE_* */
+	int requestedHandleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+
+typedef struct CUmemAccessDesc_st {
+	CUmemLocation location;
+	int flags; /* CU_MEM_ACCESS_FLAGS_PROT_* */
+} CUmemAccessDesc;
+
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp as in cuda.h");
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc as in cuda.h");
+
+enum {
+	CU_MEM_LOCATION_TYPE_DEVICE = 1,
+	CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+	CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+	CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+	CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+	CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
+	CU_MEM_ATTACH_GLOBAL = 1,
+	CU_MEM_ATTACH_HOST = 2,
+};
 
 typedef struct CUlaunchConfig_st {
 	unsigned int gridDimX;
@@ -47,6 +87,7 @@ enum {
 	CUDA_ERROR_INVALID_CONTEXT = 201,
 	CUDA_ERROR_INVALID_HANDLE = 400,
 	CUDA_ERROR_NOT_FOUND = 500,
+	CUDA_ERROR_NOT_SUPPORTED = 801,
 };
 
 #define CU_API __attribute__((visibility("default")))
@@ -93,14 +134,23 @@ extern size_t g_nstreams;
 extern struct event *g_events;
 extern size_t g_nevents;
 extern int g_device_ord;
+extern int g_device_count;
 int grow(void **arr, size_t *cap, size_t n, size_t elem);
 long long now_ns(void);
 void sleep_until(long long t);
 int initialized(void);
 struct stream *stream_get(CUstream h);
 
-/* cuda_shim_mem.c: device memory. */
+/* cuda_shim_mem.c: device memory. Physical memory (linear allocations and
+ * cuMemCreate's) is taken from and given back to the capacity under g_mu. */
+#define SIM_VMM_GRANULARITY (2ull << 20) /* cuMemGetAllocationGranularity */
 extern unsigned long long g_capacity;
+int phys_take(unsigned long long size);
+void phys_give(unsigned long long size);
+
+/* cuda_shim_vmm.c: virtual memory management (cuMemAddressReserve, cuMemCreate,
+ * cuMemMap, ...). Is [p, p+n) inside mapped memory? Call with g_mu held. */
+int vmm_mapped(CUdeviceptr p, size_t n);
 
 /* cuda_shim_engine.c: the emulated GPU's engine, which times the work. */
 extern size_t g_def_n;

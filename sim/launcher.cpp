@@ -30,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr long long kStopGraceNs = 5'000'000'000LL; // SIGTERM -> SIGKILL
-constexpr int kInjectedExitStatus = 1;  // a rank's --exit (worker.h kWorkerInjectedExit)
+constexpr int kInjectedExitStatus = 1;  // a rank's --exit or out-of-memory (worker.h kWorkerInjectedExit)
 constexpr int kHangTimeoutStatus = 124; // the launcher stopped the job at --hang-timeout
 
 long long now_ns()
@@ -133,6 +133,8 @@ std::vector<std::string> rank_env(const SimConfig &cfg, int rank, int local_rank
 		{ARGUS_SIM_NCCL_MODE_ENV, cfg.nccl_async ? "async" : "blocking"},
 		// --gpu-fold (always set, for the same reason).
 		{ARGUS_SIM_GPU_FOLD_ENV, cfg.gpu_fold ? "1" : "0"},
+		// --gpu-mem-mb: the emulated GPU's capacity (always set, for the same reason).
+		{ARGUS_SIM_GPU_MEM_MB_ENV, std::to_string(cfg.gpu_mem_mb)},
 	};
 	std::vector<std::string> env;
 	for (char **e = environ; e && *e; e++) {
@@ -182,6 +184,20 @@ private:
 		   const sigset_t &child_mask);
 	void write_job_json();
 	void signal_alive(int sig);
+	// A rank that exits with status 1 out of memory (--mem-oom, --mem-leak) ended as
+	// planned, as an --exit rank does; planned_exit says how, for the log.
+	bool may_run_out_of_memory(int rank) const
+	{
+		return cfg_.mem_ooms.count(rank) || cfg_.mem_leaks.count(rank);
+	}
+	std::string planned_exit(int rank) const
+	{
+		if (auto it = cfg_.exits.find(rank); it != cfg_.exits.end())
+			return "exited at step " + std::to_string(it->second) + " (--exit)";
+		if (auto it = cfg_.mem_ooms.find(rank); it != cfg_.mem_ooms.end())
+			return "ran out of GPU memory by step " + std::to_string(it->second) + " (--mem-oom)";
+		return "ran out of GPU memory (--mem-leak)";
+	}
 	int supervise();
 	void setup_ib_fixture();
 	void start_ib_runner();
@@ -431,13 +447,13 @@ int Launcher::supervise()
 				alive--;
 				bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
 				if (!ok && WIFEXITED(st) && WEXITSTATUS(st) == kInjectedExitStatus &&
-				    cfg_.exits.count(p.rank)) {
-					// --exit: expected. The peers stay blocked, as after a hang.
+				    (cfg_.exits.count(p.rank) || may_run_out_of_memory(p.rank))) {
+					// --exit, or out of memory (--mem-oom, --mem-leak): expected. The
+					// peers stay blocked, as after a hang.
 					if (fault_at == 0)
 						fault_at = now_ns();
-					say("job " + cfg_.job_id + ": rank " + std::to_string(p.rank) +
-					    " exited at step " + std::to_string(cfg_.exits.at(p.rank)) +
-					    " (--exit); its peers wait for it");
+					say("job " + cfg_.job_id + ": rank " + std::to_string(p.rank) + " " +
+					    planned_exit(p.rank) + "; its peers wait for it");
 					continue;
 				}
 				if (!ok) {
@@ -568,11 +584,11 @@ int Launcher::run()
 	for (const std::string &name : job_segments(id_))
 		shm_unlink(name.c_str());
 	sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-	if (rc == 0 && cfg_.exits.empty())
+	if (rc == 0 && cfg_.exits.empty() && cfg_.mem_ooms.empty() && cfg_.mem_leaks.empty())
 		say("job " + cfg_.job_id + ": all " + std::to_string(cfg_.ranks) + " ranks exited 0");
 	else if (rc == 0)
 		say("job " + cfg_.job_id + ": all " + std::to_string(cfg_.ranks) +
-		    " ranks ended as planned (status 0, or 1 for --exit)");
+		    " ranks ended as planned (status 0, or 1 for --exit and out of memory)");
 	else if (rc == kHangTimeoutStatus)
 		say("job " + cfg_.job_id + ": stopped at --hang-timeout");
 	else

@@ -9,6 +9,7 @@
 
 #include "ib_fixture.h"
 #include "sim_config_layout.h"
+#include "sim_config_memory.h"
 
 namespace argus::sim {
 
@@ -31,6 +32,10 @@ RankPlan plan_for(const SimConfig &cfg, int rank)
 		p.gpu_slow_factor = it->second;
 	if (auto it = cfg.gpu_slow_from.find(rank); it != cfg.gpu_slow_from.end())
 		p.gpu_slow_from_step = it->second;
+	if (auto it = cfg.mem_leaks.find(rank); it != cfg.mem_leaks.end())
+		p.mem_leak_bytes = it->second;
+	if (auto it = cfg.mem_ooms.find(rank); it != cfg.mem_ooms.end())
+		p.mem_oom_step = it->second;
 	p.pp_stage = pp_stage_of(cfg, rank);
 	if (p.pp_stage >= 0) {
 		const int per_stage = cfg.ranks / cfg.pp;
@@ -132,7 +137,7 @@ nlohmann::json to_json(const SimConfig &cfg)
 	nlohmann::json checkpoints = nlohmann::json::array();
 	for (const auto &[rank, c] : cfg.checkpoints)
 		checkpoints.push_back({{"rank", rank}, {"every", c.first}, {"ms", c.second}});
-	return {
+	nlohmann::json j = {
 		{"ranks", cfg.ranks},
 		{"steps", cfg.steps},
 		{"step_ms", cfg.step_ms},
@@ -174,6 +179,8 @@ nlohmann::json to_json(const SimConfig &cfg)
 		{"degrade", cfg.degrade},
 		{"ib_only", cfg.ib_only},
 	};
+	memory_to_json(cfg, j);
+	return j;
 }
 
 SimConfig config_from_json(const nlohmann::json &j)
@@ -241,6 +248,7 @@ SimConfig config_from_json(const nlohmann::json &j)
 	c.ib_fixture = j.value("ib_fixture", std::string());
 	c.degrade = j.value("degrade", std::vector<std::string>());
 	c.ib_only = j.value("ib_only", false);
+	memory_from_json(j, c);
 	return c;
 }
 
@@ -358,7 +366,22 @@ void parse_bubbles(const std::vector<std::string> &specs, SimConfig &cfg)
 	}
 }
 
-// --hang / --exit: RANK:STEP, one per rank.
+// --mem-leak RANK:BYTES, one per rank.
+void parse_mem_leaks(const std::vector<std::string> &specs, SimConfig &cfg)
+{
+	for (const auto &spec : specs) {
+		auto [rank, value] = split_rank_spec("--mem-leak", spec, cfg.ranks);
+		auto bytes = parse_byte_size(value);
+		if (!bytes || *bytes == 0 || *bytes > kMaxMemLeakBytes)
+			throw UsageError("--mem-leak: BYTES must be 1.." + std::to_string(kMaxMemLeakBytes) +
+					 " (suffix K, M or G), got '" + value + "' in '" + spec + "'");
+		if (cfg.mem_leaks.count(rank))
+			throw UsageError("--mem-leak: rank " + std::to_string(rank) + " given twice");
+		cfg.mem_leaks[rank] = *bytes;
+	}
+}
+
+// --hang / --exit / --mem-oom: RANK:STEP, one per rank.
 void parse_step_faults(const std::string &flag, const std::vector<std::string> &specs,
 		       const SimConfig &cfg, std::map<int, std::int64_t> &into)
 {
@@ -417,6 +440,8 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 		       "r / (tp x dp))");
 	LayoutFlagText layout_text;
 	add_layout_flags(app, cfg, layout_text);
+	MemoryFlagText mem_text;
+	add_memory_flags(app, cfg, mem_text);
 	app.add_option("--bubble", bubble_specs,
 		       "STAGE:MS: with --pp, the receives of that stage's ranks wait MS (1..60000) ms "
 		       "longer: a pipeline bubble on their GPUs (repeatable, one per stage)")
@@ -546,6 +571,9 @@ std::optional<SimConfig> parse_cli(int argc, char **argv)
 	parse_step_faults("--hang", hang_specs, cfg, cfg.hangs);
 	parse_step_faults("--gpu-hang", gpu_hang_specs, cfg, cfg.gpu_hangs);
 	parse_step_faults("--exit", exit_specs, cfg, cfg.exits);
+	cfg.mem_api = mem_api_from_name(mem_text.api).value_or(MemApi::Classic);
+	parse_mem_leaks(mem_text.leaks, cfg);
+	parse_step_faults("--mem-oom", mem_text.ooms, cfg, cfg.mem_ooms);
 	for (const auto &[rank, step] : cfg.hangs)
 		if (cfg.exits.count(rank))
 			throw UsageError("--hang and --exit: rank " + std::to_string(rank) + " has both");

@@ -33,6 +33,20 @@ inline constexpr const char *kNodeEnv = "ARGUS_SIM_NODE";
 // The launcher's pid: a rank that hangs (--hang) tells it with SIGUSR1.
 inline constexpr const char *kLauncherPidEnv = "ARGUS_SIM_LAUNCHER_PID";
 
+// The driver API family a rank's caching allocator grows its pool by (--mem-api):
+// cuMemAlloc/cuMemFree (PyTorch's native allocator), the stream-ordered
+// cuMemAllocFromPoolAsync/cuMemFreeAsync (its cudaMallocAsync backend), or the
+// virtual memory calls of its expandable segments (cuMemCreate/cuMemMap).
+enum class MemApi { Classic, Async, Vmm };
+const char *mem_api_name(MemApi api); // "classic", "async", "vmm"
+std::optional<MemApi> mem_api_from_name(const std::string &name);
+// --gpu-mem-mb: the emulated capacity. At least what a rank's init allocations
+// (4.5 GiB of parameters, gradients and communication buffer) and its pool's first
+// steps (240 MiB) take, with room to spare.
+inline constexpr int kDefaultGpuMemMb = 81920; // an 80 GB GPU (sim_gpu.h)
+inline constexpr int kMinGpuMemMb = 5120;
+inline constexpr int kMaxGpuMemMb = 16 << 20; // 16 TiB
+
 struct SimConfig {
 	int ranks = 8;
 	std::int64_t steps = 100; // 0 = until SIGINT/SIGTERM
@@ -72,6 +86,13 @@ struct SimConfig {
 	double hang_timeout_s = 0;         // launcher: stop the job S s after a hang/exit; 0 = never
 	bool no_abort = false;             // a rank that dies does not abort the communicator
 	std::map<int, int> cuda_errors;   // rank -> failing cuMemAlloc_v2 calls after init
+	// GPU memory (worker_memory.cpp): the family the ranks' caching allocators grow
+	// their pools by, the emulated capacity (ARGUS_SIM_GPU_MEM_MB of every rank), and
+	// the faults: a pool that grows every step, a request that does not fit.
+	MemApi mem_api = MemApi::Classic;
+	int gpu_mem_mb = kDefaultGpuMemMb;
+	std::map<int, std::uint64_t> mem_leaks; // rank -> bytes its pool grows by every step
+	std::map<int, std::int64_t> mem_ooms;   // rank -> step it runs out of memory at
 	std::string out_dir;              // truth files; empty = none
 	std::string nccl_lib;             // resolved by the launcher
 	std::string cuda_lib;
@@ -111,6 +132,8 @@ struct RankPlan {
 	int pp_recv_from = -1;               // the previous stage's rank (-1: first stage / no pp)
 	int bubble_ms = 0;                   // --bubble of this rank's stage
 	std::int64_t recv_delay_us = 0;      // pp_recv_delay_us()
+	std::uint64_t mem_leak_bytes = 0;    // --mem-leak: per step, from step 0 (0: none)
+	std::int64_t mem_oom_step = -1;      // --mem-oom: -1 never
 };
 
 RankPlan plan_for(const SimConfig &cfg, int rank);

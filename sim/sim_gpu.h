@@ -76,6 +76,9 @@ struct argus_sim_gpu_totals {
 #define ARGUS_SIM_GPU_ASSUME_LISTENING_ENV "ARGUS_SIM_GPU_ASSUME_LISTENING"
 /* Per-rank extra delay before an eager ncclRecv's kernel starts (--pp/--bubble). */
 #define ARGUS_SIM_PP_RECV_DELAY_ENV "ARGUS_SIM_PP_RECV_DELAY_US"
+/* The emulated GPU's memory capacity in MiB (--gpu-mem-mb); unset: 81920 (an 80 GB GPU). */
+#define ARGUS_SIM_GPU_MEM_MB_ENV "ARGUS_SIM_GPU_MEM_MB"
+#define ARGUS_SIM_GPU_MEM_MB_DEFAULT 81920
 
 typedef unsigned (*argus_gpu_wire_version_fn)(void);
 typedef void (*argus_sim_gpu_flush_all_fn)(void);

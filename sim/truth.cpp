@@ -1,11 +1,48 @@
 #include "truth.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <fcntl.h>
 #include <unistd.h>
 
 namespace argus::sim {
+
+void GpuMemoryTruth::count(MemOp op, const std::string &label, std::uint64_t bytes)
+{
+	auto &c = (op == MemOp::Alloc ? allocations : op == MemOp::Free ? frees : maps)[label];
+	c.calls++;
+	c.bytes += bytes;
+	if (op == MemOp::Alloc) {
+		held += bytes;
+		peak = std::max(peak, held);
+	} else if (op == MemOp::Free) {
+		held -= std::min(bytes, held);
+	}
+}
+
+nlohmann::json GpuMemoryTruth::to_json() const
+{
+	auto counts = [](const std::map<std::string, OpCount> &m) {
+		nlohmann::json o = nlohmann::json::object();
+		for (const auto &[label, c] : m)
+			o[label] = {{"calls", c.calls}, {"bytes", c.bytes}};
+		return o;
+	};
+	nlohmann::json j = {
+		{"api", api},
+		{"allocations", counts(allocations)},
+		{"frees", counts(frees)},
+		{"maps", counts(maps)},
+		{"failures", failures.empty() ? nlohmann::json::object() : nlohmann::json(failures)},
+		{"held_bytes_before_teardown", held_before_teardown.value_or(held)},
+		{"peak_bytes", peak},
+		{"total_bytes", total},
+	};
+	if (!oom.is_null())
+		j["oom"] = oom;
+	return j;
+}
 
 nlohmann::json Truth::to_json() const
 {
@@ -56,6 +93,7 @@ nlohmann::json Truth::to_json() const
 		copies[dir] = {{"calls", c.calls}, {"bytes", c.bytes}};
 	cuda["memcpy"] = copies;
 	j["cuda"] = cuda;
+	j["gpu_memory"] = gpu_memory.to_json();
 	if (pp_stage >= 0)
 		j["pp_stage"] = pp_stage;
 	if (has_gpu || pp_stage >= 0) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,34 @@ struct OpCount {
 	std::uint64_t bytes = 0;
 };
 
+// The rank's device memory as its driver calls made it ("gpu_memory"), counted at
+// the call site. Labels are driver API families, variants under their base name:
+// allocations "cuMemAlloc" (cuMemAlloc, cuMemAlloc_v2), "cuMemAllocAsync"
+// (cuMemAllocAsync, cuMemAllocFromPoolAsync), "cuMemAllocManaged",
+// "cuMemAllocPitch", "cuMemCreate"; frees "cuMemFree" (cuMemFree, cuMemFree_v2),
+// "cuMemFreeAsync", "cuMemRelease"; maps "cuMemMap", "cuMemUnmap". Only successful
+// calls are counted there, with the bytes of the allocation made or freed (a
+// pitched one: pitch x height); a failed call counts in `failures` (by result name).
+enum class MemOp { Alloc, Free, Map }; // which table of GpuMemoryTruth a call goes in
+
+struct GpuMemoryTruth {
+	std::string api = "classic"; // --mem-api
+	std::map<std::string, OpCount> allocations, frees, maps;
+	std::map<std::string, std::uint64_t> failures;
+	std::uint64_t held = 0;  // allocated less freed, now
+	std::uint64_t peak = 0;  // the most `held` was
+	std::uint64_t total = 0; // cuDeviceTotalMem_v2
+	std::optional<std::uint64_t> held_before_teardown; // unset: no teardown yet (held)
+	// The caching allocator's first out-of-memory: {"step", "asked_bytes",
+	// "held_bytes", "peak_bytes", "code", "api" (label of the failing call)}; null if none.
+	nlohmann::json oom;
+
+	// A successful call: its table, and `held` / `peak` for allocations and frees.
+	void count(MemOp op, const std::string &label, std::uint64_t bytes);
+	void failed(const std::string &result_name) { failures[result_name]++; }
+	nlohmann::json to_json() const;
+};
+
 struct Truth {
 	std::string job_id;
 	int rank = 0;
@@ -30,11 +59,12 @@ struct Truth {
 	std::int64_t steps_completed = 0;
 	// "completed" (all steps), "stopped" (SIGTERM/SIGINT), "aborted" (a NCCL wait
 	// was aborted or timed out), "failed" (setup failed), "hung" (--hang: blocked,
-	// later stopped), "exited" (--exit: exited with status 1). "running" in a file
+	// later stopped), "exited" (--exit: exited with status 1), "oom" (ran out of GPU
+	// memory, --mem-oom or --mem-leak: exited with status 1). "running" in a file
 	// written while the rank runs (at a straggler's onset).
 	std::string status = "running";
-	// Injected faults, as they fire: {"kind": "straggler"|"gpu_slow"|"bubble"|"hang"|"exit",
-	// ..., "injected_at": CLOCK_REALTIME unix seconds}.
+	// Injected faults, as they fire: {"kind": "straggler"|"gpu_slow"|"bubble"|"hang"|"exit"|
+	// "mem_leak"|"oom", ..., "injected_at": CLOCK_REALTIME unix seconds}.
 	nlohmann::json faults = nlohmann::json::array();
 
 	std::map<std::string, OpCount> nccl;                                  // op label
@@ -52,6 +82,7 @@ struct Truth {
 	// Host-API copies (cuMemcpyHtoD/DtoH/DtoD and Async variants) by direction
 	// ("htod", "dtoh", "dtod"): calls, and the ByteCount passed.
 	std::map<std::string, OpCount> memcpy;
+	GpuMemoryTruth gpu_memory;
 
 	// "gpu": written when the CUDA library is the simulator's (has_gpu), or with --pp.
 	bool has_gpu = false;

@@ -187,6 +187,12 @@ std::string nccl_result_name(int r)
 	return name ? name : std::to_string(r);
 }
 
+std::string cuda_result_name(int r)
+{
+	const char *name = argus_cuda_result_name(r);
+	return name ? name : "CUDA_ERROR_" + std::to_string(r);
+}
+
 bool env_int(const char *name, int &out)
 {
 	const char *v = std::getenv(name);
@@ -224,6 +230,7 @@ bool Rank::stopped_by_launcher() const
 
 void Rank::teardown(bool abort_comm)
 {
+	truth_.gpu_memory.held_before_teardown = truth_.gpu_memory.held;
 	// A rank that stops early aborts its communicators, which releases any peer
 	// still waiting for it (as PyTorch's watchdog does).
 	destroy_comms(abort_comm);
@@ -235,12 +242,14 @@ void Rank::teardown(bool abort_comm)
 		cu_.argus_sim_gpu_flush_all();
 	if (event_)
 		cuda("cuEventDestroy_v2", cu_.cuEventDestroy_v2(event_));
+	memory_teardown();
 	if (comm_buf_)
-		cuda("cuMemFree_v2", cu_.cuMemFree_v2(comm_buf_));
+		mem_free("cuMemFree_v2", "cuMemFree", kCommBufBytes, cu_.cuMemFree_v2(comm_buf_));
 	if (grads_)
-		cuda("cuMemFree_v2", cu_.cuMemFree_v2(grads_));
+		mem_free("cuMemFree_v2", "cuMemFree", kGradsBytes, cu_.cuMemFree_v2(grads_));
 	if (params_)
-		cuda("cuMemFree_v2", cu_.cuMemFree_v2(params_));
+		mem_free("cuMemFree_v2", "cuMemFree", kParamsBytes, cu_.cuMemFree_v2(params_));
+	comm_buf_ = grads_ = params_ = 0;
 	if (nccl_stream_)
 		cuda("cuStreamDestroy_v2", cu_.cuStreamDestroy_v2(nccl_stream_));
 	if (stream_)
@@ -344,6 +353,10 @@ int Rank::run()
 			// A crash: no teardown, no ncclCommAbort (the peers stay blocked).
 			truth_.faults.push_back({{"kind", "exit"}, {"step", s}, {"injected_at", realtime_s()}});
 			return finish("exited", kWorkerInjectedExit);
+		case StepResult::Oom:
+			// PyTorch's OutOfMemoryError ends the process as --exit does (the fault is
+			// recorded already): no teardown, the peers stay blocked.
+			return finish("oom", kWorkerInjectedExit);
 		case StepResult::NcclFailed: {
 			// An aborted wait during shutdown is an orderly stop.
 			bool stopped = g_stop;

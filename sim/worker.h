@@ -12,7 +12,7 @@ inline constexpr int kWorkerBadEnv = 2;      // missing/invalid environment or c
 inline constexpr int kWorkerLoadFailed = 3;  // dlopen/dlsym of a library failed
 inline constexpr int kWorkerNcclFailed = 4;  // a NCCL call failed (aborted, timed out)
 inline constexpr int kWorkerCudaFailed = 5;  // CUDA setup failed
-inline constexpr int kWorkerInjectedExit = 1; // --exit RANK:STEP fired
+inline constexpr int kWorkerInjectedExit = 1; // --exit RANK:STEP fired, or out of GPU memory (status "oom")
 
 int worker_main();
 

@@ -68,9 +68,26 @@ bool Rank::load_libraries()
 	ARGUS_CU(cuLaunchKernel_ptsz);
 	ARGUS_CU(cuLaunchKernelEx);
 	ARGUS_CU(cuLaunchKernelEx_ptsz);
+	ARGUS_CU(cuMemGetInfo_v2);
+	ARGUS_CU(cuDeviceTotalMem_v2);
+	ARGUS_CU(cuMemAlloc);
 	ARGUS_CU(cuMemAlloc_v2);
+	ARGUS_CU(cuMemAllocPitch_v2);
+	ARGUS_CU(cuMemAllocManaged);
 	ARGUS_CU(cuMemAllocAsync);
+	ARGUS_CU(cuDeviceGetDefaultMemPool);
+	ARGUS_CU(cuMemAllocFromPoolAsync);
+	ARGUS_CU(cuMemFree);
 	ARGUS_CU(cuMemFree_v2);
+	ARGUS_CU(cuMemFreeAsync);
+	ARGUS_CU(cuMemGetAllocationGranularity);
+	ARGUS_CU(cuMemAddressReserve);
+	ARGUS_CU(cuMemAddressFree);
+	ARGUS_CU(cuMemCreate);
+	ARGUS_CU(cuMemRelease);
+	ARGUS_CU(cuMemMap);
+	ARGUS_CU(cuMemUnmap);
+	ARGUS_CU(cuMemSetAccess);
 	ARGUS_CU(cuMemcpyHtoD_v2);
 	ARGUS_CU(cuMemcpyDtoD_v2);
 	ARGUS_CU(cuMemcpyHtoDAsync_v2);
@@ -154,20 +171,26 @@ bool Rank::setup_cuda()
 					       : base_us * kernel_weight(static_cast<int>(k));
 	}
 	set_kernel_durations(1.0);
-	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&params_, std::size_t{2} << 30))) != 0)
+	// The caching allocator's start (worker_memory.cpp): the device's memory, its family's pool or range.
+	if ((r = memory_init(dev)) != 0)
+		return fail("the memory allocator's init", r);
+	if ((r = mem_alloc("cuMemAlloc_v2", "cuMemAlloc", kParamsBytes, cu_.cuMemAlloc_v2(&params_, kParamsBytes))) != 0)
 		return fail("cuMemAlloc_v2", r);
-	if ((r = cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&grads_, std::size_t{2} << 30))) != 0)
+	if ((r = mem_alloc("cuMemAlloc_v2", "cuMemAlloc", kGradsBytes, cu_.cuMemAlloc_v2(&grads_, kGradsBytes))) != 0)
 		return fail("cuMemAlloc_v2", r);
-	if ((r = cuda("cuMemAllocAsync",
-		      cu_.cuMemAllocAsync(&comm_buf_, std::size_t{512} << 20, nccl_stream_))) != 0)
+	if ((r = mem_alloc("cuMemAllocAsync", "cuMemAllocAsync", kCommBufBytes,
+			   cu_.cuMemAllocAsync(&comm_buf_, kCommBufBytes, nccl_stream_))) != 0)
 		return fail("cuMemAllocAsync", r);
+	if ((r = memory_extras()) != 0)
+		return fail("an extension's allocation", r);
 	static const std::uint32_t init_weights[1024] = {};
 	copy("cuMemcpyHtoD_v2", "htod", sizeof init_weights,
 	     cu_.cuMemcpyHtoD_v2(params_, init_weights, sizeof init_weights));
-	// --cuda-errors: allocations no GPU can satisfy (1 PiB): CUDA_ERROR_OUT_OF_MEMORY.
+	// --cuda-errors: allocations no GPU can satisfy (1 PiB): CUDA_ERROR_OUT_OF_MEMORY
+	// (failures of the memory truth, not an out-of-memory of the caching allocator).
 	for (int i = 0; i < plan_.cuda_errors; i++) {
 		CUdeviceptr p = 0;
-		cuda("cuMemAlloc_v2", cu_.cuMemAlloc_v2(&p, std::size_t{1} << 50));
+		mem_alloc("cuMemAlloc_v2", "cuMemAlloc", std::size_t{1} << 50, cu_.cuMemAlloc_v2(&p, std::size_t{1} << 50));
 	}
 	return true;
 }

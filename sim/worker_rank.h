@@ -1,5 +1,6 @@
-// Private to argus-sim's worker mode (worker.cpp, worker_libs.cpp): one rank of the
-// simulated job (Rank) and the C ABI of the CUDA and NCCL libraries it calls.
+// Private to argus-sim's worker mode (worker.cpp, worker_libs.cpp, worker_step.cpp,
+// worker_comms.cpp, worker_layout.cpp, worker_memory.cpp): one rank of the simulated
+// job (Rank) and the C ABI of the CUDA and NCCL libraries it calls.
 #pragma once
 
 #include <array>
@@ -44,6 +45,32 @@ struct CUlaunchConfig {
 	void *attrs;
 	unsigned numAttrs;
 };
+// Device memory: pools, virtual memory handles and their properties, as cuda.h
+// lays them out (enums are ints).
+struct CUmemPoolHandle_st;
+using CUmemoryPool = CUmemPoolHandle_st *;
+using CUmemGenericAllocationHandle = unsigned long long;
+struct CUmemLocation {
+	int type; // CU_MEM_LOCATION_TYPE_DEVICE = 1
+	int id;
+};
+struct CUmemAllocationProp {
+	int type;                 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
+	int requestedHandleTypes; // none = 0
+	CUmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+};
+struct CUmemAccessDesc {
+	CUmemLocation location;
+	int flags; // CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+};
+static_assert(sizeof(CUmemAllocationProp) == 32 && sizeof(CUmemAccessDesc) == 12, "as in cuda.h");
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			      unsigned, CUstream, void **, void **);
 using LaunchExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
@@ -78,9 +105,27 @@ struct CudaApi {
 	LaunchFn cuLaunchKernel_ptsz;
 	LaunchExFn cuLaunchKernelEx;
 	LaunchExFn cuLaunchKernelEx_ptsz;
+	CUresult (*cuMemGetInfo_v2)(std::size_t *, std::size_t *);
+	CUresult (*cuDeviceTotalMem_v2)(std::size_t *, CUdevice);
+	CUresult (*cuMemAlloc)(unsigned *, unsigned); // legacy 32-bit ABI
 	CUresult (*cuMemAlloc_v2)(CUdeviceptr *, std::size_t);
+	CUresult (*cuMemAllocPitch_v2)(CUdeviceptr *, std::size_t *, std::size_t, std::size_t, unsigned);
+	CUresult (*cuMemAllocManaged)(CUdeviceptr *, std::size_t, unsigned);
 	CUresult (*cuMemAllocAsync)(CUdeviceptr *, std::size_t, CUstream);
+	CUresult (*cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+	CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr *, std::size_t, CUmemoryPool, CUstream);
+	CUresult (*cuMemFree)(unsigned); // legacy 32-bit ABI
 	CUresult (*cuMemFree_v2)(CUdeviceptr);
+	CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream);
+	CUresult (*cuMemGetAllocationGranularity)(std::size_t *, const CUmemAllocationProp *, int);
+	CUresult (*cuMemAddressReserve)(CUdeviceptr *, std::size_t, std::size_t, CUdeviceptr, unsigned long long);
+	CUresult (*cuMemAddressFree)(CUdeviceptr, std::size_t);
+	CUresult (*cuMemCreate)(CUmemGenericAllocationHandle *, std::size_t, const CUmemAllocationProp *,
+				unsigned long long);
+	CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+	CUresult (*cuMemMap)(CUdeviceptr, std::size_t, std::size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*cuMemUnmap)(CUdeviceptr, std::size_t);
+	CUresult (*cuMemSetAccess)(CUdeviceptr, std::size_t, const CUmemAccessDesc *, std::size_t);
 	CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, std::size_t);
 	CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, std::size_t);
 	CUresult (*cuMemcpyHtoDAsync_v2)(CUdeviceptr, const void *, std::size_t, CUstream);
@@ -119,6 +164,8 @@ struct NcclApi {
 
 // The name NCCL gives a result code (the agent's table), or the number.
 std::string nccl_result_name(int r);
+// The name of a CUresult (the agent's table), or "CUDA_ERROR_<number>".
+std::string cuda_result_name(int r);
 // Clocks and pacing of the rank (worker.cpp): CLOCK_MONOTONIC ns, CLOCK_REALTIME
 // unix seconds (the truth's fault and pause times), a sleep cut short by a stop
 // (false then), and whether SIGTERM/SIGINT came.
@@ -129,7 +176,39 @@ bool stop_requested();
 // An environment variable as an int in [0, 2^30]; false when unset or not one.
 bool env_int(const char *name, int &out);
 
-enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit };
+// The rank's own device buffers, made at init with the driver directly.
+inline constexpr std::size_t kParamsBytes = std::size_t{2} << 30;
+inline constexpr std::size_t kGradsBytes = std::size_t{2} << 30;
+inline constexpr std::size_t kCommBufBytes = std::size_t{512} << 20;
+
+// Oom: the caching allocator ran out of device memory (worker_memory.cpp).
+enum class StepResult { Ok, Stopped, NcclFailed, Hang, Exit, Oom };
+
+// One segment (classic, async) or 20 MiB page (vmm) of a rank's caching allocator.
+struct PoolBlock {
+	CUdeviceptr ptr = 0;                     // the segment, or where the page is mapped
+	CUmemGenericAllocationHandle handle = 0; // vmm: the page's physical memory
+	std::size_t bytes = 0;
+	bool in_use = false; // holds live tensors: never released while the rank runs
+};
+
+// A rank's caching allocator (worker_memory.cpp): what it holds from the driver.
+struct MemPool {
+	CUdevice dev = 0;
+	CUmemoryPool pool = nullptr; // async: the device's default pool
+	CUdeviceptr va = 0;          // vmm: the reserved range (0: none)
+	std::size_t va_bytes = 0;
+	std::vector<bool> page_mapped; // vmm: the range's pages
+	std::vector<PoolBlock> blocks;
+	std::size_t growth_pages = 0;  // vmm: pages of the first steps' growth
+	std::uint64_t leaked = 0;      // vmm: leaked bytes; pages are mapped as they need
+	std::size_t leak_pages = 0;
+	// An extension's own buffers, made at init and freed at teardown: the legacy
+	// 32-bit cuMemAlloc, a pitched and a managed allocation.
+	unsigned legacy = 0;
+	CUdeviceptr pitched = 0, managed = 0;
+	std::size_t pitched_bytes = 0;
+};
 
 // One communicator of the rank (worker_comms.cpp): comms_[0] is the world.
 struct RankComm {
@@ -194,6 +273,18 @@ private:
 	double straggler_factor(std::int64_t s) const;
 	void teardown(bool abort_comm);
 	bool stopped_by_launcher() const;
+	// worker_memory.cpp: the caching allocator, its pool, and the memory truth.
+	CUresult memory_init(CUdevice dev);
+	CUresult memory_extras();
+	StepResult memory_step(std::int64_t s);
+	void memory_teardown();
+	StepResult pool_alloc(std::int64_t s, std::size_t bytes, bool in_use, const char *cause);
+	CUresult pool_grow(std::size_t bytes, bool in_use, const char *&label);
+	CUresult vmm_grow(std::size_t pages, bool in_use);
+	void pool_release(PoolBlock &b);
+	std::uint64_t release_cached();
+	void release_newest_cached();
+	std::uint64_t cached_bytes() const;
 	// worker_comms.cpp: the communicators and their truth.
 	StepResult make_comms();
 	void destroy_comms(bool abort_comm);
@@ -221,11 +312,34 @@ private:
 		if (base == "cuStreamSynchronize" || base == "cuCtxSynchronize" ||
 		    base == "cuEventSynchronize")
 			truth_.sync[base]++;
-		if (r != 0) {
-			const char *name = argus_cuda_result_name(r);
-			truth_.cuda_errors[base][name ? name : "CUDA_ERROR_" + std::to_string(r)]++;
-		}
+		if (r != 0)
+			truth_.cuda_errors[base][cuda_result_name(r)]++;
 		return r;
+	}
+
+	// Records a driver memory call (whatever it returned): the call, and in the
+	// memory truth its bytes under its family's label, or its failure.
+	CUresult mem_call(MemOp op, const char *symbol, const char *label, std::uint64_t bytes, CUresult r)
+	{
+		if (r == 0)
+			truth_.gpu_memory.count(op, label, bytes);
+		else
+			truth_.gpu_memory.failed(cuda_result_name(r));
+		return cuda(symbol, r);
+	}
+	// An allocation; a free (`bytes` = the size of the allocation it frees); a
+	// cuMemMap / cuMemUnmap (physical memory is counted by cuMemCreate).
+	CUresult mem_alloc(const char *symbol, const char *label, std::uint64_t bytes, CUresult r)
+	{
+		return mem_call(MemOp::Alloc, symbol, label, bytes, r);
+	}
+	CUresult mem_free(const char *symbol, const char *label, std::uint64_t bytes, CUresult r)
+	{
+		return mem_call(MemOp::Free, symbol, label, bytes, r);
+	}
+	CUresult mem_map(const char *symbol, std::uint64_t bytes, CUresult r)
+	{
+		return mem_call(MemOp::Map, symbol, symbol, bytes, r);
 	}
 
 	// Records a host-API copy (calls and bytes per direction, whatever it
@@ -277,6 +391,7 @@ private:
 	std::vector<CUfunction> kernels_;  // --kernel-names of them
 	std::vector<double> kernel_us_;     // nominal emulated durations
 	CUdeviceptr params_ = 0, grads_ = 0, comm_buf_ = 0;
+	MemPool mem_;
 	float loss_host_[16] = {};   // each step's loss, copied back (DtoH)
 	float lr_host_[64] = {};     // optimizer state uploaded every 10 steps (HtoD)
 	ncclComm_t comm_ = nullptr; // the world

@@ -1,7 +1,8 @@
 // The steps of a rank (worker_rank.h): the flat step of workload.h, and what
 // every step shares with the framework job's (worker_layout.cpp): the GPU faults'
-// onsets and the jitter at its start, the synchronize and checks at its end, the
-// host's compute pacing, and the pauses between steps (--eval-every, --checkpoint).
+// onsets, the jitter and the device memory (worker_memory.cpp) at its start, the
+// synchronize and checks at its end, the host's compute pacing, and the pauses
+// between steps (--eval-every, --checkpoint).
 #include "worker_rank.h"
 
 #include <algorithm>
@@ -103,6 +104,9 @@ StepResult Rank::step_start(std::int64_t s)
 			   {"factor", plan_.straggler_factor},
 			   {"from_step", s},
 			   {"injected_at", realtime_s()}});
+	// The step's device memory, before its compute (worker_memory.cpp).
+	if (StepResult r = memory_step(s); r != StepResult::Ok)
+		return r;
 	if (plan_.pp_stage < 0)
 		return StepResult::Ok;
 	if (cfg_.framework)

@@ -163,8 +163,8 @@ TEST(AttachPlan, CudaStubDefaultAndDeep) {
   // Synchronize: entry + return on both cuStreamSynchronize and its _ptsz twin.
   EXPECT_NE(find_spec(def, "cuStreamSynchronize", ProbeProgram::CudaSyncEnter), nullptr);
   EXPECT_NE(find_spec(def, "cuStreamSynchronize_ptsz", ProbeProgram::CudaSyncEnter), nullptr);
-  EXPECT_NE(find_spec(def, "cuMemAlloc_v2", ProbeProgram::CudaRet), nullptr);
-  EXPECT_NE(find_spec(def, "cuMemAlloc", ProbeProgram::CudaRet), nullptr);
+  EXPECT_NE(find_spec(def, "cuMemAlloc_v2", ProbeProgram::CudaMemExit), nullptr);
+  EXPECT_NE(find_spec(def, "cuMemAlloc", ProbeProgram::CudaMemExit), nullptr);
   // Deep adds every launch variant: entry (count, start time) and a timed return
   // (time inside the launch, log2 histogram, error code), nothing else.
   for (const char* name : {"cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
@@ -181,37 +181,67 @@ TEST(AttachPlan, CudaStubDefaultAndDeep) {
   EXPECT_EQ(deep.size(), def.size() + 6u * 2);
 }
 
-// Every cuMemAlloc variant the stub exports gets a return probe (error codes).
-TEST(AttachPlan, CudaStubAllocationErrorsOnEveryVariant) {
+// Device memory: every allocation, free, map and total call the stub exports
+// gets its entry (api and shape in the cookie) and return; allocations also
+// the Python stack at an out-of-memory return. Host (pinned) allocations and
+// the legacy 32-bit pitch keep the error-code return only.
+TEST(AttachPlan, CudaStubDeviceMemoryCalls) {
   if (!std::filesystem::exists(kCudaStub)) GTEST_SKIP() << kCudaStub << " not installed";
   auto t = load(kCudaStub);
   auto def = plan_probes(t, LibraryKind::Cuda, ProbeSet::Default);
-  const std::map<std::string, uint32_t> want = {
-      {"cuMemAlloc", ARGUS_CU_MEM_ALLOC},
-      {"cuMemAlloc_v2", ARGUS_CU_MEM_ALLOC},
-      {"cuMemAllocAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
-      {"cuMemAllocAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC},
-      {"cuMemAllocFromPoolAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
-      {"cuMemAllocManaged", ARGUS_CU_MEM_ALLOC_MANAGED},
-      {"cuMemAllocHost", ARGUS_CU_MEM_ALLOC_HOST},
-      {"cuMemAllocHost_v2", ARGUS_CU_MEM_ALLOC_HOST},
-      {"cuMemAllocPitch", ARGUS_CU_MEM_ALLOC_PITCH},
-      {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC_PITCH},
+  struct Want {
+    uint32_t api;
+    uint32_t shape;
   };
-  for (const auto& [name, api] : want) {
-    const auto* s = find_spec(def, name, ProbeProgram::CudaRet);
-    ASSERT_NE(s, nullptr) << name;
-    EXPECT_TRUE(s->retprobe) << name;
-    EXPECT_EQ(ARGUS_COOKIE_ID(s->cookie), api) << name;
+  const std::map<std::string, Want> want = {
+      {"cuMemAlloc", {ARGUS_CU_MEM_ALLOC, ARGUS_MEM_ALLOC_U32}},
+      {"cuMemAlloc_v2", {ARGUS_CU_MEM_ALLOC, ARGUS_MEM_ALLOC}},
+      {"cuMemAllocAsync", {ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC}},
+      {"cuMemAllocAsync_ptsz", {ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC}},
+      {"cuMemAllocFromPoolAsync", {ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC}},
+      {"cuMemAllocManaged", {ARGUS_CU_MEM_ALLOC_MANAGED, ARGUS_MEM_ALLOC}},
+      {"cuMemAllocPitch_v2", {ARGUS_CU_MEM_ALLOC_PITCH, ARGUS_MEM_ALLOC_PITCH}},
+      {"cuMemCreate", {ARGUS_CU_MEM_CREATE, ARGUS_MEM_CREATE}},
+      {"cuMemFree", {ARGUS_CU_MEM_FREE, ARGUS_MEM_FREE_U32}},
+      {"cuMemFree_v2", {ARGUS_CU_MEM_FREE, ARGUS_MEM_FREE}},
+      {"cuMemFreeAsync", {ARGUS_CU_MEM_FREE_ASYNC, ARGUS_MEM_FREE}},
+      {"cuMemRelease", {ARGUS_CU_MEM_RELEASE, ARGUS_MEM_RELEASE}},
+      {"cuMemMap", {ARGUS_CU_MEM_MAP, ARGUS_MEM_MAP}},
+      {"cuMemUnmap", {ARGUS_CU_MEM_UNMAP, ARGUS_MEM_MAP}},
+      {"cuMemGetInfo_v2", {ARGUS_CU_MEM_GET_INFO, ARGUS_MEM_INFO}},
+      {"cuDeviceTotalMem_v2", {ARGUS_CU_DEVICE_TOTAL_MEM, ARGUS_MEM_TOTAL}},
+  };
+  for (const auto& [name, w] : want) {
+    const auto* entry = find_spec(def, name, ProbeProgram::CudaMemEnter);
+    ASSERT_NE(entry, nullptr) << name;
+    EXPECT_FALSE(entry->retprobe) << name;
+    EXPECT_EQ(ARGUS_COOKIE_ID(entry->cookie), w.api) << name;
+    EXPECT_EQ(ARGUS_COOKIE_FLAGS(entry->cookie), w.shape) << name;
+    const auto* ret = find_spec(def, name, ProbeProgram::CudaMemExit);
+    ASSERT_NE(ret, nullptr) << name;
+    EXPECT_TRUE(ret->retprobe) << name;
+    const bool allocation = w.shape == ARGUS_MEM_ALLOC || w.shape == ARGUS_MEM_ALLOC_U32 ||
+                            w.shape == ARGUS_MEM_ALLOC_PITCH || w.shape == ARGUS_MEM_CREATE;
+    EXPECT_EQ(find_spec(def, name, ProbeProgram::PyStackAtOom) != nullptr, allocation) << name;
+    EXPECT_EQ(find_spec(def, name, ProbeProgram::CudaRet), nullptr) << name << ": its errors are counted once";
   }
-  // Every exported cuMemAlloc* name is covered.
+  for (const char* host : {"cuMemAllocHost", "cuMemAllocHost_v2", "cuMemAllocPitch"}) {
+    EXPECT_NE(find_spec(def, host, ProbeProgram::CudaRet), nullptr) << host;
+    EXPECT_EQ(find_spec(def, host, ProbeProgram::CudaMemEnter), nullptr) << host;
+  }
+  // Every exported cuMemAlloc* name is covered one way or the other.
   for (const auto& sym : t.symbols()) {
     if (sym.name.rfind("cuMemAlloc", 0) == 0 && sym.is_function) {
-      EXPECT_NE(find_spec(def, sym.name, ProbeProgram::CudaRet), nullptr) << sym.name;
+      EXPECT_TRUE(find_spec(def, sym.name, ProbeProgram::CudaRet) != nullptr ||
+                  find_spec(def, sym.name, ProbeProgram::CudaMemExit) != nullptr)
+          << sym.name;
     }
   }
   EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEM_ALLOC), "cuMemAlloc");
   EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEM_ALLOC_PITCH), "cuMemAllocPitch");
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEM_CREATE), "cuMemCreate");
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_MEM_RELEASE), "cuMemRelease");
+  EXPECT_STREQ(cuda_api_label(ARGUS_CU_DEVICE_TOTAL_MEM), "cuDeviceTotalMem");
 }
 
 // Host copies in the default set: entry (ByteCount at arg 3, direction) and

@@ -257,6 +257,18 @@ TEST(PrometheusExporter, TypesAreExact) {
       {"argus_python_info", "gauge"},
       {"argus_agent_python_gc_files", "gauge"},
       {"argus_agent_python_gc_unprobed_files_total", "counter"},
+      {"argus_gpu_memory_held_bytes", "gauge"},
+      {"argus_gpu_memory_peak_bytes", "gauge"},
+      {"argus_gpu_memory_total_bytes", "gauge"},
+      {"argus_gpu_memory_growth_bytes_per_second", "gauge"},
+      {"argus_gpu_memory_allocations_total", "counter"},
+      {"argus_gpu_memory_allocated_bytes_total", "counter"},
+      {"argus_gpu_memory_alloc_failures_total", "counter"},
+      {"argus_gpu_memory_frees_total", "counter"},
+      {"argus_gpu_memory_freed_bytes_total", "counter"},
+      {"argus_gpu_memory_unpaired_frees_total", "counter"},
+      {"argus_gpu_memory_maps_total", "counter"},
+      {"argus_gpu_memory_mapped_bytes_total", "counter"},
   };
   EXPECT_EQ(types, want);
   EXPECT_TRUE(has_line(lines, "# TYPE argus_nccl_collectives_total counter"));
@@ -582,7 +594,7 @@ TEST(PrometheusExporter, EmptySnapshotStillListsFamilies) {
   Snapshot s;
   std::string text = render_metrics(s);
   auto lines = lines_of(text);
-  EXPECT_EQ(types_of(lines).size(), 77u);  // + process-group calls, collective numbering (2), unseen comms, unpaired p2p, probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
+  EXPECT_EQ(types_of(lines).size(), 89u);  // + GPU memory (12), process-group calls, collective numbering (2), unseen comms, unpaired p2p, probe attach delay, uprobe links kind, pod lookups, pod source skips, pod watch errors, probed files, released, detaching, USDT slots, capped, poll errors, Python GC, kernel probes, TCP retransmits (2), block I/O, sched (5)
   EXPECT_TRUE(has_line(lines, "argus_agent_tcp_retransmits_unattributed_total 0"));
   EXPECT_TRUE(has_line(lines, "argus_agent_uprobe_links_info{kind=\"perf\"} 1"));
   EXPECT_TRUE(has_line(lines, "argus_agent_ringbuf_poll_errors_total 0"));
@@ -652,6 +664,59 @@ TEST(PrometheusExporter, PromtoolFindsNoProblems) {
     EXPECT_EQ(code, 0) << output;
     EXPECT_EQ(output, "");
   }
+}
+
+// Device memory: counters sum over a rank's processes; held, peak, total and
+// growth are the running lead's, and nothing of a total never seen.
+TEST(PrometheusExporter, GpuMemorySeries) {
+  Snapshot s;
+  RankSnapshot live;
+  live.pid = 10;
+  live.job_id = "mem";
+  live.rank = 0;
+  live.gpu_memory.held_bytes = 3 << 20;
+  live.gpu_memory.peak_bytes = 5 << 20;
+  live.gpu_memory.total_bytes = 80ull << 30;
+  live.gpu_memory.allocations["cuMemAlloc"] = {4, 6 << 20};
+  live.gpu_memory.allocations["cuMemCreate"] = {2, 4 << 20};
+  live.gpu_memory.frees["cuMemFree"] = {1, 2 << 20};
+  live.gpu_memory.maps["cuMemMap"] = {2, 4 << 20};
+  live.gpu_memory.failures["CUDA_ERROR_OUT_OF_MEMORY"] = 2;
+  live.gpu_memory.unpaired_frees = 1;
+  live.gpu_memory_verdict.growth_bytes_per_second = 1024;
+  RankSnapshot gone;  // an earlier process of the same rank
+  gone.pid = 9;
+  gone.job_id = "mem";
+  gone.rank = 0;
+  gone.exited = true;
+  gone.gpu_memory.allocations["cuMemAlloc"] = {1, 1 << 20};
+  gone.gpu_memory.held_bytes = 1 << 20;
+  RankSnapshot other;  // never said its total
+  other.pid = 11;
+  other.job_id = "mem";
+  other.rank = 1;
+  other.gpu_memory.allocations["cuMemAllocAsync"] = {1, 1 << 20};
+  other.gpu_memory.held_bytes = 1 << 20;
+  s.ranks = {live, gone, other};
+  auto lines = lines_of(render_metrics(s));
+  for (const char* want : {
+           R"(argus_gpu_memory_held_bytes{job_id="mem",rank="0"} 3145728)",
+           R"(argus_gpu_memory_peak_bytes{job_id="mem",rank="0"} 5242880)",
+           R"(argus_gpu_memory_total_bytes{job_id="mem",rank="0"} 85899345920)",
+           R"(argus_gpu_memory_growth_bytes_per_second{job_id="mem",rank="0"} 1024)",
+           R"(argus_gpu_memory_allocations_total{job_id="mem",rank="0",api="cuMemAlloc"} 5)",
+           R"(argus_gpu_memory_allocations_total{job_id="mem",rank="0",api="cuMemCreate"} 2)",
+           R"(argus_gpu_memory_allocated_bytes_total{job_id="mem",rank="0"} 11534336)",
+           R"(argus_gpu_memory_frees_total{job_id="mem",rank="0",api="cuMemFree"} 1)",
+           R"(argus_gpu_memory_freed_bytes_total{job_id="mem",rank="0"} 2097152)",
+           R"(argus_gpu_memory_maps_total{job_id="mem",rank="0",api="cuMemMap"} 2)",
+           R"(argus_gpu_memory_mapped_bytes_total{job_id="mem",rank="0",api="cuMemMap"} 4194304)",
+           R"(argus_gpu_memory_alloc_failures_total{job_id="mem",rank="0",code="CUDA_ERROR_OUT_OF_MEMORY"} 2)",
+           R"(argus_gpu_memory_unpaired_frees_total{job_id="mem",rank="0"} 1)",
+           R"(argus_gpu_memory_held_bytes{job_id="mem",rank="1"} 1048576)",
+       })
+    EXPECT_TRUE(has_line(lines, want)) << want;
+  for (const auto& l : lines) EXPECT_EQ(l.find(R"(argus_gpu_memory_total_bytes{job_id="mem",rank="1"})"), std::string::npos) << l;
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ json make_doc() {
        "cuda": {"sync": {"cuStreamSynchronize": {"calls": 9, "wait_seconds": 3.126}},
                 "kernel_launches": 4242,
                 "errors": [{"api": "cuMemAlloc", "code": "CUDA_ERROR_OUT_OF_MEMORY", "count": 2}]},
+       "gpu_memory": {"held_bytes": 83214991360, "total_bytes": 85899345920, "growing": false, "pressure": true},
        "nccl_errors": [{"api": "ncclAllReduce", "code": "ncclSystemError", "count": 1}]},
       {"pid": 101, "job_id": "train-7", "rank": 0, "state": "exited", "exit_reason": "oom",
        "collective_wait_ratio": 0.5, "nccl": {}, "cuda": {"sync": {}, "kernel_launches": null, "errors": []}},
@@ -62,15 +63,15 @@ TEST(RankTable, ColumnsAndValues) {
   ASSERT_EQ(lines.size(), 5u) << cli::format_rank_table(make_doc(), false);
   EXPECT_EQ(fields(lines[0]),
             (std::vector<std::string>{"JOB", "RANK", "PID", "STATE", "COLL", "COLL_GB", "COLL%", "SYNC%", "GPU%",
-                                      "NCCL_K%", "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS", "GROUPS"}));
+                                      "NCCL_K%", "BUBBLE%", "GPU_MEM", "LAUNCHES", "ERRORS", "FLAGS", "GROUPS"}));
   // Sorted by job, then rank.
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"alpha", "10", "50", "running", "400", "0.00", "0.0", "0.0", "-", "-", "-", "-", "0",
-                                      "-", "default_pg(8-11),pair(10-11..."}));
+            (std::vector<std::string>{"alpha", "10", "50", "running", "400", "0.00", "0.0", "0.0", "-", "-", "-", "-", "-",
+                                      "0", "-", "default_pg(8-11),pair(1..."}));
   EXPECT_EQ(fields(lines[2]), (std::vector<std::string>{"train-7", "0", "101", "exited:oom", "0", "0.00", "50.0", "0.0",
-                                                        "-", "-", "-", "-", "0", "-", "-"}));
+                                                        "-", "-", "-", "-", "-", "0", "-", "-"}));
   EXPECT_EQ(fields(lines[3]), (std::vector<std::string>{"train-7", "1", "102", "running", "120", "2.51", "12.3", "45.7",
-                                                        "-", "-", "-", "4242", "3", "-", "-"}));
+                                                        "-", "-", "-", "77.5/80", "4242", "3", "mem-full", "-"}));
   EXPECT_EQ(lines[4], "(1 unidentified process hidden; --all shows them)");
 }
 
@@ -86,7 +87,7 @@ TEST(RankTable, ColumnsAreAligned) {
   const auto groups_at = lines[0].find("GROUPS");
   ASSERT_NE(groups_at, std::string::npos);
   EXPECT_EQ(lines[1].find("default_pg"), groups_at) << lines[1];
-  for (const auto& l : lines) EXPECT_LE(l.size(), 140u) << l;
+  for (const auto& l : lines) EXPECT_LE(l.size(), 150u) << l;
   EXPECT_EQ(end_of(lines[0], "PID"), end_of(lines[3], "102"));
 }
 
@@ -94,14 +95,16 @@ TEST(RankTable, GpuColumnsAndFlags) {
   auto doc = json::parse(R"({"ranks":[
     {"pid":7,"job_id":"j","rank":3,"state":"running","collective_wait_ratio":0.4,"straggler":true,
      "straggler_reason":"gpu","pipeline_bubble":true,"hang_missing":false,
-     "gpu":{"busy_ratio":0.61,"nccl_kernel_ratio":0.035,"bubble_ratio":0.25}},
+     "gpu":{"busy_ratio":0.61,"nccl_kernel_ratio":0.035,"bubble_ratio":0.25},
+     "gpu_memory":{"held_bytes":1073741824,"total_bytes":null,"growing":true,"pressure":false}},
     {"pid":8,"job_id":"j","rank":4,"state":"running","straggler":false,"hang_missing":true,
      "gpu":{"busy_ratio":null,"nccl_kernel_ratio":null,"bubble_ratio":null}}]})");
   auto lines = lines_of(cli::format_rank_table(doc, false));
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(fields(lines[1]), (std::vector<std::string>{"j", "3", "7", "running", "0", "0.00", "40.0", "0.0", "61.0",
-                                                        "3.5", "25.0", "-", "0", "straggler(gpu),bubble", "-"}));
-  EXPECT_EQ(fields(lines[2])[13], "hang");
+                                                        "3.5", "25.0", "1.0", "-", "0", "straggler(gpu),bubble,mem-leak",
+                                                        "-"}));
+  EXPECT_EQ(fields(lines[2])[14], "hang");
   EXPECT_EQ(fields(lines[2])[8], "-");  // no current GPU figures
 }
 
@@ -151,8 +154,8 @@ TEST(RankTable, FromTheAgentsOwnDocument) {
   auto lines = lines_of(cli::format_rank_table(ranks_json(s), false));
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(fields(lines[1]),
-            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "0.0", "-", "-", "-", "5", "0", "-",
-                                      "-"}));
+            (std::vector<std::string>{"j", "0", "7", "running", "3", "3.00", "0.0", "0.0", "-", "-", "-", "-", "5", "0",
+                                      "-", "-"}));
 }
 
 // argusctl end to end, against an HttpServer that serves a canned snapshot.

@@ -1,5 +1,5 @@
 // The framework job's configuration and layout (sim/layout.h, sim/sim_config_layout.cpp):
-// the flags' parsing, Megatron's rank order and groups, the 1F1B schedule of
+// the flags' parsing (and the GPU memory flags', sim/sim_config_memory.cpp), Megatron's rank order and groups, the 1F1B schedule of
 // every stage (and that it never deadlocks under NCCL's pairwise matching), the
 // MoE token counts and the jitter factors.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 
 #include "sim/layout.h"
 #include "sim/sim_config.h"
+#include "sim/sim_config_memory.h"
 
 namespace {
 
@@ -36,6 +37,20 @@ std::string usage_error(const std::vector<std::string> &args)
 		return e.what();
 	}
 	return "";
+}
+
+// Each command line fails with a one-line UsageError that contains its text.
+void expect_usage_errors(const std::vector<std::pair<std::vector<std::string>, std::string>> &cases)
+{
+	for (const auto &[args, want] : cases) {
+		std::string joined;
+		for (const auto &a : args)
+			joined += a + " ";
+		SCOPED_TRACE(joined);
+		const std::string err = usage_error(args);
+		EXPECT_NE(err.find(want), std::string::npos) << err;
+		EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+	}
 }
 
 TEST(SimLayoutTest, FlagsParse)
@@ -105,15 +120,73 @@ TEST(SimLayoutTest, BadValuesAreOneLineUsageErrors)
 		{{"--ranks", "8", "--checkpoint", "1:2:10", "--checkpoint", "1:3:10"}, "--checkpoint: rank 1 given twice"},
 		{{"--ranks", "8", "--tp", "2", "--bubble", "0:5"}, "--bubble: needs --pp N"},
 	};
-	for (const auto &[args, want] : cases) {
-		std::string joined;
-		for (const auto &a : args)
-			joined += a + " ";
-		SCOPED_TRACE(joined);
-		const std::string err = usage_error(args);
-		EXPECT_NE(err.find(want), std::string::npos) << err;
-		EXPECT_EQ(err.find('\n'), std::string::npos) << err;
-	}
+	expect_usage_errors(cases);
+}
+
+TEST(SimMemoryFlagsTest, FlagsParse)
+{
+	auto def = parse({"--ranks", "2"});
+	ASSERT_TRUE(def);
+	EXPECT_EQ(def->mem_api, MemApi::Classic);
+	EXPECT_EQ(def->gpu_mem_mb, kDefaultGpuMemMb);
+	EXPECT_TRUE(def->mem_leaks.empty());
+	EXPECT_TRUE(def->mem_ooms.empty());
+	EXPECT_EQ(plan_for(*def, 0).mem_leak_bytes, 0u);
+	EXPECT_EQ(plan_for(*def, 0).mem_oom_step, -1);
+
+	auto cfg = parse({"--ranks", "4", "--steps", "10", "--mem-api", "vmm", "--gpu-mem-mb", "40960", "--mem-leak",
+			  "1:64M", "--mem-leak", "3:4096", "--mem-oom", "0:4", "--mem-oom", "2:9"});
+	ASSERT_TRUE(cfg);
+	EXPECT_EQ(cfg->mem_api, MemApi::Vmm);
+	EXPECT_EQ(cfg->gpu_mem_mb, 40960);
+	EXPECT_EQ(cfg->mem_leaks, (std::map<int, std::uint64_t>{{1, 64ull << 20}, {3, 4096}}));
+	EXPECT_EQ(cfg->mem_ooms, (std::map<int, std::int64_t>{{0, 4}, {2, 9}}));
+	EXPECT_EQ(plan_for(*cfg, 1).mem_leak_bytes, 64ull << 20);
+	EXPECT_EQ(plan_for(*cfg, 2).mem_oom_step, 9);
+	EXPECT_EQ(plan_for(*cfg, 1).mem_oom_step, -1);
+	// Through the ranks' JSON and back.
+	SimConfig back = config_from_json(to_json(*cfg));
+	EXPECT_EQ(back.mem_api, MemApi::Vmm);
+	EXPECT_EQ(back.gpu_mem_mb, 40960);
+	EXPECT_EQ(back.mem_leaks, cfg->mem_leaks);
+	EXPECT_EQ(back.mem_ooms, cfg->mem_ooms);
+	EXPECT_EQ(parse({"--mem-api", "async"})->mem_api, MemApi::Async);
+	EXPECT_EQ(parse({"--mem-api", "classic"})->mem_api, MemApi::Classic);
+	for (MemApi api : {MemApi::Classic, MemApi::Async, MemApi::Vmm})
+		EXPECT_EQ(mem_api_from_name(mem_api_name(api)), api);
+
+	EXPECT_EQ(parse_byte_size("0"), 0u);
+	EXPECT_EQ(parse_byte_size("123"), 123u);
+	EXPECT_EQ(parse_byte_size("2k"), 2048u);
+	EXPECT_EQ(parse_byte_size("3M"), 3ull << 20);
+	EXPECT_EQ(parse_byte_size("5G"), 5ull << 30);
+	for (const char *bad : {"", "M", "1.5G", "12MB", "1T", "-1", " 1", "99999999999999999999",
+				"17179869184G"})
+		EXPECT_FALSE(parse_byte_size(bad)) << bad;
+}
+
+TEST(SimMemoryFlagsTest, BadValuesAreOneLineUsageErrors)
+{
+	const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+		{{"--mem-api", "cuda"}, "--mem-api"},
+		{{"--gpu-mem-mb", "1024"}, "--gpu-mem-mb"},
+		{{"--gpu-mem-mb", "lots"}, "--gpu-mem-mb"},
+		{{"--ranks", "2", "--mem-leak", "2:1M"}, "--mem-leak: rank 2 is out of range (--ranks 2)"},
+		{{"--ranks", "2", "--mem-leak", "1"}, "--mem-leak: expected RANK:VALUE, got '1'"},
+		{{"--ranks", "2", "--mem-leak", "1:0"}, "--mem-leak: BYTES must be 1.."},
+		{{"--ranks", "2", "--mem-leak", "1:64MB"}, "--mem-leak: BYTES must be 1.."},
+		{{"--ranks", "2", "--mem-leak", "1:2048G"}, "--mem-leak: BYTES must be 1.."},
+		{{"--ranks", "2", "--mem-leak", "1:1M", "--mem-leak", "1:2M"}, "--mem-leak: rank 1 given twice"},
+		{{"--ranks", "2", "--steps", "5", "--mem-oom", "0:5"}, "--mem-oom: step 5 is never reached (--steps 5)"},
+		{{"--ranks", "2", "--mem-oom", "0:x"}, "--mem-oom: STEP must be an integer >= 0"},
+		{{"--ranks", "2", "--mem-oom", "3:1"}, "--mem-oom: rank 3 is out of range (--ranks 2)"},
+		{{"--ranks", "2", "--mem-oom", "0:1", "--mem-oom", "0:2"}, "--mem-oom: rank 0 given twice"},
+	};
+	expect_usage_errors(cases);
+	SimConfig cfg;
+	nlohmann::json j = to_json(cfg);
+	j["mem_api"] = "cuda";
+	EXPECT_THROW(config_from_json(j), std::runtime_error);
 }
 
 Layout layout(int world, int tp, int pp, int ep = 1, int accum = 1)

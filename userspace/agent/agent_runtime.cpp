@@ -96,10 +96,11 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
       stuck_calls_([this](int pid) { return !tracker_.heard_from(pid); }, [this] { return clock_.monotonic_ns(); },
                    cfg.paths.proc_root),
       collectors_{&cgroup_cpu_, &pods_, &python_, &tcp_, &stuck_calls_},
-      lifecycle_(LifecycleParts{registry_, *bpf_, *discovery_, *probes_, memcgs_, pods_, python_, events_, counters_},
+      lifecycle_(LifecycleParts{registry_, *bpf_, *discovery_, *probes_, memcgs_, pods_, python_, events_, counters_,
+                                ooms_},
                  clock, cfg.paths.proc_root, !cfg.discovery.only_env.empty()),
       calls_(registry_, names_, groups_, aligner_, tracker_, timeline_),
-      router_(clock, counters_, *discovery_, lifecycle_, calls_),
+      router_(clock, counters_, *discovery_, lifecycle_, calls_, ooms_),
       detection_(DetectionOptions{cfg.detection.window_seconds, cfg.detection.straggler, cfg.detection.hang}),
       evidence_(python_, cfg.detection.window_seconds),
       assembler_(AssemblerParts{registry_, timeline_, *probes_, *bpf_, pods_, python_, counters_, clock},
@@ -108,12 +109,15 @@ AgentRuntime::AgentRuntime(const AgentConfig& cfg, const Clock& clock, std::uniq
   // Told of an end in this order: the last readings (CPU stealers, Python GC)
   // before the state lets go.
   for (PidScoped* part : std::initializer_list<PidScoped*>{&cgroup_cpu_, &python_, &memcgs_, &pods_, &tcp_, &stuck_calls_, &tracker_,
-                                                           &aligner_, &names_, &groups_, &timeline_, &detection_})
+                                                           &aligner_, &names_, &groups_, &timeline_, &detection_, &ooms_})
     lifecycle_.add(part);
   bpf_->set_event_handler([this](const void* data, size_t size) { router_.on_record(data, size); });
   // No sampler is no reason to stop: the rest of the agent runs, and the
   // profile route says why it has nothing.
   python_sampling_error_ = python_.start_sampling(*bpf_);
+  python_.set_oom_stack_handler([this](int pid, uint32_t tid, uint64_t ts_ns, std::vector<std::string> frames) {
+    ooms_.on_stack(pid, tid, ts_ns, std::move(frames));
+  });
 }
 
 AgentRuntime::~AgentRuntime() { stop(); }
@@ -231,6 +235,10 @@ void AgentRuntime::take_aggregates(double now) {
     if (!registry_.is_live(pid) && !lifecycle_.on_counted_unknown(pid, now)) continue;
     registry_.apply_totals(pid, records);
   }
+  for (const auto& [tgid, m] : bpf_->read_gpu_memory()) {
+    const int pid = static_cast<int>(tgid);
+    if (registry_.is_live(pid)) registry_.set_gpu_memory(pid, m.held, m.peak, m.total);
+  }
 }
 
 // The calls hosts are blocked in now, named: a synchronize, or a collective on
@@ -266,6 +274,10 @@ void AgentRuntime::detect() {
     events_.add(std::move(ev));
   }
   assembler_.publish_verdicts(std::move(verdicts.ranks), std::move(verdicts.comms));
+  for (auto& ev : ooms_.take_ready(now_ns, [this](int pid) { return registry_.rank(pid); })) {
+    spdlog::warn("{}", ev.summary);
+    events_.add(std::move(ev));
+  }
 }
 
 }  // namespace argus

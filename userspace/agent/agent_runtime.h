@@ -29,6 +29,7 @@
 #include "userspace/comms/collective_tracker.h"
 #include "userspace/comms/comm_names.h"
 #include "userspace/comms/seq_aligner.h"
+#include "userspace/detect/gpu_memory.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/events/event_log.h"
 #include "userspace/model/agent_counters.h"
@@ -121,6 +122,7 @@ class AgentRuntime final : public ApiSource {
   CollectiveTracker tracker_;
   NodeTimeline timeline_;
   EventLog events_;
+  OomReports ooms_;  // failed allocations waiting for their Python stack, and the causes of ends
   // Sources.
   std::unique_ptr<ProbeManager> probes_;
   std::unique_ptr<Discovery> discovery_;

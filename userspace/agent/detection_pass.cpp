@@ -105,6 +105,8 @@ DetectionPass::Verdicts DetectionPass::run(const std::vector<RankSnapshot>& rank
     d.pipeline_bubble = !r.exited && bubbles_.flagged(r.pid);
     d.hang_missing = hangs_.missing(r.pid);
     d.comm_seq = seqs[r.pid];
+    if (!r.exited)
+      d.gpu_memory_verdict = gpu_memory_.judge(r.pid, r.gpu_memory, d.step_seconds, static_cast<double>(now_ns) / 1e9);
   }
   return out;
 }
@@ -142,6 +144,7 @@ std::vector<CommSnapshot> DetectionPass::comm_health(const std::vector<CommView>
 void DetectionPass::retain(const std::set<int>& pids) {
   stragglers_.retain(pids);
   bubbles_.retain(pids);
+  gpu_memory_.retain(pids);
 }
 
 }  // namespace argus

@@ -12,6 +12,7 @@
 
 #include "userspace/comms/collective_tracker.h"
 #include "userspace/detect/detectors.h"
+#include "userspace/detect/gpu_memory.h"
 #include "userspace/model/host_collector.h"
 #include "userspace/model/snapshot.h"
 #include "userspace/trace/node_timeline.h"
@@ -48,6 +49,7 @@ class DetectionPass final : public PidScoped {
   StragglerDetector stragglers_;
   BubbleDetector bubbles_;
   HangDetector hangs_;
+  GpuMemoryJudge gpu_memory_;
 };
 
 }  // namespace argus

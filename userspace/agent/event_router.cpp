@@ -1,6 +1,7 @@
 #include "userspace/agent/event_router.h"
 
 #include "userspace/wire/event_decoder.h"
+#include "userspace/wire/labels.h"
 
 namespace argus {
 
@@ -42,6 +43,11 @@ void EventRouter::on_record(const void* data, size_t size) {
     calls_.on_gpu_batch(*e);
   } else if (const auto* e = std::get_if<GpuName>(&ev)) {
     calls_.on_gpu_name(*e);
+  } else if (const auto* e = std::get_if<argus_gpu_oom_event>(&ev)) {
+    ooms_.on_oom(OomRecord{static_cast<int>(e->hdr.tgid), e->hdr.tid, e->hdr.ts_ns,
+                           clock_.unix_seconds() - (now - static_cast<double>(e->hdr.ts_ns) / 1e9),
+                           cuda_api_label(e->api), cuda_result_name(e->result), e->asked, e->held, e->peak,
+                           e->total});
   }
 }
 

@@ -7,6 +7,7 @@
 #include "userspace/agent/call_feed.h"
 #include "userspace/agent/rank_lifecycle.h"
 #include "userspace/common/clock.h"
+#include "userspace/detect/gpu_memory.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/model/agent_counters.h"
 
@@ -15,8 +16,8 @@ namespace argus {
 class EventRouter {
  public:
   EventRouter(const Clock& clock, AgentCounters& counters, Discovery& discovery, RankLifecycle& lifecycle,
-              CallFeed& calls)
-      : clock_(clock), counters_(counters), discovery_(discovery), lifecycle_(lifecycle), calls_(calls) {}
+              CallFeed& calls, OomReports& ooms)
+      : clock_(clock), counters_(counters), discovery_(discovery), lifecycle_(lifecycle), calls_(calls), ooms_(ooms) {}
   void on_record(const void* data, size_t size);
 
  private:
@@ -25,6 +26,7 @@ class EventRouter {
   Discovery& discovery_;
   RankLifecycle& lifecycle_;
   CallFeed& calls_;
+  OomReports& ooms_;
 };
 
 }  // namespace argus

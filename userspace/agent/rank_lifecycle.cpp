@@ -121,6 +121,8 @@ ExitCause RankLifecycle::exit_cause(int pid, int exit_code, const argus_exit_inf
                                 : nlohmann::json{{"source", "mark_victim"}};
   }
   c.last_python_stack = p_.python.newest_stack(pid);
+  const auto rank = p_.registry.rank(pid);
+  c.gpu_oom = p_.ooms.recent(pid, clock_.monotonic_ns(), rank ? rank->gpu_memory.total_bytes : 0);
   return c;
 }
 
@@ -137,6 +139,8 @@ void RankLifecycle::finish(int pid, std::optional<int> exit_code, const argus_ex
   for (const auto& s : p_.maps.read_stats(tgid)) records.push_back(aggregate_of(s));
   if (!p_.registry.is_tracked(pid) && !records.empty()) p_.registry.track(pid, 0, "", RankIdentity{}, {});
   p_.registry.apply_totals(pid, records);
+  if (auto m = p_.maps.read_gpu_memory(); m.count(tgid))
+    p_.registry.set_gpu_memory(pid, m[tgid].held, m[tgid].peak, m[tgid].total);
   // Why it died is read before its watchers let go (its memory cgroup's figures).
   const std::optional<ExitCause> why = exit_code ? std::optional(exit_cause(pid, *exit_code, cause)) : std::nullopt;
   for (PidScoped* part : parts_) part->rank_ended(pid);

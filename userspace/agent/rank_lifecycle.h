@@ -18,6 +18,7 @@
 #include "userspace/collectors/pod_collector.h"
 #include "userspace/collectors/python_collector.h"
 #include "userspace/common/clock.h"
+#include "userspace/detect/gpu_memory.h"
 #include "userspace/discovery/discovery.h"
 #include "userspace/model/agent_counters.h"
 #include "userspace/model/event.h"
@@ -38,6 +39,7 @@ struct LifecycleParts {
   PythonCollector& python;  // a dying rank's newest Python stack
   EventSink& events;
   AgentCounters& counters;
+  OomReports& ooms;  // an allocation that ran out of memory just before an end: its cause
 };
 
 class RankLifecycle {

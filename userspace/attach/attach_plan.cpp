@@ -64,24 +64,52 @@ constexpr std::array<NamedId, 5> kCudaSync{{
 
 // Rare calls whose error codes matter (out of memory, init failures): a
 // uretprobe only, in the default set.
-constexpr std::array<NamedId, 16> kCudaChecked{{
+constexpr std::array<NamedId, 8> kCudaChecked{{
     {"cuInit", ARGUS_CU_INIT},
     {"cuCtxCreate", ARGUS_CU_CTX_CREATE},
     {"cuCtxCreate_v2", ARGUS_CU_CTX_CREATE},
     {"cuCtxCreate_v3", ARGUS_CU_CTX_CREATE},
     {"cuCtxCreate_v4", ARGUS_CU_CTX_CREATE},
-    {"cuMemAlloc", ARGUS_CU_MEM_ALLOC},
-    {"cuMemAlloc_v2", ARGUS_CU_MEM_ALLOC},
-    {"cuMemAllocAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
-    {"cuMemAllocAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC},
-    {"cuMemAllocFromPoolAsync", ARGUS_CU_MEM_ALLOC_ASYNC},
-    {"cuMemAllocFromPoolAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC},
-    {"cuMemAllocManaged", ARGUS_CU_MEM_ALLOC_MANAGED},
-    {"cuMemAllocHost", ARGUS_CU_MEM_ALLOC_HOST},
+    {"cuMemAllocHost", ARGUS_CU_MEM_ALLOC_HOST},  // pinned host memory: not the GPU's
     {"cuMemAllocHost_v2", ARGUS_CU_MEM_ALLOC_HOST},
-    {"cuMemAllocPitch", ARGUS_CU_MEM_ALLOC_PITCH},
-    {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC_PITCH},
+    {"cuMemAllocPitch", ARGUS_CU_MEM_ALLOC_PITCH},  // legacy 32-bit (pitch, width, height): errors only
 }};
+
+struct CudaMemoryCall {
+  const char* name;
+  uint32_t api;
+  uint8_t shape;  // enum argus_mem_shape: where its size and result are (cuda.h's prototypes)
+};
+
+// Device memory (bpf/cuda_mem.bpf.c): rare calls (a caching allocator asks the
+// driver only when its pool grows), each read at entry and return so frees
+// pair with their allocations. The legacy cuMemGetInfo / cuDeviceTotalMem
+// write 32-bit sizes: a total over 4 GiB does not fit, so only _v2 is read.
+constexpr std::array<CudaMemoryCall, 18> kCudaMemory{{
+    {"cuMemAlloc", ARGUS_CU_MEM_ALLOC, ARGUS_MEM_ALLOC_U32},
+    {"cuMemAlloc_v2", ARGUS_CU_MEM_ALLOC, ARGUS_MEM_ALLOC},
+    {"cuMemAllocAsync", ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC},  // (dptr, bytes, stream)
+    {"cuMemAllocAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC},
+    {"cuMemAllocFromPoolAsync", ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC},  // (dptr, bytes, pool, stream)
+    {"cuMemAllocFromPoolAsync_ptsz", ARGUS_CU_MEM_ALLOC_ASYNC, ARGUS_MEM_ALLOC},
+    {"cuMemAllocManaged", ARGUS_CU_MEM_ALLOC_MANAGED, ARGUS_MEM_ALLOC},  // (dptr, bytes, flags)
+    {"cuMemAllocPitch_v2", ARGUS_CU_MEM_ALLOC_PITCH, ARGUS_MEM_ALLOC_PITCH},
+    {"cuMemCreate", ARGUS_CU_MEM_CREATE, ARGUS_MEM_CREATE},  // (handle, bytes, prop, flags)
+    {"cuMemFree", ARGUS_CU_MEM_FREE, ARGUS_MEM_FREE_U32},
+    {"cuMemFree_v2", ARGUS_CU_MEM_FREE, ARGUS_MEM_FREE},
+    {"cuMemFreeAsync", ARGUS_CU_MEM_FREE_ASYNC, ARGUS_MEM_FREE},  // (dptr, stream)
+    {"cuMemFreeAsync_ptsz", ARGUS_CU_MEM_FREE_ASYNC, ARGUS_MEM_FREE},
+    {"cuMemRelease", ARGUS_CU_MEM_RELEASE, ARGUS_MEM_RELEASE},
+    {"cuMemMap", ARGUS_CU_MEM_MAP, ARGUS_MEM_MAP},  // (ptr, bytes, offset, handle, flags)
+    {"cuMemUnmap", ARGUS_CU_MEM_UNMAP, ARGUS_MEM_MAP},  // (ptr, bytes)
+    {"cuMemGetInfo_v2", ARGUS_CU_MEM_GET_INFO, ARGUS_MEM_INFO},
+    {"cuDeviceTotalMem_v2", ARGUS_CU_DEVICE_TOTAL_MEM, ARGUS_MEM_TOTAL},
+}};
+
+constexpr bool is_allocation(uint8_t shape) {
+  return shape == ARGUS_MEM_ALLOC || shape == ARGUS_MEM_ALLOC_U32 || shape == ARGUS_MEM_ALLOC_PITCH ||
+         shape == ARGUS_MEM_CREATE;
+}
 
 struct CudaCopy {
   const char* name;
@@ -316,6 +344,13 @@ void plan_cuda(const elf::SymbolTable& symbols, ProbeSet set, Planner& plan) {
     if (const auto* sym = probeable(symbols, s.name))
       plan.add(*sym, ProbeProgram::CudaRet, true, ARGUS_COOKIE(s.id, 0, 0, 0, 0));
   }
+  for (const auto& m : kCudaMemory) {
+    const auto* sym = probeable(symbols, m.name);
+    if (sym == nullptr) continue;
+    plan.add(*sym, ProbeProgram::CudaMemEnter, false, ARGUS_COOKIE(m.api, 0, 0, 0, m.shape));
+    plan.add(*sym, ProbeProgram::CudaMemExit, true, 0);
+    if (is_allocation(m.shape)) plan.add(*sym, ProbeProgram::PyStackAtOom, true, 0);
+  }
   for (const auto& c : kCudaCopies) {
     const auto* sym = probeable(symbols, c.name);
     if (sym == nullptr) continue;
@@ -374,6 +409,9 @@ const char* probe_program_name(ProbeProgram p) {
     case ProbeProgram::C10dCollEnter: return "argus_c10d_coll_enter";
     case ProbeProgram::C10dWaitEnter: return "argus_c10d_wait_enter";
     case ProbeProgram::C10dWaitExit: return "argus_c10d_wait_exit";
+    case ProbeProgram::CudaMemEnter: return "argus_cuda_mem_enter";
+    case ProbeProgram::CudaMemExit: return "argus_cuda_mem_exit";
+    case ProbeProgram::PyStackAtOom: return "argus_py_stack_at_oom";
   }
   return "unknown";
 }

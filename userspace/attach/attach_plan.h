@@ -49,6 +49,9 @@ enum class ProbeProgram {
   C10dCollEnter,  // argus_c10d_coll_enter: a collective or p2p call on a backend
   C10dWaitEnter,  // argus_c10d_wait_enter: a Work::wait begins (Gloo's works)
   C10dWaitExit,   // argus_c10d_wait_exit (uretprobe): ... its time
+  CudaMemEnter,   // argus_cuda_mem_enter: a device memory call's arguments
+  CudaMemExit,    // argus_cuda_mem_exit (uretprobe): ... its result: held bytes, pairs, failures, an oom event
+  PyStackAtOom,   // argus_py_stack_at_oom (uretprobe): the Python stack where an allocation ran out of memory
 };
 
 struct ProbeSpec {

@@ -16,7 +16,7 @@ namespace {
 using nlohmann::json;
 
 constexpr std::size_t kMaxJobWidth = 24;
-constexpr std::size_t kMaxGroupsWidth = 30;  // the last column: a line stays within 140
+constexpr std::size_t kMaxGroupsWidth = 26;  // the last column: a line stays within 150
 
 const json* member(const json& j, const char* key) {
   if (!j.is_object()) return nullptr;
@@ -65,6 +65,17 @@ std::string gpu_percent(const json& r, const char* key) {
   return v && v->is_number() ? fixed(v->get<double>() * 100.0, 1) : "-";
 }
 
+// Device memory held through the driver, in GiB, against its GPU's total where
+// known ("4.5/80"; "-": no device memory call seen).
+std::string gpu_memory_of(const json& r) {
+  const json* m = member(r, "gpu_memory");
+  if (!m || !m->is_object()) return "-";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  std::string out = fixed(number(*m, "held_bytes") / kGiB, 1);
+  if (const json* t = member(*m, "total_bytes"); t && t->is_number()) out += "/" + integer(t->get<double>() / kGiB);
+  return out;
+}
+
 // What the detectors say about the rank, in a few words.
 std::string flags_of(const json& r) {
   std::string out;
@@ -75,6 +86,10 @@ std::string flags_of(const json& r) {
   }
   if (const json* b = member(r, "pipeline_bubble"); b && b->is_boolean() && b->get<bool>()) add("bubble");
   if (const json* h = member(r, "hang_missing"); h && h->is_boolean() && h->get<bool>()) add("hang");
+  if (const json* m = member(r, "gpu_memory"); m && m->is_object()) {
+    if (const json* g = member(*m, "growing"); g && g->is_boolean() && g->get<bool>()) add("mem-leak");
+    if (const json* p = member(*m, "pressure"); p && p->is_boolean() && p->get<bool>()) add("mem-full");
+  }
   return out.empty() ? "-" : out;
 }
 
@@ -83,7 +98,7 @@ struct Row {
   std::string job;
   int64_t rank = -1;
   int64_t pid = 0;
-  std::array<std::string, 15> cells;
+  std::array<std::string, 16> cells;
 };
 
 // The c10d groups' labels with their members here ("tp(4-5)"; "-": none),
@@ -118,11 +133,12 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
   // on real, asynchronous NCCL); SYNC% the time blocked in CUDA synchronize.
   // COLL counts NCCL's calls and PyTorch's process-group (c10d) calls; GROUPS
   // names the process groups it is a member of, as the framework names them.
-  static const std::array<const char*, 15> kHeader = {"JOB",     "RANK",  "PID",   "STATE",   "COLL",
+  // GPU_MEM is what it holds through the driver, GiB, of its GPU's total.
+  static const std::array<const char*, 16> kHeader = {"JOB",     "RANK",  "PID",   "STATE",   "COLL",
                                                       "COLL_GB", "COLL%", "SYNC%", "GPU%",    "NCCL_K%",
-                                                      "BUBBLE%", "LAUNCHES", "ERRORS", "FLAGS", "GROUPS"};
-  static const std::array<bool, 15> kLeft = {true,  false, false, true,  false, false, false, false,
-                                             false, false, false, false, false, false, true};
+                                                      "BUBBLE%", "GPU_MEM", "LAUNCHES", "ERRORS", "FLAGS", "GROUPS"};
+  static const std::array<bool, 16> kLeft = {true,  false, false, true,  false, false, false, false,
+                                             false, false, false, false, false, false, false, true};
 
   std::vector<Row> rows;
   std::size_t hidden = 0;
@@ -180,6 +196,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
                    gpu_percent(r, "busy_ratio"),
                    gpu_percent(r, "nccl_kernel_ratio"),
                    gpu_percent(r, "bubble_ratio"),
+                   gpu_memory_of(r),
                    launches,
                    integer(errors),
                    flags_of(r),
@@ -200,7 +217,7 @@ std::string format_rank_table(const json& ranks_doc, bool include_unidentified) 
     if (node && node->is_string() && !node->get<std::string>().empty()) out += " on " + node->get<std::string>();
     out += "\n";
   } else {
-    std::array<std::size_t, 15> width{};
+    std::array<std::size_t, 16> width{};
     for (std::size_t c = 0; c < kHeader.size(); ++c) width[c] = std::string(kHeader[c]).size();
     for (const auto& row : rows) {
       for (std::size_t c = 0; c < row.cells.size(); ++c) width[c] = std::max(width[c], row.cells[c].size());

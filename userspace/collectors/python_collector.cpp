@@ -27,8 +27,10 @@ PythonCollector::PythonCollector(BpfRankMaps& maps, RankFacts& facts, const Cloc
       profiles_(python::ProfileOptions{.caps = opts_.counters}) {}
 
 std::string PythonCollector::start_sampling(BpfEventStreams& streams) {
-  if (opts_.sample_hz == 0) return "";
+  // Stacks taken where an allocation ran out of memory come on the same ring
+  // buffer, sampling or not.
   streams.set_py_sample_handler([this](const void* data, size_t size) { sampler_.on_record(data, size); });
+  if (opts_.sample_hz == 0) return "";
   auto cpus = streams.start_python_sampling(opts_.sample_hz);
   if (!cpus.ok()) return cpus.error();
   sampling_ = true;
@@ -160,8 +162,9 @@ void PythonCollector::rank_ended(int pid) {
 // from now on (the py_procs entry that makes BPF sample it is written once the
 // interpreter is initialised), or why not.
 void PythonCollector::sampling_status(int pid, const std::string& why_not, const python::PyProcess* p) {
-  if (!sampling_) return;
+  // Named even without sampling: a stack taken where an allocation ran out of memory.
   if (p != nullptr && !sampler_.has_process(pid)) sampler_.add_process(pid, python::make_frame_resolver(*p));
+  if (!sampling_) return;
   std::lock_guard lock(mu_);
   status_[pid] = why_not;
 }

@@ -76,6 +76,8 @@ class PythonCollector final : public HostCollector {
   // Its newest sampled stack and how old it is (null without one): a rank's last words.
   nlohmann::json newest_stack(int pid) const;
   bool sampling() const { return sampling_; }
+  // Where the stacks taken at failed allocations go (the event loop's thread).
+  void set_oom_stack_handler(python::PySampler::OomStackHandler h) { sampler_.set_oom_stack_handler(std::move(h)); }
   python::PySampler::Stats sampler_stats() const;  // as of the last refresh
 
  private:

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "userspace/detect/gpu_memory.h"
+
 namespace argus {
 namespace {
 
@@ -14,8 +16,20 @@ std::string sender_text(const ExitCause& c) {
   return "";
 }
 
-// Killed (a fatal signal, the OOM killer's among them) rather than exited.
-bool was_killed(ExitReason r) { return r == ExitReason::kSignal || r == ExitReason::kOom; }
+// Killed (a fatal signal, the OOM killer's among them) rather than exited
+// (after running out of GPU memory, among others).
+bool was_killed(const RankSnapshot& r) {
+  if (r.exit_reason == ExitReason::kOom) return r.exit_cause.oom || r.exit_cause.signal != 0;
+  return r.exit_reason == ExitReason::kSignal;
+}
+
+// The rank's own end, after a GPU out-of-memory that was its cause.
+std::string after_gpu_oom(const RankSnapshot& r) {
+  std::string how = r.exit_cause.signal != 0 ? "killed by " + signal_name(r.exit_cause.signal)
+                    : r.exit_code >= 0         ? "exited with code " + std::to_string(r.exit_code)
+                                               : "ended";
+  return how + " after running out of GPU memory: " + gpu_oom_phrase(r.exit_cause.gpu_oom);
+}
 
 std::string oom_text(const nlohmann::json& oom) {
   if (!oom.is_object() || !oom.contains("cgroup")) return "";
@@ -55,6 +69,7 @@ std::string format_bytes(uint64_t bytes) {
 
 std::string exit_phrase(const RankSnapshot& r) {
   const ExitCause& c = r.exit_cause;
+  if (r.exit_reason == ExitReason::kOom && !c.oom) return after_gpu_oom(r);
   if (r.exit_reason == ExitReason::kOom) return "killed by the OOM killer" + oom_text(c.oom_details);
   if (r.exit_reason == ExitReason::kSignal) return "killed by " + signal_name(r.exit_code) + sender_text(c);
   if (r.exit_code < 0) return "ended (its exit code was not seen)";
@@ -63,7 +78,7 @@ std::string exit_phrase(const RankSnapshot& r) {
 
 nlohmann::json exit_evidence(const RankSnapshot& r) {
   const ExitCause& c = r.exit_cause;
-  const bool killed = was_killed(r.exit_reason);
+  const bool killed = was_killed(r);
   const int sig = c.signal != 0 ? c.signal : (r.exit_reason == ExitReason::kSignal ? r.exit_code : 0);
   nlohmann::json j = {{"pid", r.pid}, {"reason", label_of(r.exit_reason)}};
   j["code"] = !killed && r.exit_code >= 0 ? nlohmann::json(r.exit_code) : nlohmann::json(nullptr);
@@ -73,6 +88,7 @@ nlohmann::json exit_evidence(const RankSnapshot& r) {
       c.sender_pid >= 0 ? nlohmann::json{{"pid", c.sender_pid}, {"comm", c.sender_comm}} : nlohmann::json(nullptr);
   j["oom"] = c.oom ? (c.oom_details.empty() ? nlohmann::json::object() : c.oom_details) : nlohmann::json(nullptr);
   j["last_python_stack"] = c.last_python_stack;
+  j["gpu_oom"] = r.exit_reason == ExitReason::kOom && !c.oom ? c.gpu_oom : nlohmann::json(nullptr);
   return j;
 }
 
@@ -83,7 +99,7 @@ DetectedEvent rank_exit_event(const RankSnapshot& r, double now_unix) {
   ev.job_id = r.job_id;
   ev.rank = r.rank;
   ev.summary = "rank " + std::to_string(r.rank) + " of job " + r.job_id + " (pid " + std::to_string(r.pid) + ") " +
-               (was_killed(r.exit_reason) ? "was " : "") + exit_phrase(r);
+               (was_killed(r) ? "was " : "") + exit_phrase(r);
   ev.evidence = exit_evidence(r);
   return ev;
 }

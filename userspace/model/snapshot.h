@@ -94,6 +94,28 @@ struct CopyCounters {
   uint64_t bytes = 0;
 };
 
+// Device memory the rank asked the driver for (bpf/cuda_mem.bpf.c): held and
+// peak from BPF's running sums, the calls from its aggregates.
+struct GpuMemoryView {
+  int64_t held_bytes = 0;   // allocations seen less their frees
+  uint64_t peak_bytes = 0;  // the most held since the agent began watching
+  uint64_t total_bytes = 0; // its GPU's total, as its own cuMemGetInfo/cuDeviceTotalMem said; 0 unknown
+  std::map<std::string, CopyCounters> allocations;  // api -> allocations that succeeded, bytes
+  std::map<std::string, CopyCounters> frees;        // api -> frees paired with an allocation seen, bytes
+  std::map<std::string, CopyCounters> maps;         // "cuMemMap"/"cuMemUnmap" -> calls, bytes
+  uint64_t unpaired_frees = 0;                      // frees of memory allocated before it was watched
+  std::map<std::string, uint64_t> failures;         // CUDA result name -> allocation calls that failed
+  bool seen() const { return !allocations.empty() || !frees.empty() || unpaired_frees != 0 || !failures.empty() || total_bytes != 0; }
+};
+
+// The detection pass's word on a rank's device memory.
+struct GpuMemoryVerdict {
+  double growth_bytes_per_second = 0;  // held grew segment after segment over a steady window: a leak's rate
+  double growth_window_seconds = 0;    // over how long it was judged
+  bool pressure = false;               // held at or above kGpuMemoryPressureShare of the GPU's total
+  double seconds_to_full = -1;         // at that rate, until held reaches the total (-1: not growing or total unknown)
+};
+
 // Host time inside kernel-launch calls (--probes deep only).
 struct LaunchTiming {
   uint64_t count = 0;  // timed launches (entry and return seen)
@@ -190,6 +212,7 @@ struct ExitCause {
   bool oom = false;           // chosen by the OOM killer
   nlohmann::json oom_details = nlohmann::json::object();  // memory cgroup, limit, usage, ... where known
   nlohmann::json last_python_stack = nullptr;  // the newest sampled stack, where the Python layer had one
+  nlohmann::json gpu_oom = nullptr;  // the device allocation that ran out of memory shortly before it ended
 };
 
 // The rank's Kubernetes identity: the pod and container its cgroup names, and
@@ -218,6 +241,7 @@ struct RankDetection {
   bool pipeline_bubble = false;    // its GPU idles on pipeline receives far more than its peers
   bool hang_missing = false;       // never reached a collective its peers sit in
   std::map<std::string, uint64_t> comm_seq;  // communicator -> newest collective it entered
+  GpuMemoryVerdict gpu_memory_verdict;
 };
 
 
@@ -248,6 +272,7 @@ struct RankSnapshot : RankDetection {
   LaunchTiming launch_timing;     // meaningful only where launches_counted
   std::map<std::string, CopyCounters> memcpy;  // direction ("htod", "dtoh", "dtod") -> host-API copies
   std::map<std::pair<std::string, std::string>, uint64_t> cuda_errors;  // (api, code) -> calls
+  GpuMemoryView gpu_memory;
   std::map<std::pair<std::string, std::string>, uint64_t> nccl_errors;  // (api, code) -> calls
   std::vector<ProcessGroupInfo> process_groups;  // c10d groups it was seen joining (capped)
   // c10d collective and p2p calls: (group label, backend, op) -> calls

@@ -169,7 +169,9 @@ class BpfRankMaps {
   virtual std::optional<uint64_t> take_tcp_retransmit(const argus_tcp_key& /*key*/) { return std::nullopt; }
   // Collectives and synchronize calls still running (a host blocked in them).
   virtual std::vector<InflightCall> read_inflight_waits() const = 0;
-  virtual void delete_seqs(uint32_t tgid) = 0;  // the collective numbering of an ended process
+  virtual void delete_seqs(uint32_t tgid) = 0;
+  // Device memory per process (bpf/cuda_mem.bpf.c's gpu_mem): held, peak, the GPU's total.
+  virtual std::map<uint32_t, argus_gpu_mem> read_gpu_memory() const { return {}; }  // the collective numbering of an ended process
 };
 
 // The records BPF sends: the ring buffer, and the Python sampler's.

@@ -78,6 +78,7 @@ class BpfLoader : public BpfBackend {
   std::map<uint32_t, uint64_t> read_errors() const override;
   std::vector<InflightCall> read_inflight_waits() const override;
   void delete_seqs(uint32_t tgid) override;
+  std::map<uint32_t, argus_gpu_mem> read_gpu_memory() const override;
   void set_event_handler(EventHandler handler) override { handler_ = std::move(handler); }
   int poll_events(int timeout_ms) override;
   void interrupt_poll() override;

@@ -38,6 +38,9 @@ inline bpf_program* program_for(argus_bpf* skel, ProbeProgram p) {
     case ProbeProgram::C10dCollEnter: return skel->progs.argus_c10d_coll_enter;
     case ProbeProgram::C10dWaitEnter: return skel->progs.argus_c10d_wait_enter;
     case ProbeProgram::C10dWaitExit: return skel->progs.argus_c10d_wait_exit;
+    case ProbeProgram::CudaMemEnter: return skel->progs.argus_cuda_mem_enter;
+    case ProbeProgram::CudaMemExit: return skel->progs.argus_cuda_mem_exit;
+    case ProbeProgram::PyStackAtOom: return skel->progs.argus_py_stack_at_oom;
   }
   return nullptr;
 }

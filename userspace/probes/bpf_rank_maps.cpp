@@ -78,8 +78,13 @@ std::vector<StatEntry> BpfLoader::read_stats(uint32_t only_tgid) const {
   return out;
 }
 
+// Its counts, and its device memory with them (held, and the allocations kept
+// for pairing): every path that drops a process's counts (it ended, it is not a
+// rank, it is a rank's worker) drops those too, or they would stay for good.
 void BpfLoader::delete_stats(uint32_t tgid) {
   for (const auto& e : read_stats(tgid)) bpf_map__delete_elem(skel_->maps.stats, &e.key, sizeof(e.key), 0);
+  bpf_map__delete_elem(skel_->maps.gpu_mem, &tgid, sizeof(tgid), 0);
+  delete_keys_of<argus_gpu_alloc_key>(skel_->maps.gpu_allocs, tgid, [](const argus_gpu_alloc_key& k) { return k.tgid; });
 }
 
 std::vector<TcpRetransEntry> BpfLoader::read_tcp_retransmits() const {
@@ -164,6 +169,17 @@ std::map<uint32_t, std::vector<StealerEntry>> BpfLoader::read_stealers_of(const 
 void BpfLoader::delete_stealers(uint32_t victim_tgid) {
   for (const auto& e : read_stealers(victim_tgid))
     bpf_map__delete_elem(skel_->maps.cpu_stealers, &e.key, sizeof(e.key), 0);
+}
+
+std::map<uint32_t, argus_gpu_mem> BpfLoader::read_gpu_memory() const {
+  std::map<uint32_t, argus_gpu_mem> out;
+  const MapDump d = dump_hash_map(bpf_map__fd(skel_->maps.gpu_mem), sizeof(uint32_t), sizeof(argus_gpu_mem));
+  for (size_t i = 0; i < d.n; ++i) {
+    argus_gpu_mem m{};
+    std::memcpy(&m, d.value(i), sizeof m);
+    out[d.key<uint32_t>(i)] = m;
+  }
+  return out;
 }
 
 }  // namespace argus

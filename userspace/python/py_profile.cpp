@@ -217,6 +217,14 @@ void PySampler::on_record(const void* data, size_t size) {
     }
   }
   const bool truncated = (s->flags & ARGUS_PY_SAMPLE_TRUNCATED) != 0;
+  if (s->flags & ARGUS_PY_SAMPLE_AT_OOM) {
+    if (!oom_stack_handler_) return;
+    std::vector<std::string> root_first;
+    if (truncated) root_first.emplace_back("[truncated]");
+    for (auto f = frames.rbegin(); f != frames.rend(); ++f) root_first.push_back(frame_label(*f));
+    oom_stack_handler_(static_cast<int>(s->tgid), s->tid, s->ts_ns, std::move(root_first));
+    return;
+  }
   if (truncated) ++stats_.truncated;
   if (frames.empty()) return;
   store_.add(static_cast<int>(s->tgid), s->ts_ns, frames, truncated);

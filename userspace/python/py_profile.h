@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -128,6 +129,10 @@ class PySampler {
   bool has_process(int pid) const { return resolvers_.count(pid) != 0; }
   void forget(int pid) { resolvers_.erase(pid); }
   void on_record(const void* data, size_t size);
+  // Where a stack taken at a failed allocation (ARGUS_PY_SAMPLE_AT_OOM) goes,
+  // named and root first, instead of the profile.
+  using OomStackHandler = std::function<void(int pid, uint32_t tid, uint64_t ts_ns, std::vector<std::string> frames)>;
+  void set_oom_stack_handler(OomStackHandler h) { oom_stack_handler_ = std::move(h); }
 
   struct Stats {
     uint64_t samples = 0;        // stored
@@ -141,6 +146,7 @@ class PySampler {
  private:
   ProfileStore& store_;
   std::map<int, std::unique_ptr<FrameResolver>> resolvers_;
+  OomStackHandler oom_stack_handler_;
   Stats stats_;
 };
 

@@ -29,6 +29,11 @@ ExitCause exit_cause_of(int exit_code, const argus_exit_info* info, bool oom_kil
 
 ExitReason exit_reason_of(int exit_code, const ExitCause& cause) {
   if (cause.oom) return ExitReason::kOom;
+  // Out of GPU memory, then gone with an error or a signal: a framework
+  // raises, the rank exits non-zero or aborts. A rank that went on and ended
+  // well survived it.
+  const bool failed = (exit_code & 0x7f) != 0 || ((exit_code >> 8) & 0xff) != 0;
+  if (cause.gpu_oom.is_object() && failed) return ExitReason::kOom;
   return (exit_code & 0x7f) != 0 ? ExitReason::kSignal : ExitReason::kExit;
 }
 

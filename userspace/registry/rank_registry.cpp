@@ -102,6 +102,16 @@ void RankRegistry::apply_totals(int pid, const std::vector<AggregateRecord>& rec
   s.offcpu.present = opts_.sched_probe;
 }
 
+void RankRegistry::set_gpu_memory(int pid, int64_t held, uint64_t peak, uint64_t total) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(pid);
+  if (it == entries_.end()) return;
+  GpuMemoryView& m = it->second.snap.gpu_memory;
+  m.held_bytes = held;
+  m.peak_bytes = peak;
+  if (total != 0) m.total_bytes = total;
+}
+
 void RankRegistry::add_tcp_retransmits(int pid, const std::map<std::string, uint64_t>& by_remote) {
   std::lock_guard lock(mu_);
   auto it = entries_.find(pid);
@@ -235,9 +245,10 @@ void RankRegistry::on_exit(int pid, int exit_code, const ExitCause& cause) {
   if (it == entries_.end()) return;
   ExitCause c = cause;
   c.signal = exit_code & 0x7f;
-  // Killed: the code is the signal; exited: its status.
+  // Killed: the code is the signal; exited (after a GPU out-of-memory among
+  // others): its status.
   const ExitReason reason = exit_reason_of(exit_code, c);
-  mark_exited(it->second, reason, reason == ExitReason::kExit ? (exit_code >> 8) & 0xff : c.signal, c);
+  mark_exited(it->second, reason, c.signal == 0 ? (exit_code >> 8) & 0xff : c.signal, c);
   evict_exited_past_cap(pid);
 }
 

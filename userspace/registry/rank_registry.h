@@ -69,6 +69,8 @@ class RankRegistry final : public RankFacts, public RankDirectory {
 
   // Absolute totals for one process, as read from the BPF aggregates.
   void apply_totals(int pid, const std::vector<AggregateRecord>& records);
+  // Device memory held now, its peak and the GPU's total (0: unknown, the known one kept), as BPF keeps them.
+  void set_gpu_memory(int pid, int64_t held, uint64_t peak, uint64_t total);
   void on_nccl_init(int pid, const NcclInitInfo& info);
   // The communicators the process was seen making (at most max_comm_inits).
   std::vector<NcclInitInfo> comm_inits(int pid) const;

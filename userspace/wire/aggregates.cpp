@@ -21,6 +21,17 @@ void add_process_group_calls(const AggregateRecord& r, RankSnapshot& s) {
   s.process_group_calls[{label, kind, c10d_op_label(r.sub & 0xff)}] += r.count;
 }
 
+void add_calls(CopyCounters& c, const AggregateRecord& r) {
+  c.calls += r.count;
+  c.bytes += r.sum;
+}
+
+// The calls that hand out device memory (host allocations are not the GPU's).
+bool is_device_allocation_api(uint32_t api) {
+  return api == ARGUS_CU_MEM_ALLOC || api == ARGUS_CU_MEM_ALLOC_ASYNC || api == ARGUS_CU_MEM_ALLOC_MANAGED ||
+         api == ARGUS_CU_MEM_ALLOC_PITCH || api == ARGUS_CU_MEM_CREATE;
+}
+
 }  // namespace
 
 AggregateRecord aggregate_of(const StatEntry& s) {
@@ -36,6 +47,11 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
   s.nccl_groups = GroupCounters{};
   s.sync.clear();
   s.cuda_errors.clear();
+  s.gpu_memory.allocations.clear();
+  s.gpu_memory.frees.clear();
+  s.gpu_memory.maps.clear();
+  s.gpu_memory.unpaired_frees = 0;
+  s.gpu_memory.failures.clear();
   s.nccl_errors.clear();
   s.kernel_launches = 0;
   s.launch_timing = LaunchTiming{};
@@ -103,14 +119,24 @@ void apply_aggregates(const std::vector<AggregateRecord>& records, RankSnapshot&
       case ARGUS_STAT_ONCPU:
         s.offcpu.oncpu_ns += r.sum;
         break;
-      case ARGUS_STAT_CUDA_MEMCPY: {
-        auto& c = s.memcpy[copy_direction_label(r.sub)];
-        c.calls += r.count;
-        c.bytes += r.sum;
+      case ARGUS_STAT_CUDA_MEMCPY:
+        add_calls(s.memcpy[copy_direction_label(r.sub)], r);
         break;
-      }
       case ARGUS_STAT_CUDA_ERROR:
         s.cuda_errors[{cuda_api_label(r.sub), cuda_result_name(r.code)}] += r.count;
+        if (is_device_allocation_api(r.sub)) s.gpu_memory.failures[cuda_result_name(r.code)] += r.count;
+        break;
+      case ARGUS_STAT_GPU_ALLOC:
+        add_calls(s.gpu_memory.allocations[cuda_api_label(r.sub)], r);
+        break;
+      case ARGUS_STAT_GPU_FREE:
+        add_calls(s.gpu_memory.frees[cuda_api_label(r.sub)], r);
+        break;
+      case ARGUS_STAT_GPU_MAP:
+        add_calls(s.gpu_memory.maps[cuda_api_label(r.sub)], r);
+        break;
+      case ARGUS_STAT_GPU_FREE_UNPAIRED:
+        s.gpu_memory.unpaired_frees += r.count;
         break;
       case ARGUS_STAT_C10D_CALLS:
         add_process_group_calls(r, s);

@@ -77,6 +77,7 @@ std::optional<DecodedEvent> decode_event(const void* data, size_t size) {
     case ARGUS_EV_C10D_BACKEND: return copy_as<argus_c10d_backend_event>(data, size);
     case ARGUS_EV_C10D_GROUP: return decode_c10d_group(data, size);
     case ARGUS_EV_C10D_COLL: return copy_as<argus_c10d_coll_event>(data, size);
+    case ARGUS_EV_GPU_OOM: return copy_as<argus_gpu_oom_event>(data, size);
     default: return std::nullopt;
   }
 }
@@ -96,6 +97,7 @@ EventSource event_source(const DecodedEvent& ev) {
     EventSource operator()(const argus_c10d_backend_event&) const { return EventSource::kNccl; }
     EventSource operator()(const argus_c10d_group_event&) const { return EventSource::kNccl; }
     EventSource operator()(const argus_c10d_coll_event&) const { return EventSource::kNccl; }
+    EventSource operator()(const argus_gpu_oom_event&) const { return EventSource::kCuda; }
     EventSource operator()(const GpuBatch&) const { return EventSource::kGpu; }
     EventSource operator()(const GpuName&) const { return EventSource::kGpu; }
   };

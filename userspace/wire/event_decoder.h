@@ -32,7 +32,7 @@ struct GpuName {
 using DecodedEvent = std::variant<argus_exec_event, argus_exit_event, argus_tgid_seen_event, argus_nccl_coll_event,
                                   argus_nccl_init_event, argus_call_done_event, GpuBatch, GpuName,
                                   argus_nccl_child_event, argus_nccl_init_all_event, argus_c10d_backend_event,
-                                  argus_c10d_group_event, argus_c10d_coll_event>;
+                                  argus_c10d_group_event, argus_c10d_coll_event, argus_gpu_oom_event>;
 
 std::optional<DecodedEvent> decode_event(const void* data, size_t size);
 

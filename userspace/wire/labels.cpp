@@ -72,7 +72,9 @@ const char* cuda_api_label(uint32_t api) {
       "cuLaunchKernelEx",    "cuLaunchCooperativeKernel", "cuMemAlloc", "cuMemAllocAsync",
       "cuMemAllocManaged",   "cuMemAllocHost",      "cuInit",           "cuCtxCreate",
       "cuMemAllocPitch",     "cuMemcpyHtoD",        "cuMemcpyDtoH",     "cuMemcpyDtoD",
-      "cuMemcpyHtoDAsync",   "cuMemcpyDtoHAsync",   "cuMemcpyDtoDAsync"};
+      "cuMemcpyHtoDAsync",   "cuMemcpyDtoHAsync",   "cuMemcpyDtoDAsync", "cuMemCreate",
+      "cuMemFree",           "cuMemFreeAsync",      "cuMemRelease",     "cuMemMap",
+      "cuMemUnmap",          "cuMemGetInfo",        "cuDeviceTotalMem"};
   return api < kLabels.size() ? kLabels[api] : "unknown";
 }
 
@@ -125,6 +127,7 @@ const char* bpf_error_name(uint32_t err) {
     case ARGUS_ERR_EXIT_INFO_FULL: return "exit_info_map_full";
     case ARGUS_ERR_TCP_MAP_FULL: return "tcp_map_full";
     case ARGUS_ERR_BLOCK_MAP_FULL: return "block_map_full";
+    case ARGUS_ERR_GPU_ALLOC_MAP_FULL: return "gpu_alloc_map_full";
     default: return "unknown";
   }
 }
