@@ -52,6 +52,7 @@ class FakeBackend : public BpfBackend {
   std::map<uint32_t, uint64_t> read_errors() const override { return errors; }
   std::vector<InflightCall> read_inflight_waits() const override { return inflight; }
   void delete_seqs(uint32_t) override {}
+  std::map<uint32_t, argus_gpu_mem> read_gpu_memory() const override { return gpu_mem; }
   void set_event_handler(EventHandler h) override { handler = std::move(h); }
   int poll_events(int timeout_ms) override {
     if (record_waits) {  // the loop runs on its own thread: record its waits, and let time pass
@@ -94,6 +95,7 @@ class FakeBackend : public BpfBackend {
   std::vector<InflightCall> inflight;
   std::map<uint32_t, uint64_t> errors{{ARGUS_ERR_RINGBUF_NCCL, 2}, {ARGUS_ERR_STATS_FULL, 0}};
   std::map<uint32_t, argus_tgid_state> tgids;
+  std::map<uint32_t, argus_gpu_mem> gpu_mem;  // as bpf/cuda_mem.bpf.c keeps it per process
   int poll_result = 0;  // < 0: the next polls fail with it
   void interrupt_poll() override { ++interrupts; }
   std::vector<int> recorded_waits() {
@@ -487,6 +489,68 @@ TEST(AgentRuntime, ExitCauseFromTheEventAndOomFromTheMemoryCgroup) {
   EXPECT_EQ(summaries[2], "rank 2 of job dead (pid 303) exited with code 3");
   const std::string text = render_metrics(rt->snapshot());
   EXPECT_NE(text.find(R"(argus_rank_exits_total{job_id="dead",rank="1",reason="oom"} 1)"), std::string::npos) << text;
+}
+
+// A rank whose allocation ran out of GPU memory and that exited 1 right after,
+// in the same poll: one oom event with BPF's figures (said at the stats pass,
+// its Python stack had it one), its end's reason oom with the failed
+// allocation, and what it held as BPF kept it until then.
+TEST(AgentRuntime, AGpuOutOfMemoryIsAnEventAndTheCauseOfTheExitThatFollows) {
+  constexpr uint64_t kGiB = 1ull << 30;
+  ManualClock clock{1'000'000 * kMs, 1'790'000'000};
+  FakeProc proc;
+  proc.add(401, "", environ_of({"RANK=5", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=mem"}));
+  AgentConfig opts;
+  opts.node = "n";
+  opts.paths.proc_root = proc.root().string();
+  auto b = std::make_unique<FakeBackend>();
+  FakeBackend* backend = b.get();
+  auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
+  backend->push(argus_tgid_seen_event{header(ARGUS_EV_TGID_SEEN, 401, clock.ns), ARGUS_SRC_CUDA, 0});
+  backend->set_stat(401, ARGUS_STAT_GPU_ALLOC, ARGUS_CU_MEM_ALLOC, 40, 78 * kGiB);
+  backend->gpu_mem[401] = argus_gpu_mem{static_cast<int64_t>(78 * kGiB), 79 * kGiB, 80 * kGiB, 0};
+  rt->run_once(0);
+
+  argus_gpu_oom_event oom{};
+  oom.hdr = header(ARGUS_EV_GPU_OOM, 401, clock.ns);
+  oom.asked = 8 * kGiB;
+  oom.held = static_cast<int64_t>(78 * kGiB);
+  oom.peak = 79 * kGiB;
+  oom.total = 80 * kGiB;
+  oom.api = ARGUS_CU_MEM_ALLOC;
+  oom.result = 2;
+  backend->push(oom);
+  backend->push(oom);  // the framework's retry after freeing its cache
+  argus_exit_event gone{};
+  gone.hdr = header(ARGUS_EV_EXIT, 401, clock.ns);
+  gone.exit_code = 1 << 8;
+  backend->push(gone);
+  rt->run_once(0);
+  clock.advance(2);
+  rt->run_once(0);
+
+  std::vector<DetectedEvent> ooms, exits;
+  for (const auto& e : rt->events_since(0)) (e.kind == EventKind::kOom ? ooms : exits).push_back(e);
+  ASSERT_EQ(ooms.size(), 1u);
+  EXPECT_EQ(ooms[0].job_id, "mem");
+  EXPECT_EQ(ooms[0].rank, 5);
+  EXPECT_EQ(ooms[0].summary,
+            "rank 5 of job mem (pid 401) ran out of GPU memory: cuMemAlloc of 8 GiB failed (CUDA_ERROR_OUT_OF_MEMORY) "
+            "while it held 78 GiB of 80 GiB (peak 79 GiB)");
+  EXPECT_EQ(ooms[0].evidence["failed_calls"], 2);
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].summary,
+            "rank 5 of job mem (pid 401) exited with code 1 after running out of GPU memory: cuMemAlloc of 8 GiB "
+            "failed (CUDA_ERROR_OUT_OF_MEMORY) while it held 78 GiB of 80 GiB of GPU memory");
+  const auto snap = rt->snapshot();
+  ASSERT_EQ(snap.ranks.size(), 1u);
+  EXPECT_EQ(snap.ranks[0].exit_reason, ExitReason::kOom);
+  EXPECT_EQ(snap.ranks[0].gpu_memory.held_bytes, static_cast<int64_t>(78 * kGiB));
+  EXPECT_EQ(snap.ranks[0].gpu_memory.total_bytes, 80 * kGiB);
+  const std::string text = render_metrics(snap);
+  EXPECT_NE(text.find(R"(argus_rank_exits_total{job_id="mem",rank="5",reason="oom"} 1)"), std::string::npos) << text;
+  EXPECT_NE(text.find(R"(argus_gpu_memory_allocations_total{job_id="mem",rank="5",api="cuMemAlloc"} 40)"),
+            std::string::npos);
 }
 
 // A rank that exits right after a poll and is reaped by its parent before the
