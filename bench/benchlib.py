@@ -1,5 +1,6 @@
 """Small helpers the Python benches share (each bench runs as bench/NAME.py, so
 this directory is on sys.path)."""
+import json
 import re
 import socket
 import subprocess
@@ -44,3 +45,12 @@ def stop(proc, timeout=120):
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def prog_stats():
+    """id -> (name, run_cnt, run_time_ns) of every loaded BPF program."""
+    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True).stdout
+    try:
+        return {p["id"]: (p.get("name", ""), p.get("run_cnt", 0), p.get("run_time_ns", 0)) for p in json.loads(out)}
+    except ValueError:
+        return {}

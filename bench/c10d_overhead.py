@@ -34,7 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import free_port, metrics, msum, stop  # noqa: E402
+from benchlib import prog_stats, free_port, metrics, msum, stop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.join(os.environ.get("BUILD_DIR", os.path.join(ROOT, "build")), "bin")
@@ -74,15 +74,6 @@ def wait_for(path, proc, seconds=120):
             return False
         time.sleep(0.05)
     return False
-
-
-def prog_stats():
-    """id -> (name, run_cnt, run_time_ns) of every loaded BPF program."""
-    out = subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True).stdout
-    try:
-        return {p["id"]: (p.get("name", ""), p.get("run_cnt", 0), p.get("run_time_ns", 0)) for p in json.loads(out)}
-    except ValueError:
-        return {}
 
 
 def ns_per_run(before, after, calls, name=None):

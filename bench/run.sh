@@ -45,10 +45,14 @@
 #  (p. stragglers and hangs over parallel layouts: bench/layout_detection.py.)
 #  q. c10d probes (bench/c10d_overhead.py): a one-rank Gloo dist.all_reduce per call with no tracer,
 #     the agent, its probes alone and bpftrace's uprobe; a 2-rank DDP loop's steps/s with and without.
+#  r. device memory probes (bench/gpu_memory_overhead.py): cuMemAlloc/Free, cuMemAllocAsync/FreeAsync and
+#     cuMemCreate/Map/Unmap/Release on the libcuda shim with no tracer, the agent and bpftrace doing the same
+#     work, alternating rounds; BPF ns per call set; the share of a step at PyTorch's allocation rates; and
+#     the agent's counts checked against the calls made.
 #
 # Every figure in the summary is a ratio between measurements of this one run
 # (raw ns are shown next to them). Raw results stay in build/bench-results/<stamp>/.
-# Needs root (BPF). Takes ~38 minutes on 2 CPUs (parts j-o ~28 of them; skip any with its knob).
+# Needs root (BPF). Takes ~39 minutes on 2 CPUs (parts j-o ~28 of them; skip any with its knob).
 #
 # Knobs (environment): BUILD_DIR (build), ARGUS_BENCH_LOAD_SECONDS (20), ARGUS_BENCH_IDLE_SECONDS (8),
 # ARGUS_BENCH_MIN_TIME (0.3 s per benchmark), ARGUS_BENCH_REPS (3),
@@ -60,7 +64,7 @@
 # ARGUS_BENCH_SKIP_RATE=1 (and ARGUS_BENCH_RATE*: see bench/event_rate.py),
 # ARGUS_BENCH_SKIP_TRAIN=1 (and ARGUS_BENCH_TRAIN_*: see bench/train_overhead.sh),
 # ARGUS_BENCH_SKIP_SCALE=1 (and ARGUS_BENCH_SCALE_*: see bench/scale.sh),
-# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS, ARGUS_BENCH_LAYOUT_FP_LAYOUTS: see bench/layout_detection.py), ARGUS_BENCH_SKIP_C10D=1,
+# ARGUS_BENCH_SKIP_RULES=1 (and ARGUS_BENCH_RULES_*: see bench/rules_scale.py), ARGUS_BENCH_SKIP_FOLD=1, ARGUS_BENCH_SKIP_LAYOUTS=1 (and ARGUS_BENCH_LAYOUT_RUNS, ARGUS_BENCH_LAYOUT_FP_SECONDS, ARGUS_BENCH_LAYOUT_FP_LAYOUTS: see bench/layout_detection.py), ARGUS_BENCH_SKIP_C10D=1, ARGUS_BENCH_SKIP_GPUMEM=1,
 # ARGUS_BENCH_SKIP_PYDUMP=1 (and ARGUS_BENCH_PY*, ARGUS_NCCL, ARGUS_PYSPY: see bench/python_dump_bench.py)
 # (and ARGUS_BENCH_GPU_*: see bench/gpu_handoff.sh),
 # ARGUS_BENCH_ALLOW_OTHER_TRACERS=1 (measure even while another agent/bpftrace runs; flagged).
@@ -532,6 +536,7 @@ run_part ARGUS_BENCH_SKIP_RULES "n. rules at scale" rules_scale.py rules rules.l
 run_part ARGUS_BENCH_SKIP_FOLD "o. GPU records folded" gpu_fold.py fold fold.log gpu_fold_exit_code
 run_part ARGUS_BENCH_SKIP_LAYOUTS "p. stragglers and hangs over parallel layouts" layout_detection.py layouts layouts.log layout_detection_exit_code
 run_part ARGUS_BENCH_SKIP_C10D "q. c10d probes (real torch, Gloo)" c10d_overhead.py c10d c10d.log c10d_overhead_exit_code
+run_part ARGUS_BENCH_SKIP_GPUMEM "r. device memory probes" gpu_memory_overhead.py gpumem gpumem.log gpu_memory_overhead_exit_code
 fact loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 "$ROOT/bench/report.py" "$WORK" | tee "$WORK/summary.txt"
@@ -550,3 +555,4 @@ if [ -s "$WORK/scale/scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/scale
 if [ -s "$WORK/rules/rules_scale.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/rules/rules_scale.txt"; fi
 if [ -s "$WORK/fold/fold.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/fold/fold.txt"; fi
 if [ -s "$WORK/c10d/c10d.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/c10d/c10d.txt"; fi
+if [ -s "$WORK/gpumem/gpu_memory.txt" ]; then tee -a "$WORK/summary.txt" <"$WORK/gpumem/gpu_memory.txt"; fi

@@ -24,34 +24,8 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* never dereferenced */
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
-typedef unsigned long long CUmemGenericAllocationHandle;
 
-/* The virtual memory management structs, as cuda.h lays them out (enums are ints). */
-typedef struct CUmemLocation_st {
-	int type; /* CU_MEM_LOCATION_TYPE_* */
-	int id;
-} CUmemLocation;
-
-typedef struct CUmemAllocationProp_st {
-	int type;                 /* CU_MEM_ALLOCATION_TYPE_* */
-	int requestedHandleTypes; /* CUmemAllocationHandleType */
-	CUmemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-} CUmemAllocationProp;
-
-typedef struct CUmemAccessDesc_st {
-	CUmemLocation location;
-	int flags; /* CU_MEM_ACCESS_FLAGS_PROT_* */
-} CUmemAccessDesc;
-
-_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp as in cuda.h");
-_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc as in cuda.h");
+#include "cuda_vmm_abi.h" /* CUmemGenericAllocationHandle, CUmemAllocationProp, CUmemAccessDesc */
 
 enum {
 	CU_MEM_LOCATION_TYPE_DEVICE = 1,

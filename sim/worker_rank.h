@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "argus_result_codes.h"
+#include "cuda_vmm_abi.h"
 #include "layout.h"
 #include "sim_config.h"
 #include "sim_gpu.h"
@@ -45,32 +46,10 @@ struct CUlaunchConfig {
 	void *attrs;
 	unsigned numAttrs;
 };
-// Device memory: pools, virtual memory handles and their properties, as cuda.h
-// lays them out (enums are ints).
+// Device memory: pools, and the virtual memory handles and their properties
+// (cuda_vmm_abi.h).
 struct CUmemPoolHandle_st;
 using CUmemoryPool = CUmemPoolHandle_st *;
-using CUmemGenericAllocationHandle = unsigned long long;
-struct CUmemLocation {
-	int type; // CU_MEM_LOCATION_TYPE_DEVICE = 1
-	int id;
-};
-struct CUmemAllocationProp {
-	int type;                 // CU_MEM_ALLOCATION_TYPE_PINNED = 1
-	int requestedHandleTypes; // none = 0
-	CUmemLocation location;
-	void *win32HandleMetaData;
-	struct {
-		unsigned char compressionType;
-		unsigned char gpuDirectRDMACapable;
-		unsigned short usage;
-		unsigned char reserved[4];
-	} allocFlags;
-};
-struct CUmemAccessDesc {
-	CUmemLocation location;
-	int flags; // CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
-};
-static_assert(sizeof(CUmemAllocationProp) == 32 && sizeof(CUmemAccessDesc) == 12, "as in cuda.h");
 using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 			      unsigned, CUstream, void **, void **);
 using LaunchExFn = CUresult (*)(const CUlaunchConfig *, CUfunction, void **, void **);
