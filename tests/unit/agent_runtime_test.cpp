@@ -500,6 +500,7 @@ TEST(AgentRuntime, AGpuOutOfMemoryIsAnEventAndTheCauseOfTheExitThatFollows) {
   ManualClock clock{1'000'000 * kMs, 1'790'000'000};
   FakeProc proc;
   proc.add(401, "", environ_of({"RANK=5", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=mem"}));
+  proc.add(402, "", environ_of({"RANK=6", "WORLD_SIZE=8", "TORCHELASTIC_RUN_ID=mem"}));
   AgentConfig opts;
   opts.node = "n";
   opts.paths.proc_root = proc.root().string();
@@ -507,6 +508,7 @@ TEST(AgentRuntime, AGpuOutOfMemoryIsAnEventAndTheCauseOfTheExitThatFollows) {
   FakeBackend* backend = b.get();
   auto rt = AgentRuntime::with_backend(opts, clock, std::move(b));
   backend->push(argus_tgid_seen_event{header(ARGUS_EV_TGID_SEEN, 401, clock.ns), ARGUS_SRC_CUDA, 0});
+  backend->push(argus_tgid_seen_event{header(ARGUS_EV_TGID_SEEN, 402, clock.ns), ARGUS_SRC_CUDA, 0});
   backend->set_stat(401, ARGUS_STAT_GPU_ALLOC, ARGUS_CU_MEM_ALLOC, 40, 78 * kGiB);
   backend->gpu_mem[401] = argus_gpu_mem{static_cast<int64_t>(78 * kGiB), 79 * kGiB, 80 * kGiB, 0};
   rt->run_once(0);
@@ -525,12 +527,25 @@ TEST(AgentRuntime, AGpuOutOfMemoryIsAnEventAndTheCauseOfTheExitThatFollows) {
   gone.hdr = header(ARGUS_EV_EXIT, 401, clock.ns);
   gone.exit_code = 1 << 8;
   backend->push(gone);
+  // Rank 6 caught its own out-of-memory and went on; torchrun (pid 900) then
+  // tore the job down: a kill, not its OOM's doing.
+  argus_gpu_oom_event caught = oom;
+  caught.hdr = header(ARGUS_EV_GPU_OOM, 402, clock.ns);
+  backend->push(caught);
+  argus_exit_event torn{};
+  torn.hdr = header(ARGUS_EV_EXIT, 402, clock.ns);
+  torn.exit_code = 15;
+  torn.cause.signal = 15;
+  torn.cause.sender_tgid = 900;
+  torn.cause.flags = ARGUS_EXIT_F_SIGNAL;
+  backend->push(torn);
   rt->run_once(0);
   clock.advance(2);
   rt->run_once(0);
 
   std::vector<DetectedEvent> ooms, exits;
-  for (const auto& e : rt->events_since(0)) (e.kind == EventKind::kOom ? ooms : exits).push_back(e);
+  for (const auto& e : rt->events_since(0))
+    if (e.rank == 5) (e.kind == EventKind::kOom ? ooms : exits).push_back(e);
   ASSERT_EQ(ooms.size(), 1u);
   EXPECT_EQ(ooms[0].job_id, "mem");
   EXPECT_EQ(ooms[0].rank, 5);
@@ -543,10 +558,14 @@ TEST(AgentRuntime, AGpuOutOfMemoryIsAnEventAndTheCauseOfTheExitThatFollows) {
             "rank 5 of job mem (pid 401) exited with code 1 after running out of GPU memory: cuMemAlloc of 8 GiB "
             "failed (CUDA_ERROR_OUT_OF_MEMORY) while it held 78 GiB of 80 GiB of GPU memory");
   const auto snap = rt->snapshot();
-  ASSERT_EQ(snap.ranks.size(), 1u);
-  EXPECT_EQ(snap.ranks[0].exit_reason, ExitReason::kOom);
-  EXPECT_EQ(snap.ranks[0].gpu_memory.held_bytes, static_cast<int64_t>(78 * kGiB));
-  EXPECT_EQ(snap.ranks[0].gpu_memory.total_bytes, 80 * kGiB);
+  std::map<int, RankSnapshot> by_pid;
+  for (const auto& r : snap.ranks) by_pid[r.pid] = r;
+  ASSERT_EQ(by_pid.size(), 2u);
+  EXPECT_EQ(by_pid[402].exit_reason, ExitReason::kSignal);
+  EXPECT_TRUE(by_pid[402].exit_cause.gpu_oom.is_null());
+  EXPECT_EQ(by_pid[401].exit_reason, ExitReason::kOom);
+  EXPECT_EQ(by_pid[401].gpu_memory.held_bytes, static_cast<int64_t>(78 * kGiB));
+  EXPECT_EQ(by_pid[401].gpu_memory.total_bytes, 80 * kGiB);
   const std::string text = render_metrics(snap);
   EXPECT_NE(text.find(R"(argus_rank_exits_total{job_id="mem",rank="5",reason="oom"} 1)"), std::string::npos) << text;
   EXPECT_NE(text.find(R"(argus_gpu_memory_allocations_total{job_id="mem",rank="5",api="cuMemAlloc"} 40)"),

@@ -121,8 +121,14 @@ ExitCause RankLifecycle::exit_cause(int pid, int exit_code, const argus_exit_inf
                                 : nlohmann::json{{"source", "mark_victim"}};
   }
   c.last_python_stack = p_.python.newest_stack(pid);
+  // A GPU out-of-memory just before is the cause of an end the rank brought on
+  // itself (an error exit, its own abort, the kernel's signal), not of a kill
+  // by another process (torchrun tearing the job down after a peer failed,
+  // when this rank had caught its own and gone on).
+  const bool killed_by_another = c.signal != 0 && c.sender_pid > 0 && c.sender_pid != pid;
   const auto rank = p_.registry.rank(pid);
-  c.gpu_oom = p_.ooms.recent(pid, clock_.monotonic_ns(), rank ? rank->gpu_memory.total_bytes : 0);
+  if (!killed_by_another)
+    c.gpu_oom = p_.ooms.recent(pid, clock_.monotonic_ns(), rank ? rank->gpu_memory.total_bytes : 0);
   return c;
 }
 
