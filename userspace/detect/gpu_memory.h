@@ -90,7 +90,9 @@ std::string gpu_oom_phrase(const nlohmann::json& gpu_oom);
 class GpuMemoryJudge final : public PidScoped {
  public:
   static constexpr double kPressureShare = 0.95;
-  static constexpr double kMinWindowSeconds = 30;
+  // A fast leak fills a GPU in tens of seconds: it is said before, over a dozen
+  // steps of at least 10 s (a warm-up's growth is in its first part only).
+  static constexpr double kMinWindowSeconds = 10;
   static constexpr double kMaxWindowSeconds = 600;
   static constexpr double kStepsPerWindow = 12;
   static constexpr int kSegments = 6;
