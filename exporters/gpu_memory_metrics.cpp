@@ -26,24 +26,22 @@ struct Summed {
   bool seen = false;
 };
 
+void add_into(std::map<std::string, CopyCounters>& sum, const std::map<std::string, CopyCounters>& by_api) {
+  for (const auto& [api, c] : by_api) {
+    sum[api].calls += c.calls;
+    sum[api].bytes += c.bytes;
+  }
+}
+
 Summed sum_of(const RankGroup& g) {
   Summed s;
   for (const auto* r : g.members) {
     const GpuMemoryView& m = r->gpu_memory;
     if (!m.seen()) continue;
     s.seen = true;
-    for (const auto& [api, c] : m.allocations) {
-      s.allocations[api].calls += c.calls;
-      s.allocations[api].bytes += c.bytes;
-    }
-    for (const auto& [api, c] : m.frees) {
-      s.frees[api].calls += c.calls;
-      s.frees[api].bytes += c.bytes;
-    }
-    for (const auto& [api, c] : m.maps) {
-      s.maps[api].calls += c.calls;
-      s.maps[api].bytes += c.bytes;
-    }
+    add_into(s.allocations, m.allocations);
+    add_into(s.frees, m.frees);
+    add_into(s.maps, m.maps);
     for (const auto& [code, n] : m.failures) s.failures[code] += n;
     s.unpaired += m.unpaired_frees;
   }
